@@ -1,0 +1,50 @@
+# Text writers: pretty JSON (the contract's files) and Nix (node configuration.nix).
+let
+  inherit (builtins)
+    attrNames concatStringsSep isAttrs isBool isInt isList isString match
+    replaceStrings toJSON;
+
+  # Pretty-print a JSON-able value: two-space indent, keys sorted (as
+  # builtins.toJSON sorts them), and a final newline. Deterministic.
+  toPrettyJSON = value:
+    let
+      go = indent: v:
+        let inner = indent + "  "; in
+        if isAttrs v && attrNames v != [ ] then
+          "{\n"
+          + concatStringsSep ",\n" (map (k: inner + toJSON k + ": " + go inner v.${k}) (attrNames v))
+          + "\n" + indent + "}"
+        else if isList v && v != [ ] then
+          "[\n" + concatStringsSep ",\n" (map (x: inner + go inner x) v) + "\n" + indent + "]"
+        else toJSON v;
+    in
+    go "" value + "\n";
+
+  # Nix source text for a value of strings, booleans, integers, null, lists
+  # and attribute sets.
+  toNix = value:
+    let
+      str = s: "\"" + replaceStrings [ "\\" "\"" "\${" "\n" "\t" ] [ "\\\\" "\\\"" "\\\${" "\\n" "\\t" ] s + "\"";
+      keywords = [ "assert" "else" "if" "in" "inherit" "let" "or" "rec" "then" "with" ];
+      key = k:
+        if match "[a-zA-Z_][a-zA-Z0-9_'-]*" k != null && !(builtins.elem k keywords) then k else str k;
+      go = indent: v:
+        let inner = indent + "  "; in
+        if isAttrs v then
+          if attrNames v == [ ] then "{ }"
+          else "{\n" + concatStringsSep "" (map (k: inner + key k + " = " + go inner v.${k} + ";\n") (attrNames v)) + indent + "}"
+        else if isList v then
+          if v == [ ] then "[ ]"
+          else "[\n" + concatStringsSep "" (map (x: inner + go inner x + "\n") v) + indent + "]"
+        else if isString v then str v
+        else if isBool v then (if v then "true" else "false")
+        else if isInt v then (if v < 0 then "(${toString v})" else toString v)
+        else if builtins.isFloat v then toJSON v
+        else if v == null then "null"
+        else throw "slipway: toNix cannot write a ${builtins.typeOf v}";
+    in
+    go "" value;
+in
+{
+  inherit toPrettyJSON toNix;
+}
