@@ -1,0 +1,251 @@
+//! The one typed configuration of both binaries (PRODUCT.md §12).
+//!
+//! Keys are the environment variable names of §12. A TOML file named by
+//! `SLIPWAY_CONFIG` may set the same keys (`DATABASE_URL = "sqlite://…"`);
+//! the environment wins over the file. Loaded once at start-up and passed
+//! down; nothing reads the environment afterwards.
+
+use secrecy::SecretString;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A key that is missing, malformed, or in a file that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// `SLIPWAY_CONFIG` names a file that cannot be read or parsed.
+    #[error("cannot read the configuration file {path}: {reason}")]
+    File {
+        /// The file named by `SLIPWAY_CONFIG`.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A key holds a value of the wrong shape.
+    #[error("{key}: {reason} (got {value:?})")]
+    Invalid {
+        /// The §12 key.
+        key: &'static str,
+        /// The value given (never a secret's: secrets are not parsed).
+        value: String,
+        /// What shape was expected.
+        reason: &'static str,
+    },
+}
+
+/// Slipway's configuration (PRODUCT.md §12). Durations are whole seconds
+/// unless a unit is given (`90s`, `5m`, `1h`, `14d`).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `DATABASE_URL`: `sqlite://<file>` (created if missing) or `postgres://…`.
+    pub database_url: String,
+    /// `SLIPWAY_BIND`: the api's listen address.
+    pub bind: String,
+    /// `SLIPWAY_STATE_DIR`: work dirs, caches, local-provider state.
+    pub state_dir: PathBuf,
+    /// `SLIPWAY_JWT_SECRET`: HS256 secret of a front-end.
+    pub jwt_secret: Option<SecretString>,
+    /// `SLIPWAY_JWT_PUBLIC_KEY`: an Ed25519 public key (PEM) of a front-end.
+    pub jwt_public_key: Option<String>,
+    /// `SLIPWAY_JWT_AUDIENCE`: the required `aud` claim.
+    pub jwt_audience: String,
+    /// `SLIPWAY_JWT_ISSUER`: when set, the required `iss` claim.
+    pub jwt_issuer: Option<String>,
+    /// `SLIPWAY_ALLOWED_ORIGINS`: CORS allowlist (comma separated origins).
+    pub allowed_origins: Vec<String>,
+    /// `SLIPWAY_TRUSTED_SOURCES`: module-source allowlist (URL prefixes);
+    /// `Some(vec![])` (the empty string) allows all.
+    pub trusted_sources: Vec<String>,
+    /// `SLIPWAY_ALLOW_PATH_SOURCES`: accept `path:` module sources over HTTP
+    /// (MS-1: local runs and tests only). Default `false`.
+    pub allow_path_sources: bool,
+    /// `SLIPWAY_DEFAULT_SOURCE_DIR`: the folder holding the built-in module
+    /// source's `core/` that workers deploy a deployment without a source from.
+    pub default_source_dir: PathBuf,
+    /// `SLIPWAY_SELF_SOURCE`: the self-pin (MS-8); unset: sources float.
+    pub self_source: Option<String>,
+    /// `OPENBAO_ADDR`: operator-secret store; unset means no secrets.
+    pub openbao_addr: Option<String>,
+    /// `NIX_SLOTS` (MS-7).
+    pub nix_slots: u32,
+    /// `NIX_TIMEOUT` (MS-7).
+    pub nix_timeout: Duration,
+    /// `BUILD_SLOTS`: concurrent builds per worker (§6).
+    pub build_slots: u32,
+    /// `DEPLOY_TIMEOUT` (§6).
+    pub deploy_timeout: Duration,
+    /// `DESTROY_TIMEOUT` (§6).
+    pub destroy_timeout: Duration,
+    /// `DEPLOY_SBOM_TIMEOUT`, passed to the deploy effect.
+    pub deploy_sbom_timeout: Duration,
+    /// `QUEUE_SIZE`.
+    pub queue_size: u32,
+    /// `RETENTION`.
+    pub retention: Duration,
+    /// `SLIPWAY_HEARTBEAT`: worker heartbeat interval; a worker missing two
+    /// beats has its builds picked up by another worker.
+    pub heartbeat: Duration,
+}
+
+/// The built-in source shipped next to the binaries: `$SLIPWAY_DEFAULT_SOURCE_DIR`,
+/// else `./nix` when it exists, else the `nix/` folder of this source tree.
+fn default_source_dir() -> PathBuf {
+    let here = PathBuf::from("nix");
+    if here.join("core/default.nix").exists() {
+        return std::fs::canonicalize(&here).unwrap_or(here);
+    }
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../nix"))
+}
+
+impl Config {
+    /// Loads the file named by `SLIPWAY_CONFIG` (if any), then the process environment.
+    pub fn load() -> Result<Self, ConfigError> {
+        let mut keys = BTreeMap::new();
+        if let Ok(path) = std::env::var("SLIPWAY_CONFIG") {
+            let path = PathBuf::from(path);
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| ConfigError::File { path: path.clone(), reason: e.to_string() })?;
+            let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::File {
+                path: path.clone(),
+                reason: e.message().to_owned(),
+            })?;
+            for (k, v) in table {
+                let v = match v {
+                    toml::Value::String(s) => s,
+                    toml::Value::Array(a) => a
+                        .iter()
+                        .map(|x| x.as_str().map(str::to_owned).unwrap_or_else(|| x.to_string()))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    other => other.to_string(),
+                };
+                keys.insert(k, v);
+            }
+        }
+        for (k, v) in std::env::vars() {
+            keys.insert(k, v);
+        }
+        Self::from_keys(&keys)
+    }
+
+    /// Builds a configuration from `KEY → value` pairs (file and environment merged).
+    pub fn from_keys(keys: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let get = |k: &str| keys.get(k).map(String::as_str).filter(|v| !v.is_empty());
+        let list = |k: &str| -> Vec<String> {
+            get(k)
+                .map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
+                .unwrap_or_default()
+        };
+        let state_dir = PathBuf::from(get("SLIPWAY_STATE_DIR").unwrap_or(".slipway"));
+        Ok(Self {
+            database_url: get("DATABASE_URL").unwrap_or("sqlite://.slipway/slipway.db").to_owned(),
+            bind: get("SLIPWAY_BIND").unwrap_or("127.0.0.1:8080").to_owned(),
+            state_dir,
+            jwt_secret: get("SLIPWAY_JWT_SECRET").map(|s| SecretString::from(s.to_owned())),
+            jwt_public_key: get("SLIPWAY_JWT_PUBLIC_KEY").map(str::to_owned),
+            jwt_audience: get("SLIPWAY_JWT_AUDIENCE").unwrap_or("slipway").to_owned(),
+            jwt_issuer: get("SLIPWAY_JWT_ISSUER").map(str::to_owned),
+            allowed_origins: list("SLIPWAY_ALLOWED_ORIGINS"),
+            trusted_sources: match keys.get("SLIPWAY_TRUSTED_SOURCES") {
+                Some(_) => list("SLIPWAY_TRUSTED_SOURCES"),
+                None => vec![crate::source::PROJECT_REPOSITORY.to_owned()],
+            },
+            allow_path_sources: boolean(keys, "SLIPWAY_ALLOW_PATH_SOURCES", false)?,
+            default_source_dir: get("SLIPWAY_DEFAULT_SOURCE_DIR").map(PathBuf::from).unwrap_or_else(default_source_dir),
+            self_source: get("SLIPWAY_SELF_SOURCE").map(str::to_owned),
+            openbao_addr: get("OPENBAO_ADDR").map(str::to_owned),
+            nix_slots: number(keys, "NIX_SLOTS", 2)?,
+            nix_timeout: duration(keys, "NIX_TIMEOUT", 300)?,
+            build_slots: number(keys, "BUILD_SLOTS", 4)?,
+            deploy_timeout: duration(keys, "DEPLOY_TIMEOUT", 3600)?,
+            destroy_timeout: duration(keys, "DESTROY_TIMEOUT", 1800)?,
+            deploy_sbom_timeout: duration(keys, "DEPLOY_SBOM_TIMEOUT", 600)?,
+            queue_size: number(keys, "QUEUE_SIZE", 1000)?,
+            retention: duration(keys, "RETENTION", 14 * 86400)?,
+            heartbeat: duration(keys, "SLIPWAY_HEARTBEAT", 5)?,
+        })
+    }
+
+    /// The SQLite file of a `sqlite://` database URL, if it is one.
+    pub fn sqlite_path(&self) -> Option<PathBuf> {
+        let rest = self.database_url.strip_prefix("sqlite://").or_else(|| self.database_url.strip_prefix("sqlite:"))?;
+        let rest = rest.split('?').next().unwrap_or(rest);
+        Some(PathBuf::from(rest))
+    }
+}
+
+fn number(keys: &BTreeMap<String, String>, key: &'static str, default: u32) -> Result<u32, ConfigError> {
+    match keys.get(key).filter(|v| !v.is_empty()) {
+        None => Ok(default),
+        Some(v) => v.trim().parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| ConfigError::Invalid {
+            key,
+            value: v.clone(),
+            reason: "expected a whole number greater than 0",
+        }),
+    }
+}
+
+fn boolean(keys: &BTreeMap<String, String>, key: &'static str, default: bool) -> Result<bool, ConfigError> {
+    match keys.get(key).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("") => Ok(default),
+        Some("1" | "true" | "yes" | "on") => Ok(true),
+        Some("0" | "false" | "no" | "off") => Ok(false),
+        Some(_) => Err(ConfigError::Invalid { key, value: keys[key].clone(), reason: "expected true or false" }),
+    }
+}
+
+/// Parses `300`, `300s`, `5m`, `1h` or `14d`.
+pub fn parse_duration(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    let (digits, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
+    let n: u64 = digits.parse().ok()?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        _ => return None,
+    };
+    Some(Duration::from_secs(secs))
+}
+
+fn duration(keys: &BTreeMap<String, String>, key: &'static str, default_secs: u64) -> Result<Duration, ConfigError> {
+    match keys.get(key).filter(|v| !v.is_empty()) {
+        None => Ok(Duration::from_secs(default_secs)),
+        Some(v) => parse_duration(v).filter(|d| !d.is_zero()).ok_or_else(|| ConfigError::Invalid {
+            key,
+            value: v.clone(),
+            reason: "expected a duration such as 300, 90s, 5m, 1h or 14d",
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_specification() {
+        let c = Config::from_keys(&BTreeMap::new()).unwrap();
+        assert_eq!(c.database_url, "sqlite://.slipway/slipway.db");
+        assert_eq!(c.bind, "127.0.0.1:8080");
+        assert_eq!(c.nix_slots, 2);
+        assert_eq!(c.build_slots, 4);
+        assert_eq!(c.deploy_timeout, Duration::from_secs(3600));
+        assert_eq!(c.retention, Duration::from_secs(14 * 86400));
+        assert_eq!(c.jwt_audience, "slipway");
+    }
+
+    #[test]
+    fn a_malformed_value_names_its_key() {
+        let keys = BTreeMap::from([("DEPLOY_TIMEOUT".to_owned(), "soon".to_owned())]);
+        let err = Config::from_keys(&keys).unwrap_err().to_string();
+        assert!(err.starts_with("DEPLOY_TIMEOUT:"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_trusted_sources_list_allows_all() {
+        let keys = BTreeMap::from([("SLIPWAY_TRUSTED_SOURCES".to_owned(), String::new())]);
+        assert!(Config::from_keys(&keys).unwrap().trusted_sources.is_empty());
+    }
+}

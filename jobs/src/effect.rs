@@ -1,0 +1,155 @@
+//! Running an effect (MS-3, Q-2, Q-4): an executable of the module source,
+//! started through duct in a process group of its own, its stdout and stderr
+//! streamed into a log sink while it runs, and the whole group killed on its
+//! deadline so no stray `nix` process outlives the build.
+
+use futures::future::BoxFuture;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Where an effect's output goes while it runs.
+pub trait LogSink: Send + Sync {
+    /// Appends a chunk of complete lines (each ending in `\n`).
+    fn append<'a>(&'a self, chunk: &'a str) -> BoxFuture<'a, ()>;
+}
+
+/// One effect run.
+#[derive(Debug, Clone)]
+pub struct EffectSpec {
+    /// The executable (`<source>/core/effects/deploy`, …).
+    pub program: PathBuf,
+    /// Working directory.
+    pub dir: PathBuf,
+    /// The whole environment the effect gets (nothing else is inherited, so
+    /// no credential of the worker leaks into it).
+    pub env: Vec<(String, String)>,
+    /// Wall-clock deadline.
+    pub deadline: Duration,
+}
+
+/// How an effect ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EffectOutcome {
+    /// It exited on its own with this code (a signal counts as `-signal`).
+    Exited(i32),
+    /// It ran past its deadline; its process group was killed.
+    TimedOut,
+}
+
+/// The effect could not be started at all.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start {program}: {source}")]
+pub struct SpawnError {
+    /// The executable.
+    pub program: String,
+    /// Why.
+    pub source: std::io::Error,
+}
+
+/// How long output may sit in memory before it is flushed to the sink.
+const FLUSH_EVERY: Duration = Duration::from_millis(200);
+
+/// The environment variables an effect inherits from the worker; everything
+/// else it gets is set explicitly in [`EffectSpec::env`].
+pub const INHERITED_ENV: &[&str] =
+    &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER", "NIX_REMOTE", "NIX_STATE_DIR", "NIX_STORE_DIR"];
+
+/// Runs the effect to its end or its deadline, streaming output to `log`.
+pub async fn run(spec: &EffectSpec, log: &dyn LogSink) -> Result<EffectOutcome, SpawnError> {
+    let mut env: Vec<(String, String)> =
+        INHERITED_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
+    env.extend(spec.env.iter().cloned());
+    let expression = duct::cmd(&spec.program, std::iter::empty::<&str>())
+        .dir(&spec.dir)
+        .full_env(env)
+        .stdin_null()
+        .stderr_to_stdout()
+        .unchecked()
+        .before_spawn(|cmd| {
+            use std::os::unix::process::CommandExt;
+            cmd.process_group(0);
+            Ok(())
+        });
+    let reader =
+        expression.reader().map_err(|source| SpawnError { program: spec.program.display().to_string(), source })?;
+    let pgid = reader.pids().first().copied().expect("a spawned command has a pid") as i32;
+
+    let (lines_tx, mut lines_rx) = mpsc::channel::<String>(1024);
+    let pump = tokio::task::spawn_blocking(move || {
+        let mut buf = BufReader::new(&reader);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match buf.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let mut text = String::from_utf8_lossy(&line).into_owned();
+                    if !text.ends_with('\n') {
+                        text.push('\n');
+                    }
+                    if lines_tx.blocking_send(text).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        drop(buf);
+        let code = match reader.try_wait() {
+            Ok(Some(out)) => exit_code(&out.status),
+            _ => -1,
+        };
+        code
+    });
+
+    let deadline = tokio::time::sleep(spec.deadline);
+    tokio::pin!(deadline);
+    let mut pending = String::new();
+    let mut tick = tokio::time::interval(FLUSH_EVERY);
+    let mut timed_out = false;
+    loop {
+        tokio::select! {
+            line = lines_rx.recv() => match line {
+                Some(l) => pending.push_str(&l),
+                None => break,
+            },
+            _ = tick.tick() => {
+                if !pending.is_empty() {
+                    log.append(&pending).await;
+                    pending.clear();
+                }
+            }
+            _ = &mut deadline, if !timed_out => {
+                timed_out = true;
+                kill_group(pgid);
+            }
+        }
+    }
+    // Whatever the effect left running in its group goes with it.
+    kill_group(pgid);
+    let code = pump.await.unwrap_or(-1);
+    if timed_out {
+        pending.push_str(&format!(
+            "slipway: the effect ran past its deadline of {}s; its process group was killed\n",
+            spec.deadline.as_secs()
+        ));
+    }
+    if !pending.is_empty() {
+        log.append(&pending).await;
+    }
+    Ok(if timed_out { EffectOutcome::TimedOut } else { EffectOutcome::Exited(code) })
+}
+
+fn exit_code(status: &std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| -status.signal().unwrap_or(0))
+}
+
+fn kill_group(pgid: i32) {
+    // SAFETY: sends a signal to the process group we created; ESRCH (already
+    // gone) is harmless.
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
+    }
+}

@@ -1,0 +1,206 @@
+//! The `builds` queue job: claim the build, run its deploy or destroy, record
+//! the outcome (and SBOM changes) in one transaction, dispatch the next build
+//! of the deployment (ST-2).
+
+use super::report::Report;
+use super::{deploy, destroy, BuildJob, Ctx, JobError};
+use crate::effect::{EffectOutcome, EffectSpec, LogSink};
+use crate::source::ModuleSource;
+use crate::state::{BuildKind, BuildStatus};
+use crate::store::builds::{self, BuildRow, Finish};
+use crate::store::sboms::{self, NodeSbom};
+use crate::store::{now_ms, Db};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// What a finished effect changes besides the build row.
+#[derive(Debug)]
+pub enum SbomChange {
+    /// Nothing (a failed build changes no SBOM).
+    None,
+    /// A successful deploy: these nodes' SBOMs replace the deployment's.
+    Replace(Vec<(String, NodeSbom)>),
+    /// A successful destroy: every SBOM of the deployment goes.
+    RemoveAll,
+}
+
+/// A job body's result: the report and the SBOM change it implies.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The run report (its status decides the build's).
+    pub report: Report,
+    /// SBOM change to store with the build's end.
+    pub sboms: SbomChange,
+}
+
+/// What happened to a job.
+#[derive(Debug)]
+pub enum Ran {
+    /// The build was already finished (a repeated delivery): nothing ran.
+    AlreadyFinished,
+    /// The build ran and ended with this report.
+    Finished(Report),
+    /// Another worker took the build over while it ran; its outcome was discarded.
+    LostRace,
+}
+
+/// Runs one `builds` job (§6 `deploy`/`destroy`).
+pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
+    let Some(build) = builds::claim(&ctx.db, &job.build_id, &ctx.worker).await? else {
+        return Ok(Ran::AlreadyFinished);
+    };
+    let span = tracing::info_span!("build", build.id = %build.id, deployment.id = %build.deployment_id, build.kind = build.kind.as_str(), build.attempt = build.attempts);
+    let _enter = span.enter();
+    tracing::info!("build started");
+    let started = Instant::now();
+    let mut outcome = match build.kind {
+        BuildKind::Deploy => deploy::run(&build, ctx).await,
+        BuildKind::Destroy => destroy::run(&build, ctx).await,
+    };
+    outcome.report.duration_ms = started.elapsed().as_millis() as i64;
+    outcome.report.summarise();
+    let report = outcome.report;
+    let finish = Finish {
+        status: report.status,
+        reason: report.reason.clone(),
+        error: report.error.clone(),
+        report: serde_json::to_value(&report).expect("report serialises"),
+    };
+    let (deployment, build_id) = (build.deployment_id.clone(), build.id.clone());
+    let change = outcome.sboms;
+    let stored = builds::finish(&ctx.db, &build, &finish, move |conn| {
+        async move {
+            let now = now_ms();
+            match change {
+                SbomChange::None => Ok(()),
+                SbomChange::Replace(nodes) => sboms::replace(conn, &deployment, &build_id, &nodes, now).await,
+                SbomChange::RemoveAll => sboms::remove_all(conn, &deployment).await,
+            }
+        }
+        .boxed()
+    })
+    .await?;
+    if !stored {
+        tracing::warn!("build was taken over by another worker; this run's outcome is discarded");
+        return Ok(Ran::LostRace);
+    }
+    match report.status {
+        BuildStatus::Succeeded => tracing::info!(duration_ms = report.duration_ms, "build succeeded"),
+        _ => tracing::warn!(
+            reason = report.reason.as_deref().unwrap_or(""),
+            error = report.error.as_deref().unwrap_or(""),
+            "build failed"
+        ),
+    }
+    Ok(Ran::Finished(report))
+}
+
+/// A report to start from, filled in by the job bodies.
+pub(crate) fn blank_report(build: &BuildRow) -> Report {
+    Report {
+        build_id: build.id.clone(),
+        deployment_id: build.deployment_id.clone(),
+        kind: build.kind,
+        status: BuildStatus::Failed,
+        reason: None,
+        error: None,
+        attempt: build.attempts,
+        exit_code: None,
+        duration_ms: 0,
+        nodes: Vec::new(),
+        warnings: Vec::new(),
+        summary: Default::default(),
+    }
+}
+
+/// Marks `report` failed with `reason` and a sentence.
+pub(crate) fn fail(mut report: Report, reason: &str, error: impl Into<String>) -> Report {
+    report.status = BuildStatus::Failed;
+    report.reason = Some(reason.to_owned());
+    report.error = Some(error.into());
+    report
+}
+
+/// The folder holding `core/` for a build's module source (MS-1). A build
+/// without a source floats on the worker's built-in source.
+pub(crate) fn resolve_source(build: &BuildRow, ctx: &Ctx) -> Result<PathBuf, String> {
+    let dir = match build.module_source.as_deref() {
+        None => ctx.config.default_source_dir.clone(),
+        Some(s) => match ModuleSource::parse(s).map_err(|e| e.to_string())? {
+            ModuleSource::Path(dir) => dir,
+            ModuleSource::Git { .. } => {
+                return Err(format!("module source {s}: fetching git sources is not supported by this worker yet"))
+            }
+        },
+    };
+    if dir.join("core/default.nix").is_file() {
+        Ok(dir)
+    } else {
+        Err(format!("module source folder {} has no core/default.nix", dir.display()))
+    }
+}
+
+/// Appends effect output to the build's log in the database.
+pub(crate) struct DbLog {
+    pub(crate) db: Db,
+    pub(crate) build_id: String,
+    pub(crate) echo: bool,
+}
+
+impl LogSink for DbLog {
+    fn append<'a>(&'a self, chunk: &'a str) -> BoxFuture<'a, ()> {
+        async move {
+            if self.echo {
+                eprint!("{chunk}");
+            }
+            if let Err(e) = builds::append_log(&self.db, &self.build_id, chunk).await {
+                tracing::warn!(error = %e, "could not append to the build log");
+            }
+        }
+        .boxed()
+    }
+}
+
+/// Prepares a build's work folder (with an empty `sbom/` folder, the
+/// effect's `SBOM_OUT_DIR`) and runs one of the source's effects with the
+/// environment of Q-4. Returns how it ended and the work folder.
+pub(crate) async fn run_effect(
+    build: &BuildRow,
+    ctx: &Ctx,
+    source: &std::path::Path,
+    effect: &str,
+    deadline: std::time::Duration,
+) -> Result<(EffectOutcome, PathBuf), String> {
+    let work = ctx.work_dir(&build.id);
+    let state = ctx.provider_state_dir(&build.deployment_id);
+    let prepare = || -> std::io::Result<PathBuf> {
+        // A re-run after a crash starts from a clean work folder.
+        if work.exists() {
+            std::fs::remove_dir_all(&work)?;
+        }
+        std::fs::create_dir_all(work.join("sbom"))?;
+        std::fs::create_dir_all(&state)?;
+        let file = work.join("configuration.json");
+        std::fs::write(&file, serde_json::to_vec_pretty(&build.configuration).expect("configuration serialises"))?;
+        Ok(file)
+    };
+    let config_file = prepare().map_err(|e| format!("cannot prepare the work folder {}: {e}", work.display()))?;
+    let abs = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
+    let env = vec![
+        ("DEPLOYMENT_ID".to_owned(), build.deployment_id.clone()),
+        ("BUILD_ID".to_owned(), build.id.clone()),
+        ("CONFIGURATION_FILE".to_owned(), abs(&config_file)),
+        ("MODULE_SOURCE_DIR".to_owned(), abs(source)),
+        ("STATE_DIR".to_owned(), abs(&state)),
+        ("SBOM_OUT_DIR".to_owned(), abs(&work.join("sbom"))),
+        ("DEPLOY_SBOM_TIMEOUT".to_owned(), ctx.config.deploy_sbom_timeout.as_secs().to_string()),
+        ("PROVIDER".to_owned(), "local".to_owned()),
+        ("NIX_CONFIG".to_owned(), "substituters =".to_owned()),
+    ];
+    let spec = EffectSpec { program: source.join("core/effects").join(effect), dir: work.clone(), env, deadline };
+    let log = DbLog { db: ctx.db.clone(), build_id: build.id.clone(), echo: ctx.echo_log };
+    let outcome = crate::effect::run(&spec, &log).await.map_err(|e| e.to_string())?;
+    Ok((outcome, work))
+}

@@ -1,0 +1,150 @@
+//! The deploy job (§6 `deploy`, MS-3, Q-4, Q-5; seed 000 "SBOM of the deployed nodes").
+//!
+//! 1. Resolve the build's module source to a folder holding `core/`.
+//! 2. Write the configuration snapshot to the build's work folder and run
+//!    `core/effects/deploy` with the environment of Q-4 under `DEPLOY_TIMEOUT`.
+//! 3. Read `$SBOM_OUT_DIR/nodes.json` and each node's `<node>.cdx.json` or
+//!    `<node>.error`; report every node's outcome.
+//! 4. Succeeded only when the effect exited 0 and every node deployed; then
+//!    the SBOMs replace the deployment's (stored in the transaction that marks
+//!    the build succeeded). A failed build changes no SBOM, and its error
+//!    names each failed node.
+
+use super::build::{blank_report, fail, resolve_source, run_effect, Outcome, SbomChange};
+use super::report::NodeReport;
+use super::Ctx;
+use crate::effect::EffectOutcome;
+use crate::state::BuildStatus;
+use crate::store::builds::BuildRow;
+use crate::store::sboms::NodeSbom;
+use serde::Deserialize;
+use std::path::Path;
+
+/// `$SBOM_OUT_DIR/nodes.json` as the deploy effect writes it (docs/MODULE-SOURCE.md).
+#[derive(Debug, Deserialize)]
+struct NodesFile {
+    nodes: Vec<NodeEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NodeEntry {
+    name: String,
+    #[serde(default)]
+    dns_names: Vec<String>,
+    #[serde(default)]
+    system: Option<String>,
+    #[serde(default)]
+    outcome: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// Runs a claimed deploy build.
+pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
+    let report = blank_report(build);
+    let no_change = |report| Outcome { report, sboms: SbomChange::None };
+    let source = match resolve_source(build, ctx) {
+        Ok(dir) => dir,
+        Err(e) => return no_change(fail(report, "source_unavailable", e)),
+    };
+    let (outcome, work) = match run_effect(build, ctx, &source, "deploy", ctx.config.deploy_timeout).await {
+        Ok(o) => o,
+        Err(e) => return no_change(fail(report, "worker_error", e)),
+    };
+    let sbom_dir = work.join("sbom");
+    let mut report = report;
+    let (nodes, sboms) = read_sbom_dir(&sbom_dir, &mut report.warnings);
+    report.nodes = nodes;
+    let failed: Vec<String> = report
+        .nodes
+        .iter()
+        .filter(|n| n.outcome == "failed")
+        .map(|n| format!("{} ({})", n.name, n.error.as_deref().unwrap_or("failed")))
+        .collect();
+    match outcome {
+        EffectOutcome::TimedOut => no_change(fail(
+            report,
+            "timeout",
+            format!("the deploy ran past DEPLOY_TIMEOUT ({}s) and was killed", ctx.config.deploy_timeout.as_secs()),
+        )),
+        EffectOutcome::Exited(code) => {
+            report.exit_code = Some(code);
+            if !failed.is_empty() {
+                no_change(fail(
+                    report,
+                    "nodes_failed",
+                    format!("{} of {} nodes failed: {}", failed.len(), sboms.len(), failed.join("; ")),
+                ))
+            } else if code != 0 {
+                no_change(fail(
+                    report,
+                    "effect_failed",
+                    format!("the deploy effect exited with code {code}; see the build log"),
+                ))
+            } else if sboms.is_empty() {
+                no_change(fail(
+                    report,
+                    "effect_failed",
+                    "the deploy effect exited 0 but reported no nodes in nodes.json",
+                ))
+            } else {
+                report.status = BuildStatus::Succeeded;
+                Outcome { report, sboms: SbomChange::Replace(sboms) }
+            }
+        }
+    }
+}
+
+/// Reads `nodes.json` and each node's SBOM or error from the deploy's output folder.
+fn read_sbom_dir(dir: &Path, warnings: &mut Vec<String>) -> (Vec<NodeReport>, Vec<(String, NodeSbom)>) {
+    let nodes: NodesFile = match std::fs::read_to_string(dir.join("nodes.json")) {
+        Err(_) => return (Vec::new(), Vec::new()),
+        Ok(text) => match serde_json::from_str(&text) {
+            Ok(n) => n,
+            Err(e) => {
+                warnings.push(format!("nodes.json is not of the documented shape: {e}"));
+                return (Vec::new(), Vec::new());
+            }
+        },
+    };
+    let mut reports = Vec::new();
+    let mut sboms = Vec::new();
+    for node in nodes.nodes {
+        let sbom = read_node_sbom(dir, &node.name);
+        let failed = node.outcome.as_deref() == Some("failed");
+        let (sbom_state, sbom_error) = match &sbom {
+            NodeSbom::Ready(_) => ("ready", None),
+            NodeSbom::Unavailable(r) => ("unavailable", Some(r.clone())),
+        };
+        if let Some(r) = &sbom_error {
+            if !failed {
+                warnings.push(format!("node {}: SBOM unavailable: {r}", node.name));
+            }
+        }
+        reports.push(NodeReport {
+            name: node.name.clone(),
+            outcome: if failed { "failed".into() } else { "deployed".into() },
+            dns_names: node.dns_names,
+            system: node.system,
+            sbom: Some(sbom_state.into()),
+            error: if failed { node.error.or(Some("failed".into())) } else { sbom_error },
+        });
+        sboms.push((node.name, sbom));
+    }
+    (reports, sboms)
+}
+
+fn read_node_sbom(dir: &Path, node: &str) -> NodeSbom {
+    if let Ok(text) = std::fs::read_to_string(dir.join(format!("{node}.cdx.json"))) {
+        return match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(doc) if doc.get("bomFormat").and_then(|v| v.as_str()) == Some("CycloneDX") => NodeSbom::Ready(doc),
+            Ok(_) => NodeSbom::Unavailable("the SBOM is not a CycloneDX document".into()),
+            Err(e) => NodeSbom::Unavailable(format!("the SBOM is not valid JSON: {e}")),
+        };
+    }
+    match std::fs::read_to_string(dir.join(format!("{node}.error"))) {
+        Ok(reason) => NodeSbom::Unavailable(reason.trim().to_owned()),
+        Err(_) => NodeSbom::Unavailable("the deploy wrote no SBOM for this node".into()),
+    }
+}

@@ -1,0 +1,48 @@
+//! The destroy job (§6 `destroy`, MS-3; seed 000 "Two-store model and deletion").
+//!
+//! Runs `core/effects/destroy` of the build's module source under
+//! `DESTROY_TIMEOUT`. On success every SBOM of the deployment is removed (in
+//! the transaction that marks the build succeeded) and the deployment is
+//! `idle`; a failed destroy changes nothing and leaves it `failed`, so the
+//! front-end keeps its intent record and the operator can try again.
+
+use super::build::{blank_report, fail, resolve_source, run_effect, Outcome, SbomChange};
+use super::Ctx;
+use crate::effect::EffectOutcome;
+use crate::state::BuildStatus;
+use crate::store::builds::BuildRow;
+
+/// Runs a claimed destroy build.
+pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
+    let report = blank_report(build);
+    let no_change = |report| Outcome { report, sboms: SbomChange::None };
+    let source = match resolve_source(build, ctx) {
+        Ok(dir) => dir,
+        Err(e) => return no_change(fail(report, "source_unavailable", e)),
+    };
+    let outcome = match run_effect(build, ctx, &source, "destroy", ctx.config.destroy_timeout).await {
+        Ok((o, _work)) => o,
+        Err(e) => return no_change(fail(report, "worker_error", e)),
+    };
+    let mut report = report;
+    match outcome {
+        EffectOutcome::TimedOut => no_change(fail(
+            report,
+            "timeout",
+            format!("the destroy ran past DESTROY_TIMEOUT ({}s) and was killed", ctx.config.destroy_timeout.as_secs()),
+        )),
+        EffectOutcome::Exited(0) => {
+            report.exit_code = Some(0);
+            report.status = BuildStatus::Succeeded;
+            Outcome { report, sboms: SbomChange::RemoveAll }
+        }
+        EffectOutcome::Exited(code) => {
+            report.exit_code = Some(code);
+            no_change(fail(
+                report,
+                "effect_failed",
+                format!("the destroy effect exited with code {code}; see the build log"),
+            ))
+        }
+    }
+}

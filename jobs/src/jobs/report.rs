@@ -1,0 +1,117 @@
+//! Run reports (seed 001 "Run Reports"): the structured result of a build;
+//! the text and JSON outputs of `slipway-worker run` are two projections of it.
+
+use crate::state::{BuildKind, BuildStatus};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// The result of one build.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// The build.
+    pub build_id: String,
+    /// Its deployment.
+    pub deployment_id: String,
+    /// Deploy or destroy.
+    pub kind: BuildKind,
+    /// How it ended.
+    pub status: BuildStatus,
+    /// Machine-readable reason of a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The aggregated error (names each failed node, Q-5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Which start of the build this was (1 unless a worker died).
+    pub attempt: i64,
+    /// The effect's exit code, when it exited on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Wall-clock milliseconds of the effect.
+    pub duration_ms: i64,
+    /// Every node's outcome.
+    pub nodes: Vec<NodeReport>,
+    /// Things worth a look that did not fail the build.
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// Counters.
+    pub summary: Summary,
+}
+
+/// One node's outcome.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeReport {
+    /// Node name.
+    pub name: String,
+    /// `deployed`, `failed` or `destroyed`.
+    pub outcome: String,
+    /// Its DNS names.
+    #[serde(default)]
+    pub dns_names: Vec<String>,
+    /// The activated system's store path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// `ready` or `unavailable` (deploys only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sbom: Option<String>,
+    /// Why the SBOM is unavailable, or why the node failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Counters of a report.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Summary {
+    /// Nodes in the report.
+    pub nodes: usize,
+    /// Nodes that failed.
+    pub failed: usize,
+    /// SBOMs stored ready.
+    pub sboms_ready: usize,
+}
+
+impl Report {
+    /// Recomputes the counters from the nodes.
+    pub fn summarise(&mut self) {
+        self.summary = Summary {
+            nodes: self.nodes.len(),
+            failed: self.nodes.iter().filter(|n| n.outcome == "failed").count(),
+            sboms_ready: self.nodes.iter().filter(|n| n.sbom.as_deref() == Some("ready")).count(),
+        };
+    }
+
+    /// The text projection (`--output text`).
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let _ =
+            writeln!(s, "{} {} of {}: {}", self.kind.as_str(), self.build_id, self.deployment_id, self.status.as_str());
+        for n in &self.nodes {
+            let _ = write!(s, "  node {:<12} {:<9}", n.name, n.outcome);
+            if let Some(sbom) = &n.sbom {
+                let _ = write!(s, " sbom {sbom}");
+            }
+            if !n.dns_names.is_empty() {
+                let _ = write!(s, " {}", n.dns_names.join(" "));
+            }
+            if let Some(e) = &n.error {
+                let _ = write!(s, " ({e})");
+            }
+            s.push('\n');
+        }
+        for w in &self.warnings {
+            let _ = writeln!(s, "  warning: {w}");
+        }
+        if let Some(e) = &self.error {
+            let _ = writeln!(s, "  error ({}): {e}", self.reason.as_deref().unwrap_or("failed"));
+        }
+        let _ = writeln!(
+            s,
+            "  {} nodes, {} failed, {} SBOMs ready, {:.1}s",
+            self.summary.nodes,
+            self.summary.failed,
+            self.summary.sboms_ready,
+            self.duration_ms as f64 / 1000.0
+        );
+        s
+    }
+}

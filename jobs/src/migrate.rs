@@ -1,0 +1,1109 @@
+//! The rename engine: moves a stored configuration to the current shape of a
+//! module source before validation (PRODUCT.md §5 MG-1…MG-4; seed 002
+//! "Migration semantics"). The shared cases in
+//! `testdata/cases/migration` are the executable form of these rules.
+//!
+//! # The table
+//!
+//! A module source's `renames.json` is an ordered list of [`Rename`] entries.
+//! A path is a list of segments; a segment is a literal key or [`WILDCARD`]
+//! (`"*"`), which stands for every key of a map or every item of a list
+//! (MG-1). The k-th `*` of `to` takes the key or item that the k-th `*` of
+//! `from` matched.
+//!
+//! # A pass
+//!
+//! A pass applies the entries in order, once each, in place (MG-2). For each
+//! entry it finds every concrete path that `from` names in the value and
+//! moves the value there to the concrete `to`, creating missing objects on
+//! the way. Because a moved value is visible to the later entries, a chain
+//! listed in order (`a → b`, `b → c`) resolves in one pass. Further rules:
+//!
+//! - A `from` that names nothing is a no-op, not an error; so is an entry
+//!   whose concrete `to` equals its concrete `from`.
+//! - An object that a move leaves empty on the `from` side is removed, up to
+//!   (not including) the part of the path that `from` and `to` share. The
+//!   configuration itself, untouched empty objects and list items are never
+//!   removed: a move never adds, removes or reorders a list item.
+//! - A literal segment names an object key; lists are reached only by `*`.
+//!   A `*` as the last segment of `from` matches map keys only, because a
+//!   list item cannot leave its list without shifting its neighbours.
+//!
+//! # Skipped entries (MG-3)
+//!
+//! An entry that cannot apply is skipped, never guessed; [`Skipped`] says
+//! which and why, and [`Skipped::message`] gives the sentence for the
+//! validation error:
+//!
+//! - [`SkipReason::WildcardsMisaligned`] without a path: `from` and `to` hold
+//!   a different number of `*`. Reported once, and only when `from` matches a
+//!   value in this configuration that the entry would otherwise move.
+//! - [`SkipReason::WildcardsMisaligned`] with a path: the counts agree, but a
+//!   `*` that matched a list item would land where no such list item exists
+//!   (a move never creates list items).
+//! - [`SkipReason::TargetOccupied`] with the concrete `from` path: the `to`
+//!   already holds a value (`null` included), or a value that is not an
+//!   object sits on the way to it, or one of the two paths lies inside the
+//!   other, so the value would have to contain itself. `a.b → a` is always
+//!   skipped; `a → a.b` is skipped unless the value at `a` already holds `b`,
+//!   which makes it a value in the new shape (see below), left alone.
+//!
+//! A skip pins two values for the rest of the pass: the skipped one and the
+//! one in its way. No later entry moves a value at, above or below a pinned
+//! one, and a later move into a pinned value is itself skipped as
+//! [`SkipReason::TargetOccupied`]. Otherwise a later entry could clear the
+//! way after the fact, and the next pass would apply what this one skipped:
+//! with `a → b`, `b → c` and both `a` and `b` stored, both stay, and entry 0
+//! is reported.
+//!
+//! # Restored names (MG-2)
+//!
+//! The seed allows a table to move a key away and later restore the name
+//! ("upstream can move a key away and later restore the name"). A plain
+//! sequential replay then breaks idempotence: with `a → b` followed later by
+//! `c → a`, the output `{"a": …}` of `{"c": …}` would move on to `b` when
+//! migrated again. So the engine reads a stored value as being in the newest
+//! shape its path can have: a value that sits where entry `k` (or a later
+//! one) writes, or below such a place, or that holds a value at such a place,
+//! is current for the entries up to `k`, and they leave it alone. A value
+//! that this pass moved is exempt: it is exactly as old as the entry that
+//! moved it, so chains still resolve. For m08a (`bucket → bucketName`, then
+//! back) this means a stored `bucket` is already in the restored shape and
+//! stays put, and for m08b a stored `bucketName` moves back to `bucket`.
+//!
+//! # A fixed point (MG-2)
+//!
+//! [`migrate`] repeats the pass until one moves nothing, and reports the
+//! skipped entries of that last pass, which are the entries that cannot
+//! apply to the migrated value. For any ordinary table the second pass is a
+//! check that finds nothing to do; only tables whose paths overlap in odd
+//! ways (in randomized tests, well under one table in a thousand)
+//! need a third. The output is thus a fixed point by construction: applying
+//! the table to it changes nothing.
+//!
+//! # Sections (MG-4)
+//!
+//! [`section_renames`] gives the table of one section (at present an
+//! application), relative to the section's path, so it applies to the
+//! section's value alone. Entries whose `from` or `to` lies outside the
+//! section are dropped; a `*` of `from` that falls on the section's own key
+//! is bound to that key on both sides. An entry that moves a value into the
+//! section from outside is dropped too, so when such an entry restores a
+//! name inside the section, only the whole-configuration migration knows it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The segment that matches every key of a map or every item of a list.
+pub const WILDCARD: &str = "*";
+
+/// One entry of a renames table (renames.json: {"from": [..], "to": [..], "kind": "option"|"value"}).
+///
+/// `from` and `to` are paths of segments; a segment is a literal key or
+/// [`WILDCARD`] (MG-1). An entry with an empty `from` names nothing and is a
+/// no-op; an empty `to` names the whole configuration and is always
+/// [`SkipReason::TargetOccupied`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rename {
+    /// Where the value used to be stored.
+    pub from: Vec<String>,
+    /// Where the value lives now.
+    pub to: Vec<String>,
+    /// Which source the entry comes from; migration treats both alike.
+    #[serde(default)]
+    pub kind: RenameKind,
+}
+
+impl Rename {
+    /// An entry of the default kind ([`RenameKind::Option`]).
+    pub fn new<S: Into<String>>(from: impl IntoIterator<Item = S>, to: impl IntoIterator<Item = S>) -> Self {
+        Rename {
+            from: from.into_iter().map(Into::into).collect(),
+            to: to.into_iter().map(Into::into).collect(),
+            kind: RenameKind::Option,
+        }
+    }
+
+    /// Whether `from` and `to` hold the same number of [`WILDCARD`]s, so
+    /// that each `*` of `to` has a `*` of `from` to take its key from.
+    pub fn wildcards_align(&self) -> bool {
+        wildcard_count(&self.from) == wildcard_count(&self.to)
+    }
+}
+
+/// Where a [`Rename`] comes from (seed 002 "Migration semantics": "The
+/// entries have two sources, in one list").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RenameKind {
+    /// A module-option rename, harvested from the alias markers of NixOS.
+    #[default]
+    Option,
+    /// A rename inside an option whose value is JSON, declared beside the
+    /// component.
+    Value,
+}
+
+/// An entry of the table that could not apply (MG-3).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// The index of the entry in the table that [`migrate`] was given.
+    pub entry: usize,
+    /// Why it could not apply.
+    pub reason: SkipReason,
+    /// The concrete `from` path (wildcards replaced by the matched keys, list
+    /// items by their decimal index) when the reason concerns one match;
+    /// `None` when it concerns the entry as a whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<Vec<String>>,
+}
+
+/// Why an entry could not apply (MG-3). Serialized in snake case:
+/// `"target_occupied"`, `"wildcards_misaligned"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// The `to` already holds a value, a value that is not an object lies on
+    /// the way to it, `from` and `to` lie on one path, or the `to` lies in a
+    /// value that an earlier skip of the same pass pinned in place.
+    TargetOccupied,
+    /// The wildcards of `from` and `to` do not align: their counts differ,
+    /// or a `*` that matched a list item has no list item to land on.
+    WildcardsMisaligned,
+}
+
+impl SkipReason {
+    /// The reason as it appears in JSON: `target_occupied` or
+    /// `wildcards_misaligned`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::TargetOccupied => "target_occupied",
+            SkipReason::WildcardsMisaligned => "wildcards_misaligned",
+        }
+    }
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A renames table that could not be read. Per MG-5 the caller then lets the
+/// value pass through unmigrated and leaves the verdict to schema validation.
+#[derive(Debug, thiserror::Error)]
+pub enum RenamesError {
+    /// The bytes are not a JSON array of `{from, to, kind}` entries.
+    #[error("renames.json is not a JSON array of {{from, to, kind}} entries: {0}")]
+    Malformed(#[from] serde_json::Error),
+}
+
+/// Reads a `renames.json` document (MS-2): an ordered JSON array of
+/// `{"from": [..], "to": [..], "kind": "option"|"value"}`; `kind` defaults to
+/// `"option"`.
+pub fn parse_renames(bytes: &[u8]) -> Result<Vec<Rename>, RenamesError> {
+    Ok(serde_json::from_slice(bytes)?)
+}
+
+impl Skipped {
+    /// A sentence for a validation error naming the entry and its reason.
+    ///
+    /// `renames` must be the table that [`migrate`] was given (for a section,
+    /// the output of [`section_renames`]), because [`Skipped::entry`] indexes
+    /// it.
+    pub fn message(&self, renames: &[Rename]) -> String {
+        let Some(rename) = renames.get(self.entry) else {
+            return format!(
+                "renames entry {} was skipped ({}), but the table has only {} entries",
+                self.entry,
+                self.reason,
+                renames.len()
+            );
+        };
+        let head = format!("renames entry {} ({} → {})", self.entry, show_path(&rename.from), show_path(&rename.to));
+        let Some(path) = &self.path else {
+            return match self.reason {
+                SkipReason::WildcardsMisaligned => format!(
+                    "{head} was skipped: its wildcards do not align \
+                     ({} `*` in from, {} in to), so it cannot say where each value goes",
+                    wildcard_count(&rename.from),
+                    wildcard_count(&rename.to)
+                ),
+                SkipReason::TargetOccupied => {
+                    format!("{head} was skipped: its to already holds a value")
+                }
+            };
+        };
+        let target = concrete_to(rename, path);
+        let (from_shown, to_shown) = (show_path(path), show_path(&target));
+        match self.reason {
+            SkipReason::TargetOccupied if is_prefix_str(path, &target) || is_prefix_str(&target, path) => {
+                format!(
+                    "{head} was skipped at {from_shown}: {to_shown} and {from_shown} lie on one \
+                     path, so the value would have to contain itself; it stays at {from_shown}"
+                )
+            }
+            SkipReason::TargetOccupied => format!(
+                "{head} was skipped at {from_shown}: {to_shown} already holds a value \
+                 (or a value that is not an object lies on the way to it); \
+                 the value stays at {from_shown}"
+            ),
+            SkipReason::WildcardsMisaligned => format!(
+                "{head} was skipped at {from_shown}: its wildcards do not align, because \
+                 {to_shown} needs a list item that does not exist; the value stays at {from_shown}"
+            ),
+        }
+    }
+}
+
+/// Applies the table in order, in place; returns the entries that could not apply.
+///
+/// See the module documentation for the rules (MG-1…MG-3). The value is
+/// usually a whole configuration; for a section it is the section's value
+/// and the table the output of [`section_renames`]. The pass repeats until
+/// it moves nothing (for an ordinary table: once more), so the output is a
+/// fixed point; the skipped entries are those of that last pass, in table
+/// order and, within an entry, in the order of the value's keys.
+pub fn migrate(value: &mut Value, renames: &[Rename]) -> Vec<Skipped> {
+    let mut passes = 1;
+    loop {
+        let pass = Pass::run(value, renames);
+        if !pass.changed || passes == MAX_PASSES {
+            debug_assert!(!pass.changed, "no fixed point after {MAX_PASSES} passes");
+            return pass.skipped;
+        }
+        passes += 1;
+    }
+}
+
+/// How many passes [`migrate`] runs at most while looking for a fixed point.
+/// A table needs one pass plus one that finds nothing to do; randomized
+/// tests over millions of tables with overlapping paths never needed more
+/// than three.
+const MAX_PASSES: usize = 8;
+
+/// The renames of one section (MG-4): entries inside `section_path`, relative to it; others dropped.
+///
+/// An entry is kept when both `from` and `to` lie strictly inside the
+/// section: their first `section_path.len()` segments each equal the
+/// section's key or are `*`. A `*` of `from` that falls on the section's key
+/// binds to it, and the `*` of `to` that it pairs with becomes that key; if
+/// `to` then does not start with `section_path`, the entry leaves the section
+/// and is dropped. An entry whose wildcards do not align is kept (with its
+/// prefixes cut) only while the cut entry still does not align, so that the
+/// section's migration reports it as the whole configuration's would;
+/// otherwise it is dropped. `kind` is kept. An empty `section_path` gives
+/// the table unchanged.
+pub fn section_renames(renames: &[Rename], section_path: &[String]) -> Vec<Rename> {
+    renames.iter().filter_map(|rename| relative_to_section(rename, section_path)).collect()
+}
+
+fn relative_to_section(rename: &Rename, section: &[String]) -> Option<Rename> {
+    let n = section.len();
+    if rename.from.len() <= n || rename.to.len() <= n {
+        return None;
+    }
+    let fits =
+        |prefix: &[String]| prefix.iter().zip(section).all(|(segment, key)| segment == WILDCARD || segment == key);
+    if !fits(&rename.from[..n]) || !fits(&rename.to[..n]) {
+        return None;
+    }
+    if !rename.wildcards_align() {
+        let from = rename.from[n..].to_vec();
+        let to = rename.to[n..].to_vec();
+        return (wildcard_count(&from) != wildcard_count(&to)).then_some(Rename { from, to, kind: rename.kind });
+    }
+    // The keys that the wildcards of the from prefix bind, in order.
+    let bound: Vec<&String> =
+        rename.from[..n].iter().zip(section).filter(|(segment, _)| *segment == WILDCARD).map(|(_, key)| key).collect();
+    let mut k = 0;
+    let to: Vec<String> = rename
+        .to
+        .iter()
+        .map(|segment| {
+            if segment != WILDCARD {
+                return segment.clone();
+            }
+            k += 1;
+            bound.get(k - 1).map_or_else(|| segment.clone(), |key| (*key).clone())
+        })
+        .collect();
+    if to[..n] != *section {
+        return None;
+    }
+    Some(Rename { from: rename.from[n..].to_vec(), to: to[n..].to_vec(), kind: rename.kind })
+}
+
+/// One step of a concrete path: an object key or a list index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+impl Step {
+    fn segment(&self) -> String {
+        match self {
+            Step::Key(key) => key.clone(),
+            Step::Index(index) => index.to_string(),
+        }
+    }
+}
+
+/// The state of one pass of [`migrate`] over the table.
+struct Pass<'t> {
+    renames: &'t [Rename],
+    /// Where this pass put values. A value at or below one of these is as
+    /// old as the entry that moved it, whatever its path suggests.
+    moved: Vec<Vec<Step>>,
+    /// Values that a skip pinned in place for the rest of the pass: the
+    /// skipped value and the one that blocked it. No later move takes a value
+    /// at, above or below them, or puts one into them.
+    pinned: Vec<Vec<Step>>,
+    skipped: Vec<Skipped>,
+    /// Whether this pass moved anything.
+    changed: bool,
+}
+
+/// What a concrete `to` path finds in the value.
+enum Target {
+    /// Nothing there; missing objects on the way can be created.
+    Free,
+    /// The value at this path (the target itself, or a list or scalar on the
+    /// way to it) is in the way.
+    Occupied(Vec<Step>),
+    /// A list index on the way names no existing list item.
+    NoListItem,
+}
+
+impl<'t> Pass<'t> {
+    /// One pass of the whole table over `root`.
+    fn run(root: &mut Value, renames: &'t [Rename]) -> Self {
+        let mut pass = Pass { renames, moved: Vec::new(), pinned: Vec::new(), skipped: Vec::new(), changed: false };
+        for entry in 0..renames.len() {
+            pass.apply(root, entry);
+        }
+        pass
+    }
+
+    fn apply(&mut self, root: &mut Value, entry: usize) {
+        let rename = &self.renames[entry];
+        if rename.from.is_empty() {
+            return;
+        }
+        let matches = find_matches(root, &rename.from);
+        if !rename.wildcards_align() {
+            let applies = matches.iter().any(|(path, _)| !self.is_pinned(path) && self.is_old(root, path, entry));
+            if applies {
+                self.skipped.push(Skipped { entry, reason: SkipReason::WildcardsMisaligned, path: None });
+            }
+            return;
+        }
+        for (from, bindings) in matches {
+            let to = substitute(&rename.to, &bindings);
+            if to == from || get(root, &from).is_none() || self.is_pinned(&from) {
+                continue;
+            }
+            // Every skip below pins the skipped value (see `Pass::pinned`).
+            if is_prefix(&to, &from) {
+                // `a.b → a`: the value sits below its own target, so it would
+                // always count as current; say so instead of staying silent.
+                self.skip(entry, SkipReason::TargetOccupied, &from);
+                self.pinned.push(from);
+                continue;
+            }
+            if !self.is_old(root, &from, entry) {
+                continue;
+            }
+            if is_prefix(&from, &to) {
+                // `a → a.b` on a value that does not hold `b` yet.
+                self.skip(entry, SkipReason::TargetOccupied, &from);
+                self.pinned.push(from);
+                continue;
+            }
+            if self.is_pinned(&to) {
+                // The target lies in a value that an earlier skip holds in
+                // place; writing into it could undo that skip on a later pass.
+                self.skip(entry, SkipReason::TargetOccupied, &from);
+                self.pinned.push(from);
+                continue;
+            }
+            match check_target(root, &to) {
+                Target::Free => self.move_value(root, from, to),
+                Target::Occupied(blocker) => {
+                    self.skip(entry, SkipReason::TargetOccupied, &from);
+                    self.pinned.push(from);
+                    self.pinned.push(blocker);
+                }
+                Target::NoListItem => {
+                    self.skip(entry, SkipReason::WildcardsMisaligned, &from);
+                    self.pinned.push(from);
+                }
+            }
+        }
+    }
+
+    fn skip(&mut self, entry: usize, reason: SkipReason, from: &[Step]) {
+        self.skipped.push(Skipped { entry, reason, path: Some(from.iter().map(Step::segment).collect()) });
+    }
+
+    fn is_pinned(&self, path: &[Step]) -> bool {
+        self.pinned.iter().any(|pin| is_prefix(pin, path) || is_prefix(path, pin))
+    }
+
+    /// Whether the value at `path` is in a shape that entry `entry` should
+    /// migrate: this pass moved it (or a value above it) there, or no `to` of
+    /// this entry or a later one names its path, a path above it, or a path
+    /// inside it that holds a value not moved by this pass.
+    fn is_old(&self, root: &Value, path: &[Step], entry: usize) -> bool {
+        if self.was_moved(path) {
+            return true;
+        }
+        if (1..=path.len()).any(|len| self.is_written_later(&path[..len], entry)) {
+            return false;
+        }
+        get(root, path).is_some_and(|value| !self.holds_written_later(value, &mut path.to_vec(), entry))
+    }
+
+    fn was_moved(&self, path: &[Step]) -> bool {
+        self.moved.iter().any(|moved| is_prefix(moved, path))
+    }
+
+    /// Whether the `to` of entry `entry` or of a later one names `path`.
+    fn is_written_later(&self, path: &[Step], entry: usize) -> bool {
+        self.renames[entry..].iter().any(|rename| pattern_matches(&rename.to, path))
+    }
+
+    /// Whether a value inside `value` (at `path`), not moved by this pass,
+    /// sits where entry `entry` or a later one writes.
+    fn holds_written_later(&self, value: &Value, path: &mut Vec<Step>, entry: usize) -> bool {
+        let children: Vec<(Step, &Value)> = match value {
+            Value::Object(map) => map.iter().map(|(key, child)| (Step::Key(key.clone()), child)).collect(),
+            Value::Array(items) => items.iter().enumerate().map(|(index, child)| (Step::Index(index), child)).collect(),
+            _ => return false,
+        };
+        children.into_iter().any(|(step, child)| {
+            path.push(step);
+            let found = !self.was_moved(path)
+                && (self.is_written_later(path, entry) || self.holds_written_later(child, path, entry));
+            path.pop();
+            found
+        })
+    }
+
+    /// Moves the value at `from` to the free `to`, then removes the objects
+    /// that the move left empty above `from`, below the paths' common part.
+    fn move_value(&mut self, root: &mut Value, from: Vec<Step>, to: Vec<Step>) {
+        let Some(value) = take(root, &from) else {
+            return;
+        };
+        let shared = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+        prune_emptied(root, &from, shared);
+        if let Err(value) = insert(root, &to, value) {
+            // check_target said `to` is free and removing `from` cannot
+            // change the way to it; put the value back rather than lose it.
+            debug_assert!(false, "target became unreachable during a move");
+            let _ = insert(root, &from, value);
+            return;
+        }
+        self.moved.retain(|moved| !is_prefix(&from, moved));
+        self.moved.push(to);
+        self.changed = true;
+    }
+}
+
+fn wildcard_count(path: &[String]) -> usize {
+    path.iter().filter(|segment| *segment == WILDCARD).count()
+}
+
+fn is_prefix(prefix: &[Step], path: &[Step]) -> bool {
+    prefix.len() <= path.len() && prefix == &path[..prefix.len()]
+}
+
+/// Whether `pattern` names exactly `path`: same length, each literal equal to
+/// a key step, each `*` any step.
+fn pattern_matches(pattern: &[String], path: &[Step]) -> bool {
+    pattern.len() == path.len()
+        && pattern
+            .iter()
+            .zip(path)
+            .all(|(segment, step)| segment == WILDCARD || matches!(step, Step::Key(key) if key == segment))
+}
+
+/// Every concrete path that `pattern` names in `value`, with the steps its
+/// wildcards bound, in the order of the value's keys and items.
+fn find_matches(value: &Value, pattern: &[String]) -> Vec<(Vec<Step>, Vec<Step>)> {
+    fn walk(
+        node: &Value,
+        pattern: &[String],
+        path: &mut Vec<Step>,
+        bindings: &mut Vec<Step>,
+        out: &mut Vec<(Vec<Step>, Vec<Step>)>,
+    ) {
+        let Some((segment, rest)) = pattern.split_first() else {
+            out.push((path.clone(), bindings.clone()));
+            return;
+        };
+        let wildcard = segment == WILDCARD;
+        let mut visit = |step: Step, child: &Value, bound: bool| {
+            path.push(step.clone());
+            if bound {
+                bindings.push(step);
+            }
+            walk(child, rest, path, bindings, out);
+            if bound {
+                bindings.pop();
+            }
+            path.pop();
+        };
+        match node {
+            Value::Object(map) if wildcard => {
+                for (key, child) in map {
+                    visit(Step::Key(key.clone()), child, true);
+                }
+            }
+            Value::Object(map) => {
+                if let Some(child) = map.get(segment) {
+                    visit(Step::Key(segment.clone()), child, false);
+                }
+            }
+            // A list item is never the last step: it cannot leave its list.
+            Value::Array(items) if wildcard && !rest.is_empty() => {
+                for (index, child) in items.iter().enumerate() {
+                    visit(Step::Index(index), child, true);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(value, pattern, &mut Vec::new(), &mut Vec::new(), &mut out);
+    out
+}
+
+/// The concrete `to`: literals as keys, the k-th `*` as the k-th binding.
+fn substitute(pattern: &[String], bindings: &[Step]) -> Vec<Step> {
+    let mut bound = bindings.iter();
+    pattern
+        .iter()
+        .map(|segment| match segment.as_str() {
+            WILDCARD => bound.next().cloned().unwrap_or_else(|| Step::Key(segment.clone())),
+            _ => Step::Key(segment.clone()),
+        })
+        .collect()
+}
+
+/// The concrete `to` of a skipped match, as segments, for messages.
+fn concrete_to(rename: &Rename, from: &[String]) -> Vec<String> {
+    let mut bound = rename.from.iter().zip(from).filter(|(segment, _)| *segment == WILDCARD).map(|(_, key)| key);
+    rename
+        .to
+        .iter()
+        .map(|segment| match segment.as_str() {
+            WILDCARD => bound.next().unwrap_or(segment).clone(),
+            _ => segment.clone(),
+        })
+        .collect()
+}
+
+fn is_prefix_str(prefix: &[String], path: &[String]) -> bool {
+    prefix.len() <= path.len() && prefix == &path[..prefix.len()]
+}
+
+/// A path for people: `applications.mastodon.enable`; a segment that is
+/// empty or holds a dot, quote or space is quoted as JSON.
+fn show_path(path: &[String]) -> String {
+    if path.is_empty() {
+        return "(the whole configuration)".to_owned();
+    }
+    path.iter()
+        .map(|segment| {
+            let plain = !segment.is_empty() && !segment.contains(|c: char| c == '.' || c == '"' || c.is_whitespace());
+            if plain {
+                segment.clone()
+            } else {
+                Value::String(segment.clone()).to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+fn get<'v>(root: &'v Value, path: &[Step]) -> Option<&'v Value> {
+    path.iter().try_fold(root, |node, step| match (node, step) {
+        (Value::Object(map), Step::Key(key)) => map.get(key),
+        (Value::Array(items), Step::Index(index)) => items.get(*index),
+        _ => None,
+    })
+}
+
+fn get_mut<'v>(root: &'v mut Value, path: &[Step]) -> Option<&'v mut Value> {
+    path.iter().try_fold(root, |node, step| match (node, step) {
+        (Value::Object(map), Step::Key(key)) => map.get_mut(key),
+        (Value::Array(items), Step::Index(index)) => items.get_mut(*index),
+        _ => None,
+    })
+}
+
+fn check_target(root: &Value, to: &[Step]) -> Target {
+    let mut node = Some(root);
+    for (depth, step) in to.iter().enumerate() {
+        node = match (node, step) {
+            (None, Step::Key(_)) => None,
+            (None, Step::Index(_)) | (Some(Value::Object(_)), Step::Index(_)) => return Target::NoListItem,
+            (Some(Value::Object(map)), Step::Key(key)) => map.get(key),
+            (Some(Value::Array(items)), Step::Index(index)) => match items.get(*index) {
+                Some(item) => Some(item),
+                None => return Target::NoListItem,
+            },
+            // A scalar, or a list where a key is needed.
+            (Some(_), _) => return Target::Occupied(to[..depth].to_vec()),
+        };
+    }
+    match node {
+        Some(_) => Target::Occupied(to.to_vec()),
+        None => Target::Free,
+    }
+}
+
+/// Removes and returns the object member at `path`.
+fn take(root: &mut Value, path: &[Step]) -> Option<Value> {
+    let (Step::Key(key), parent) = path.split_last()? else {
+        return None;
+    };
+    get_mut(root, parent)?.as_object_mut()?.remove(key)
+}
+
+/// Removes the objects above `from` that are now empty, deepest first,
+/// keeping the first `keep` steps (the part shared with `to`), the root, and
+/// list items.
+fn prune_emptied(root: &mut Value, from: &[Step], keep: usize) {
+    for len in (keep.max(1)..from.len()).rev() {
+        let Step::Key(key) = &from[len - 1] else {
+            return;
+        };
+        let Some(Value::Object(parent)) = get_mut(root, &from[..len - 1]) else {
+            return;
+        };
+        match parent.get(key) {
+            Some(Value::Object(node)) if node.is_empty() => {
+                parent.remove(key);
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Puts `value` at `path`, creating missing objects for key steps. Gives the
+/// value back if the way is blocked.
+fn insert(root: &mut Value, path: &[Step], value: Value) -> Result<(), Value> {
+    let Some((Step::Key(last), parents)) = path.split_last() else {
+        return Err(value);
+    };
+    let mut node = root;
+    for step in parents {
+        node = match (node, step) {
+            (Value::Object(map), Step::Key(key)) => map.entry(key.clone()).or_insert_with(|| Value::Object(Map::new())),
+            (Value::Array(items), Step::Index(index)) if *index < items.len() => &mut items[*index],
+            _ => return Err(value),
+        };
+    }
+    match node {
+        Value::Object(map) => {
+            map.insert(last.clone(), value);
+            Ok(())
+        }
+        _ => Err(value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// An entry from dotted paths: `r("a.*.b", "a.*.c")`.
+    fn r(from: &str, to: &str) -> Rename {
+        let split = |path: &str| -> Vec<String> {
+            if path.is_empty() {
+                Vec::new()
+            } else {
+                path.split('.').map(str::to_owned).collect()
+            }
+        };
+        Rename::new(split(from), split(to))
+    }
+
+    /// Migrates `input`, checks that a second pass changes nothing, and
+    /// returns the output with the first pass's skipped entries as JSON.
+    fn run(table: &[Rename], input: Value) -> (Value, Value) {
+        let mut value = input;
+        let skipped = migrate(&mut value, table);
+        let mut again = value.clone();
+        migrate(&mut again, table);
+        assert_eq!(again, value, "a second pass changed the output");
+        (value, serde_json::to_value(skipped).unwrap())
+    }
+
+    fn skip(entry: usize, reason: &str, path: &str) -> Value {
+        json!({"entry": entry, "reason": reason, "path": path.split('.').collect::<Vec<_>>()})
+    }
+
+    #[test]
+    fn a_list_wildcard_renames_keys_of_object_items_and_leaves_other_items_alone() {
+        let table = [r("admins.*.mail", "admins.*.email")];
+        let input = json!({"admins": ["root", {"mail": "a@x"}, 3, null, [1], {"name": "B"}]});
+        let (output, skipped) = run(&table, input);
+        assert_eq!(output, json!({"admins": ["root", {"email": "a@x"}, 3, null, [1], {"name": "B"}]}));
+        assert_eq!(skipped, json!([]));
+    }
+
+    #[test]
+    fn a_literal_segment_does_not_index_a_list() {
+        let table = [r("admins.0.mail", "admins.0.email")];
+        let input = json!({"admins": [{"mail": "a@x"}]});
+        assert_eq!(run(&table, input.clone()), (input, json!([])));
+    }
+
+    #[test]
+    fn a_wildcard_as_the_last_from_segment_moves_map_entries_but_not_list_items() {
+        let table = [r("old.*", "new.*")];
+        let (output, _) = run(&table, json!({"old": {"x": 1, "y": 2}, "new": {"z": 3}}));
+        assert_eq!(output, json!({"new": {"x": 1, "y": 2, "z": 3}}));
+
+        let list = json!({"old": [1, 2]});
+        assert_eq!(run(&table, list.clone()), (list, json!([])));
+    }
+
+    #[test]
+    fn a_list_item_that_would_have_to_be_created_skips_as_misaligned() {
+        let table = [r("admins.*.mail", "people.*.email")];
+        let input = json!({"admins": [{"mail": "a@x"}]});
+        let (output, skipped) = run(&table, input.clone());
+        assert_eq!(output, input);
+        assert_eq!(skipped, json!([skip(0, "wildcards_misaligned", "admins.0.mail")]));
+    }
+
+    #[test]
+    fn a_list_item_that_exists_in_another_list_receives_the_value() {
+        let table = [r("admins.*.mail", "people.*.email")];
+        let input = json!({"admins": [{"mail": "a@x"}], "people": [{"name": "A"}]});
+        let (output, _) = run(&table, input);
+        assert_eq!(output, json!({"admins": [{}], "people": [{"name": "A", "email": "a@x"}]}));
+    }
+
+    #[test]
+    fn moving_a_value_under_itself_skips_as_target_occupied_and_keeps_the_value() {
+        let table = [r("smtp", "smtp.host")];
+        for input in [json!({"smtp": "mail.example.org"}), json!({"smtp": {"port": 25}})] {
+            let (output, skipped) = run(&table, input.clone());
+            assert_eq!(output, input);
+            assert_eq!(skipped, json!([skip(0, "target_occupied", "smtp")]));
+        }
+        // A value that already holds the `to` is in the new shape: no skip.
+        let current = json!({"smtp": {"host": "mail.example.org", "port": 25}});
+        assert_eq!(run(&table, current.clone()), (current, json!([])));
+    }
+
+    #[test]
+    fn moving_a_value_onto_its_own_container_skips_as_target_occupied() {
+        let table = [r("smtp.host", "smtp")];
+        let input = json!({"smtp": {"host": "mail.example.org"}});
+        let (output, skipped) = run(&table, input.clone());
+        assert_eq!(output, input);
+        assert_eq!(skipped, json!([skip(0, "target_occupied", "smtp.host")]));
+    }
+
+    #[test]
+    fn a_from_that_is_a_prefix_of_a_deeper_to_in_another_branch_moves_normally() {
+        let table = [r("a", "b.a")];
+        let (output, _) = run(&table, json!({"a": {"x": 1}}));
+        assert_eq!(output, json!({"b": {"a": {"x": 1}}}));
+    }
+
+    #[test]
+    fn renaming_a_path_to_itself_changes_nothing_and_skips_nothing() {
+        let table = [r("a.*", "a.*")];
+        let input = json!({"a": {"x": 1}});
+        assert_eq!(run(&table, input.clone()), (input, json!([])));
+    }
+
+    #[test]
+    fn a_scalar_on_the_way_to_the_target_occupies_it() {
+        let table = [r("host", "mail.host")];
+        let input = json!({"host": "h", "mail": "legacy"});
+        let (output, skipped) = run(&table, input.clone());
+        assert_eq!(output, input);
+        assert_eq!(skipped, json!([skip(0, "target_occupied", "host")]));
+    }
+
+    #[test]
+    fn a_list_on_the_way_to_a_key_occupies_it() {
+        let table = [r("host", "mail.host")];
+        let input = json!({"host": "h", "mail": ["x"]});
+        assert_eq!(run(&table, input.clone()).0, input);
+    }
+
+    #[test]
+    fn a_null_target_counts_as_a_value() {
+        let table = [r("a", "b")];
+        let input = json!({"a": 1, "b": null});
+        let (output, skipped) = run(&table, input.clone());
+        assert_eq!(output, input);
+        assert_eq!(skipped, json!([skip(0, "target_occupied", "a")]));
+    }
+
+    #[test]
+    fn objects_emptied_by_a_move_are_removed_all_the_way_up() {
+        let table = [r("x.y.z", "w")];
+        let (output, _) = run(&table, json!({"x": {"y": {"z": 1}}, "keep": {}}));
+        assert_eq!(output, json!({"w": 1, "keep": {}}));
+    }
+
+    #[test]
+    fn an_emptied_list_item_stays_in_its_list() {
+        let table = [r("l.*.a", "l.*.b.c")];
+        let (output, _) = run(&table, json!({"l": [{"a": 1}, {}]}));
+        assert_eq!(output, json!({"l": [{"b": {"c": 1}}, {}]}));
+    }
+
+    #[test]
+    fn the_configuration_itself_is_never_removed() {
+        let table = [r("a", "a2")];
+        let (output, _) = run(&table, json!({"a": 1}));
+        assert_eq!(output, json!({"a2": 1}));
+    }
+
+    #[test]
+    fn a_misaligned_entry_that_matches_nothing_is_not_reported() {
+        let table = [r("applications.*.port", "network.port")];
+        let input = json!({"applications": {"mastodon": {}}});
+        assert_eq!(run(&table, input.clone()), (input, json!([])));
+    }
+
+    #[test]
+    fn a_name_restored_for_another_option_keeps_its_current_value() {
+        let table = [r("a", "b"), r("c", "a")];
+        assert_eq!(run(&table, json!({"a": 2})).0, json!({"a": 2}));
+        assert_eq!(run(&table, json!({"c": 2})).0, json!({"a": 2}));
+        assert_eq!(run(&table, json!({"b": 1, "c": 2})).0, json!({"b": 1, "a": 2}));
+    }
+
+    #[test]
+    fn a_value_moved_onto_a_name_restored_later_still_follows_its_chain() {
+        let table = [r("x", "a"), r("a", "b"), r("c", "a")];
+        assert_eq!(run(&table, json!({"x": 1})).0, json!({"b": 1}));
+        assert_eq!(run(&table, json!({"x": 1, "c": 2})).0, json!({"b": 1, "a": 2}));
+    }
+
+    #[test]
+    fn an_object_holding_a_path_that_a_later_entry_writes_is_current() {
+        let table = [r("a.x", "a.w"), r("d", "a.x.z")];
+        assert_eq!(run(&table, json!({"d": 1})).0, json!({"a": {"x": {"z": 1}}}));
+        assert_eq!(run(&table, json!({"a": {"x": {"z": 1}}})).0, json!({"a": {"x": {"z": 1}}}));
+        assert_eq!(run(&table, json!({"a": {"x": {"q": 1}}})).0, json!({"a": {"w": {"q": 1}}}));
+    }
+
+    #[test]
+    fn a_blocked_chain_keeps_both_values_where_they_are() {
+        let table = [r("a", "b"), r("b", "c")];
+        let (output, skipped) = run(&table, json!({"a": 1, "b": 2}));
+        assert_eq!(output, json!({"a": 1, "b": 2}));
+        assert_eq!(skipped, json!([skip(0, "target_occupied", "a")]));
+    }
+
+    #[test]
+    fn a_skipped_value_is_not_moved_by_a_later_entry() {
+        let table = [r("a", "b"), r("b", "c"), r("a", "d")];
+        let (output, skipped) = run(&table, json!({"a": 1, "b": 2}));
+        assert_eq!(output, json!({"a": 1, "b": 2}));
+        assert_eq!(skipped, json!([skip(0, "target_occupied", "a")]));
+    }
+
+    #[test]
+    fn the_container_of_a_blocking_value_is_not_moved_by_a_later_entry() {
+        let table = [r("smtp.host", "mail.host"), r("mail", "email")];
+        let input = json!({"smtp": {"host": "old"}, "mail": {"host": "new"}});
+        let (output, _) = run(&table, input.clone());
+        assert_eq!(output, input);
+    }
+
+    #[test]
+    fn a_table_whose_paths_overlap_oddly_still_reaches_a_fixed_point() {
+        // One pass of this table is not idempotent on this input; a second
+        // pass settles it (found by the randomized test below).
+        let table = [r("b", "c.a.c"), r("c", "d"), r("c.c.a", "c.a.a"), r("d.b", "c.a.c"), r("d", "c.b.b")];
+        let (output, _) = run(&table, json!({"b": {"d": {"a": {}}}, "d": {"a": 33}}));
+        assert_eq!(output, json!({"c": {"a": {"c": {"d": {"a": {}}}}, "b": {"b": {"a": 33}}}}));
+    }
+
+    #[test]
+    fn an_empty_from_or_to_never_moves_anything() {
+        let input = json!({"a": 1});
+        assert_eq!(run(&[r("", "a")], input.clone()), (input.clone(), json!([])));
+        let (output, skipped) = run(&[r("a", "")], input.clone());
+        assert_eq!(output, input);
+        assert_eq!(skipped, json!([skip(0, "target_occupied", "a")]));
+    }
+
+    #[test]
+    fn a_renames_document_without_kind_reads_as_option_entries() {
+        let table =
+            parse_renames(br#"[{"from": ["a"], "to": ["b"]}, {"from": ["c"], "to": ["d"], "kind": "value"}]"#).unwrap();
+        assert_eq!(table[0].kind, RenameKind::Option);
+        assert_eq!(table[1].kind, RenameKind::Value);
+        assert!(parse_renames(b"{}").is_err());
+    }
+
+    #[test]
+    fn a_skip_without_a_path_serializes_without_the_path_field() {
+        let skipped = Skipped { entry: 3, reason: SkipReason::WildcardsMisaligned, path: None };
+        assert_eq!(serde_json::to_value(skipped).unwrap(), json!({"entry": 3, "reason": "wildcards_misaligned"}));
+    }
+
+    #[test]
+    fn messages_name_the_entry_its_paths_and_the_reason() {
+        let table = [r("smtp.host", "mail.host"), r("applications.*.port", "network.port")];
+        let occupied =
+            Skipped { entry: 0, reason: SkipReason::TargetOccupied, path: Some(vec!["smtp".into(), "host".into()]) };
+        let message = occupied.message(&table);
+        assert!(message.contains("renames entry 0 (smtp.host → mail.host)"), "{message}");
+        assert!(message.contains("mail.host already holds a value"), "{message}");
+
+        let misaligned = Skipped { entry: 1, reason: SkipReason::WildcardsMisaligned, path: None };
+        let message = misaligned.message(&table);
+        assert!(message.contains("renames entry 1 (applications.*.port → network.port)"));
+        assert!(message.contains("1 `*` in from, 0 in to"), "{message}");
+
+        let wildcard =
+            Skipped { entry: 0, reason: SkipReason::TargetOccupied, path: Some(vec!["a".into(), "my.app".into()]) };
+        let table = [r("a.*", "b.*")];
+        assert!(wildcard.message(&table).contains(r#"b."my.app" already holds a value"#));
+        assert!(wildcard.message(&[]).contains("only 0 entries"));
+    }
+
+    #[test]
+    fn section_renames_bind_a_wildcard_on_the_section_key_into_the_to_path() {
+        let section = ["applications".to_owned(), "mastodon".to_owned()];
+        let table = [
+            r("applications.*.enabled", "applications.mastodon.flags.*"),
+            r("applications.*.users.*.mail", "applications.*.users.*.email"),
+            r("applications.mastodon", "apps.mastodon"),
+            r("legacy.smtp", "applications.mastodon.smtp"),
+            r("applications.*.x", "applications.peertube.x"),
+        ];
+        assert_eq!(
+            section_renames(&table, &section),
+            vec![r("enabled", "flags.mastodon"), r("users.*.mail", "users.*.email")]
+        );
+        let aligned_in_section = [r("applications.*.enabled", "applications.*.enable")];
+        assert_eq!(section_renames(&aligned_in_section, &section), vec![r("enabled", "enable")]);
+    }
+
+    #[test]
+    fn section_renames_keep_a_misaligned_entry_only_while_it_stays_misaligned() {
+        let section = ["applications".to_owned(), "mastodon".to_owned()];
+        let table = [
+            r("applications.mastodon.users.*.port", "applications.mastodon.port"),
+            r("applications.*.port", "applications.mastodon.net.port"),
+        ];
+        assert_eq!(section_renames(&table, &section), vec![r("users.*.port", "port")]);
+    }
+
+    #[test]
+    fn section_renames_keep_the_kind_and_an_empty_section_keeps_the_table() {
+        let mut entry = r("applications.mastodon.a", "applications.mastodon.b");
+        entry.kind = RenameKind::Value;
+        let table = vec![entry, r("x.*", "y")];
+        let section = ["applications".to_owned(), "mastodon".to_owned()];
+        assert_eq!(section_renames(&table, &section)[0].kind, RenameKind::Value);
+        assert_eq!(section_renames(&table, &[]), table);
+    }
+
+    /// A small deterministic generator, so the property tests need no crate.
+    struct XorShift(u64);
+    impl XorShift {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    const KEYS: [&str; 4] = ["a", "b", "c", "d"];
+
+    fn random_path(rng: &mut XorShift, wildcards: bool) -> Vec<String> {
+        let len = 1 + rng.below(3) as usize;
+        (0..len)
+            .map(|_| {
+                if wildcards && rng.below(5) == 0 {
+                    WILDCARD.to_owned()
+                } else {
+                    KEYS[rng.below(KEYS.len() as u64) as usize].to_owned()
+                }
+            })
+            .collect()
+    }
+
+    fn random_value(rng: &mut XorShift, depth: u32) -> Value {
+        match rng.below(if depth == 0 { 2 } else { 5 }) {
+            0 => json!(rng.below(100)),
+            1 => Value::Null,
+            2 => Value::Array((0..rng.below(3)).map(|_| random_value(rng, depth - 1)).collect()),
+            _ => {
+                let mut map = Map::new();
+                for key in KEYS {
+                    if rng.below(2) == 0 {
+                        map.insert(key.to_owned(), random_value(rng, depth - 1));
+                    }
+                }
+                Value::Object(map)
+            }
+        }
+    }
+
+    /// Every scalar in the value; a move must neither lose nor copy one.
+    fn leaves(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => map.values().for_each(|child| leaves(child, out)),
+            Value::Array(items) => items.iter().for_each(|child| leaves(child, out)),
+            other => out.push(other.to_string()),
+        }
+    }
+
+    #[test]
+    fn any_table_applied_to_its_own_output_changes_nothing_and_loses_no_value() {
+        let mut rng = XorShift(0x5EED_1234_ABCD_0001);
+        for round in 0..20_000 {
+            let table: Vec<Rename> = (0..1 + rng.below(6))
+                .map(|_| {
+                    let wildcards = rng.below(3) == 0;
+                    Rename::new(random_path(&mut rng, wildcards), random_path(&mut rng, wildcards))
+                })
+                .collect();
+            let mut input = Value::Object(Map::new());
+            for key in KEYS {
+                if rng.below(2) == 0 {
+                    input[key] = random_value(&mut rng, 3);
+                }
+            }
+            let mut output = input.clone();
+            migrate(&mut output, &table);
+            let mut again = output.clone();
+            migrate(&mut again, &table);
+            assert_eq!(
+                again, output,
+                "round {round}: not idempotent\ntable: {table:?}\ninput: {input}\noutput: {output}"
+            );
+            let (mut before, mut after) = (Vec::new(), Vec::new());
+            leaves(&input, &mut before);
+            leaves(&output, &mut after);
+            before.sort();
+            after.sort();
+            assert_eq!(before, after, "round {round}: values lost\ntable: {table:?}\ninput: {input}");
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! Module sources (MS-1) and what Slipway reads from a source's outputs
+//! (MS-2): the schema, application schemas, renames and `meta.json`, and the
+//! typed fields derived from them (TF-1). See `docs/MODULE-SOURCE.md`.
+
+use crate::migrate::Rename;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The project repository: the default entry of the trusted-source allowlist
+/// (MS-6, `SLIPWAY_TRUSTED_SOURCES`). A hosting provider sets its own list.
+pub const PROJECT_REPOSITORY: &str = "https://slipway.invalid/slipway";
+
+/// A module source reference (MS-1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModuleSource {
+    /// `git+<url>?rev=<40 hex>` (pinned) or `git+<url>?ref=<branch>` (rolling).
+    Git {
+        /// The repository URL, without `git+`.
+        url: String,
+        /// How the revision is chosen.
+        pin: GitPin,
+    },
+    /// `path:<dir>`: local runs and tests only.
+    Path(PathBuf),
+}
+
+/// How a git module source names its revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GitPin {
+    /// A 40-hex commit.
+    Rev(String),
+    /// A branch, resolved and pinned when fetched.
+    Ref(String),
+}
+
+/// A module source that is malformed or not allowed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    /// Not of a form MS-1 names.
+    #[error("a module source is git+<url>?rev=<40 hex>, git+<url>?ref=<branch> or path:<dir>; {0}")]
+    Malformed(String),
+    /// Outside the trusted-source allowlist (MS-6), or a `path:` source over HTTP.
+    #[error("module source {0} is not in this service's trusted-source allowlist")]
+    NotAllowed(String),
+}
+
+impl ModuleSource {
+    /// Parses a reference of MS-1.
+    pub fn parse(s: &str) -> Result<Self, SourceError> {
+        if let Some(dir) = s.strip_prefix("path:") {
+            if dir.is_empty() {
+                return Err(SourceError::Malformed("path: needs a folder".into()));
+            }
+            return Ok(Self::Path(PathBuf::from(dir)));
+        }
+        let Some(rest) = s.strip_prefix("git+") else {
+            return Err(SourceError::Malformed(format!("{s:?} starts with neither git+ nor path:")));
+        };
+        let (url, query) = rest
+            .split_once('?')
+            .ok_or_else(|| SourceError::Malformed(format!("{s:?} names neither ?rev= nor ?ref=")))?;
+        let scheme_ok = ["https://", "http://", "ssh://", "file://"].iter().any(|p| url.starts_with(p));
+        if !scheme_ok || url.contains(char::is_whitespace) {
+            return Err(SourceError::Malformed(format!("{url:?} is not an https, http, ssh or file URL")));
+        }
+        let pin = if let Some(rev) = query.strip_prefix("rev=") {
+            if rev.len() != 40 || !rev.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+                return Err(SourceError::Malformed(format!("rev {rev:?} is not 40 lower-case hex digits")));
+            }
+            GitPin::Rev(rev.to_owned())
+        } else if let Some(r) = query.strip_prefix("ref=") {
+            if r.is_empty() || r.contains(['&', ' ', '?']) {
+                return Err(SourceError::Malformed(format!("ref {r:?} is not a branch name")));
+            }
+            GitPin::Ref(r.to_owned())
+        } else {
+            return Err(SourceError::Malformed(format!("{query:?} names neither rev= nor ref=")));
+        };
+        Ok(Self::Git { url: url.to_owned(), pin })
+    }
+
+    /// MS-6 allowlist: a git URL must start with a trusted prefix (an empty
+    /// list allows all); a `path:` source only where `allow_path` is set.
+    pub fn check_allowed(&self, trusted: &[String], allow_path: bool) -> Result<(), SourceError> {
+        let ok = match self {
+            Self::Path(_) => allow_path,
+            Self::Git { url, .. } => trusted.is_empty() || trusted.iter().any(|p| url.starts_with(p.as_str())),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(SourceError::NotAllowed(self.to_string()))
+        }
+    }
+}
+
+impl fmt::Display for ModuleSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Path(p) => write!(f, "path:{}", p.display()),
+            Self::Git { url, pin: GitPin::Rev(r) } => write!(f, "git+{url}?rev={r}"),
+            Self::Git { url, pin: GitPin::Ref(r) } => write!(f, "git+{url}?ref={r}"),
+        }
+    }
+}
+
+/// `meta.json` (MS-2): where the domain and each application sit in a configuration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Meta {
+    /// Path of the deployment's domain.
+    pub domain: Vec<String>,
+    /// Applications by key.
+    pub applications: BTreeMap<String, AppMeta>,
+    /// The sections a form edits one at a time.
+    #[serde(default)]
+    pub sections: Vec<SectionMeta>,
+    /// Catalog components (always on).
+    #[serde(default)]
+    pub catalog: Vec<CatalogMeta>,
+}
+
+/// One application's place in a configuration; inner paths are relative to `path`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppMeta {
+    /// Where the application's value sits.
+    pub path: Vec<String>,
+    /// Its enable flag.
+    pub enable: Vec<String>,
+    /// Its subdomain option.
+    pub subdomain: Vec<String>,
+    /// The subdomain when the option is unset.
+    pub default_subdomain: String,
+    /// The section that edits it.
+    pub section: String,
+    /// Human name.
+    #[serde(default)]
+    pub title: String,
+    /// Whether it serves a web UI (then it is an instance, TF-1).
+    #[serde(default)]
+    pub web_ui: bool,
+    /// Its operator-secret fields (§8).
+    #[serde(default)]
+    pub secrets: Vec<String>,
+}
+
+/// A section of the form.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SectionMeta {
+    /// The section id (at present an application key).
+    pub id: String,
+    /// Where its value sits.
+    pub path: Vec<String>,
+    /// Human name.
+    #[serde(default)]
+    pub title: String,
+}
+
+/// An always-on catalog component.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogMeta {
+    /// Component name.
+    pub name: String,
+    /// Human name.
+    #[serde(default)]
+    pub title: String,
+    /// Its subdomain under the deployment's domain.
+    pub subdomain: String,
+    /// Whether it serves a web UI (then it is an instance).
+    #[serde(default)]
+    pub web_ui: bool,
+}
+
+/// A served instance (TF-1): an enabled application, or a catalog component with a web UI.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    /// Application key or catalog component name.
+    pub name: String,
+    /// Its DNS name.
+    pub domain: String,
+    /// `https://<domain>/`.
+    pub url: String,
+    /// The section that edits it; `None` for catalog components.
+    pub section: Option<String>,
+}
+
+/// Reads the value at `path`, if present.
+pub fn get_path<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter().try_fold(value, |v, seg| v.get(seg.as_str()))
+}
+
+impl Meta {
+    /// The deployment's domain, if the configuration sets one.
+    pub fn domain_of(&self, configuration: &Value) -> Option<String> {
+        get_path(configuration, &self.domain).and_then(Value::as_str).map(str::to_owned)
+    }
+
+    /// TF-1: the instances a configuration serves, in a stable order
+    /// (applications by key, then catalog components). Empty without a domain.
+    pub fn instances_of(&self, configuration: &Value) -> Vec<Instance> {
+        let Some(domain) = self.domain_of(configuration) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (name, app) in &self.applications {
+            let Some(value) = get_path(configuration, &app.path) else { continue };
+            let enabled = get_path(value, &app.enable).and_then(Value::as_bool).unwrap_or(false);
+            if !enabled || !app.web_ui {
+                continue;
+            }
+            let sub = get_path(value, &app.subdomain)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .unwrap_or(&app.default_subdomain);
+            let host = format!("{sub}.{domain}");
+            out.push(Instance {
+                name: name.clone(),
+                url: format!("https://{host}/"),
+                domain: host,
+                section: Some(app.section.clone()),
+            });
+        }
+        for c in self.catalog.iter().filter(|c| c.web_ui) {
+            let host = format!("{}.{domain}", c.subdomain);
+            out.push(Instance { name: c.name.clone(), url: format!("https://{host}/"), domain: host, section: None });
+        }
+        out
+    }
+}
+
+/// The four outputs of a source that validation and typed fields need (MS-2).
+#[derive(Debug, Clone)]
+pub struct SourceOutputs {
+    /// `schema.json`.
+    pub schema: Value,
+    /// `applications.json`: application key → standalone schema.
+    pub applications: BTreeMap<String, Value>,
+    /// `renames.json`.
+    pub renames: Vec<Rename>,
+    /// `meta.json`.
+    pub meta: Meta,
+}
+
+/// An output file that is missing or not of its documented shape.
+#[derive(Debug, thiserror::Error)]
+#[error("module source output {file}: {reason}")]
+pub struct OutputError {
+    /// The file name (`schema.json`, …).
+    pub file: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl SourceOutputs {
+    /// Parses the four documents from their JSON texts.
+    pub fn from_texts(schema: &str, applications: &str, renames: &str, meta: &str) -> Result<Self, OutputError> {
+        fn parse<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<T, OutputError> {
+            serde_json::from_str(text).map_err(|e| OutputError { file: file.into(), reason: e.to_string() })
+        }
+        Ok(Self {
+            schema: parse("schema.json", schema)?,
+            applications: parse("applications.json", applications)?,
+            renames: parse("renames.json", renames)?,
+            meta: parse("meta.json", meta)?,
+        })
+    }
+
+    /// Reads `schema.json`, `applications.json`, `renames.json` and `meta.json` from `dir`.
+    pub fn read_dir(dir: &Path) -> Result<Self, OutputError> {
+        let read = |f: &str| {
+            std::fs::read_to_string(dir.join(f)).map_err(|e| OutputError { file: f.into(), reason: e.to_string() })
+        };
+        Self::from_texts(
+            &read("schema.json")?,
+            &read("applications.json")?,
+            &read("renames.json")?,
+            &read("meta.json")?,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_source_form_round_trips() {
+        for s in [
+            "git+https://example.org/x.git?rev=0123456789abcdef0123456789abcdef01234567",
+            "git+https://example.org/x.git?ref=main",
+            "path:/srv/source",
+        ] {
+            assert_eq!(ModuleSource::parse(s).unwrap().to_string(), s);
+        }
+    }
+
+    #[test]
+    fn a_short_rev_is_refused() {
+        assert!(ModuleSource::parse("git+https://example.org/x?rev=abc").is_err());
+    }
+
+    #[test]
+    fn path_sources_need_explicit_permission() {
+        let s = ModuleSource::parse("path:/x").unwrap();
+        assert!(s.check_allowed(&[], false).is_err());
+        assert!(s.check_allowed(&[], true).is_ok());
+    }
+
+    #[test]
+    fn an_empty_allowlist_allows_every_git_source() {
+        let s = ModuleSource::parse("git+https://fork.example/x?ref=main").unwrap();
+        assert!(s.check_allowed(&[], false).is_ok());
+        assert!(s.check_allowed(&["https://other.example/".into()], false).is_err());
+    }
+}

@@ -1,0 +1,289 @@
+//! Build rows and their dispatch to the job queue (Q-1, ST-2, ST-3).
+//!
+//! A build is inserted `queued`. Its job is pushed (in the same transaction)
+//! only when it is the earliest waiting build of its deployment and no other
+//! build of that deployment is dispatched and unfinished; when a build
+//! finishes, the same transaction dispatches the next one. So one build per
+//! deployment runs at a time, fleet-wide, in submit order, without workers
+//! polling for their turn.
+
+use super::{begin_write, json_col, now_ms, Conn, Db, StoreError};
+use crate::jobs::{BuildJob, BUILDS_QUEUE, BUILD_JOB_ATTEMPTS};
+use crate::source::Instance;
+use crate::state::{BuildKind, BuildStatus};
+use apalis::prelude::{TaskBuilder, TaskId};
+use serde_json::Value;
+use sqlx::Row;
+
+/// A stored build (without its log, which [`log`] reads).
+#[derive(Debug, Clone)]
+pub struct BuildRow {
+    /// ST-4 id.
+    pub id: String,
+    /// Submit order.
+    pub seq: i64,
+    /// Its deployment.
+    pub deployment_id: String,
+    /// Deploy or destroy.
+    pub kind: BuildKind,
+    /// Where it is.
+    pub status: BuildStatus,
+    /// Why it failed (`effect_failed`, `nodes_failed`, `timeout`, `source_unavailable`, …).
+    pub reason: Option<String>,
+    /// A sentence for people.
+    pub error: Option<String>,
+    /// Configuration snapshot the effect runs on.
+    pub configuration: Value,
+    /// Its module source.
+    pub module_source: Option<String>,
+    /// TF-1 instances of this build's configuration.
+    pub instances: Vec<Instance>,
+    /// The run report, once finished.
+    pub report: Option<Value>,
+    /// How many times a worker started it.
+    pub attempts: i64,
+    /// The worker that runs or ran it.
+    pub worker: Option<String>,
+    /// ST-3 version.
+    pub version: i64,
+    /// Unix ms.
+    pub queued_at: i64,
+    /// Unix ms of the latest start.
+    pub started_at: Option<i64>,
+    /// Unix ms.
+    pub finished_at: Option<i64>,
+}
+
+const COLUMNS: &str = "id, seq, deployment_id, kind, status, reason, error, configuration, module_source, instances, \
+                       report, attempts, worker, version, queued_at, started_at, finished_at";
+
+fn parse<T: std::str::FromStr<Err = String>>(col: &str, v: String) -> Result<T, StoreError> {
+    v.parse().map_err(|e: String| StoreError::Corrupt(format!("builds.{col}: {e}")))
+}
+
+fn from_row(r: &sqlx::sqlite::SqliteRow) -> Result<BuildRow, StoreError> {
+    Ok(BuildRow {
+        id: r.try_get("id")?,
+        seq: r.try_get("seq")?,
+        deployment_id: r.try_get("deployment_id")?,
+        kind: parse("kind", r.try_get("kind")?)?,
+        status: parse("status", r.try_get("status")?)?,
+        reason: r.try_get("reason")?,
+        error: r.try_get("error")?,
+        configuration: json_col(r.try_get::<&str, _>("configuration")?, "builds.configuration")?,
+        module_source: r.try_get("module_source")?,
+        instances: json_col(r.try_get::<&str, _>("instances")?, "builds.instances")?,
+        report: r.try_get::<Option<&str>, _>("report")?.map(|t| json_col(t, "builds.report")).transpose()?,
+        attempts: r.try_get("attempts")?,
+        worker: r.try_get("worker")?,
+        version: r.try_get("version")?,
+        queued_at: r.try_get("queued_at")?,
+        started_at: r.try_get("started_at")?,
+        finished_at: r.try_get("finished_at")?,
+    })
+}
+
+/// Reads one build.
+pub async fn get(conn: &mut Conn, id: &str) -> Result<Option<BuildRow>, StoreError> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM builds WHERE id = $1")))
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// The build log so far (streamed in while the build runs, Q-4).
+pub async fn log(conn: &mut Conn, id: &str) -> Result<Option<String>, StoreError> {
+    Ok(sqlx::query_scalar("SELECT log FROM builds WHERE id = $1").bind(id).fetch_optional(&mut *conn).await?)
+}
+
+/// The latest build of a deployment (ST-1 derives the state from it).
+pub async fn latest(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow>, StoreError> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 ORDER BY seq DESC LIMIT 1"
+    )))
+    .bind(deployment)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// The latest succeeded build of a deployment (TF-1: instances of the last successful build).
+pub async fn latest_succeeded(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow>, StoreError> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND status = 'succeeded' ORDER BY seq DESC LIMIT 1"
+    )))
+    .bind(deployment)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// What a new build carries.
+#[derive(Debug, Clone, Copy)]
+pub struct NewBuild<'a> {
+    /// ST-4 id.
+    pub id: &'a str,
+    /// Its deployment (must exist).
+    pub deployment_id: &'a str,
+    /// Deploy or destroy.
+    pub kind: BuildKind,
+    /// Snapshot the effect runs on.
+    pub configuration: &'a Value,
+    /// Module source, if any.
+    pub module_source: Option<&'a str>,
+    /// TF-1 instances.
+    pub instances: &'a [Instance],
+}
+
+/// Inserts a queued build and dispatches its deployment's next build (ST-2).
+/// Call inside the transaction that caused it, so the row and its job commit
+/// together (Q-1).
+pub async fn insert(conn: &mut Conn, b: NewBuild<'_>, now: i64) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at)
+         VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7)",
+    )
+    .bind(b.id)
+    .bind(b.deployment_id)
+    .bind(b.kind.as_str())
+    .bind(b.configuration.to_string())
+    .bind(b.module_source)
+    .bind(serde_json::to_string(b.instances).expect("instances serialise"))
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    dispatch_next(conn, b.deployment_id).await
+}
+
+/// ST-2: when no build of `deployment` is dispatched and unfinished, pushes
+/// the job of its earliest waiting build (same transaction as the caller).
+pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), StoreError> {
+    let busy: Option<i64> = sqlx::query_scalar(
+        "SELECT 1 FROM builds WHERE deployment_id = $1 AND dispatched = 1 AND status IN ('queued', 'running') LIMIT 1",
+    )
+    .bind(deployment)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if busy.is_some() {
+        return Ok(());
+    }
+    let next: Option<String> = sqlx::query_scalar(
+        "SELECT id FROM builds WHERE deployment_id = $1 AND status = 'queued' AND dispatched = 0 ORDER BY seq LIMIT 1",
+    )
+    .bind(deployment)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(build_id) = next else { return Ok(()) };
+    let job_id = ulid::Ulid::generate();
+    let args = serde_json::to_vec(&BuildJob { build_id: build_id.clone() }).expect("job payload serialises");
+    let task = TaskBuilder::new(args).task_id(TaskId::from(job_id)).max_attempts(BUILD_JOB_ATTEMPTS).build();
+    apalis_sqlite::queries::push_tasks(&mut *conn, BUILDS_QUEUE, &[task])
+        .await
+        .map_err(|e| StoreError::Queue(e.to_string()))?;
+    sqlx::query("UPDATE builds SET dispatched = 1, job_id = $1, version = version + 1 WHERE id = $2")
+        .bind(job_id.to_string())
+        .bind(&build_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Marks a dispatched build `running` for `worker` (a conditional update on
+/// the version read, ST-3). A build found `running` was started by a worker
+/// that died: it is taken over and its effect re-run (Q-1). Returns `None`
+/// when the build is already finished (nothing to do).
+pub async fn claim(db: &Db, id: &str, worker: &str) -> Result<Option<BuildRow>, StoreError> {
+    for _ in 0..5 {
+        let mut tx = begin_write(db).await?;
+        let Some(row) = get(&mut tx, id).await? else {
+            return Err(StoreError::Corrupt(format!("job for unknown build {id}")));
+        };
+        if row.status.is_terminal() {
+            return Ok(None);
+        }
+        let now = now_ms();
+        let changed = sqlx::query(
+            "UPDATE builds SET status = 'running', attempts = attempts + 1, worker = $1, started_at = $2,
+                    version = version + 1
+             WHERE id = $3 AND version = $4",
+        )
+        .bind(worker)
+        .bind(now)
+        .bind(id)
+        .bind(row.version)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if changed == 1 {
+            tx.commit().await?;
+            return get(&mut *db.acquire().await?, id).await;
+        }
+    }
+    Err(StoreError::Conflict("build"))
+}
+
+/// Appends to a running build's log (Q-4: readable while it runs).
+pub async fn append_log(db: &Db, id: &str, chunk: &str) -> Result<(), StoreError> {
+    sqlx::query("UPDATE builds SET log = log || $1 WHERE id = $2").bind(chunk).bind(id).execute(db).await?;
+    Ok(())
+}
+
+/// How a build ended.
+#[derive(Debug, Clone)]
+pub struct Finish {
+    /// `Succeeded`, `Failed` or `Cancelled`.
+    pub status: BuildStatus,
+    /// Machine-readable reason of a failure.
+    pub reason: Option<String>,
+    /// A sentence for people.
+    pub error: Option<String>,
+    /// The run report.
+    pub report: Value,
+}
+
+/// Records how a build ended and dispatches its deployment's next build, in
+/// one transaction; `before` runs first in the same transaction (the SBOMs of
+/// a deploy are stored before the build is marked succeeded). Conditional on
+/// the version read after the claim; a lost race means another worker took
+/// the build over, and nothing is written.
+pub async fn finish<F>(db: &Db, build: &BuildRow, outcome: &Finish, before: F) -> Result<bool, StoreError>
+where
+    F: for<'c> FnOnce(&'c mut Conn) -> futures::future::BoxFuture<'c, Result<(), StoreError>>,
+{
+    let mut tx = begin_write(db).await?;
+    before(&mut tx).await?;
+    let changed = sqlx::query(
+        "UPDATE builds SET status = $1, reason = $2, error = $3, report = $4, finished_at = $5, version = version + 1
+         WHERE id = $6 AND version = $7 AND status = 'running'",
+    )
+    .bind(outcome.status.as_str())
+    .bind(&outcome.reason)
+    .bind(&outcome.error)
+    .bind(outcome.report.to_string())
+    .bind(now_ms())
+    .bind(&build.id)
+    .bind(build.version)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if changed != 1 {
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    dispatch_next(&mut tx, &build.deployment_id).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// A deployment's builds, newest first, at most `limit`.
+pub async fn list(conn: &mut Conn, deployment: &str, limit: i64) -> Result<Vec<BuildRow>, StoreError> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 ORDER BY seq DESC LIMIT $2"
+    )))
+    .bind(deployment)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(from_row).collect()
+}

@@ -1,0 +1,162 @@
+//! Migration and validation of a configuration against a module source
+//! (PRODUCT.md §5, MG-3, MG-5, MG-6, and the first steps of MG-7).
+//!
+//! [`Checker::check`] migrates with the source's renames, validates with its
+//! schema, and lists every problem with its path, never only the first.
+//! Messages mask the offending values, so a secret typed into the wrong field
+//! is never echoed back (SEC-2).
+
+use crate::migrate::{self, Skipped};
+use crate::source::{get_path, Instance, OutputError, SourceOutputs};
+use secrecy::SecretString;
+use serde::Serialize;
+use serde_json::Value;
+
+/// One problem of a configuration: where, what kind, and a sentence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// JSON pointer into the configuration (`""` is the whole configuration).
+    pub path: String,
+    /// `schema` (the schema refuses the value), `unexpected_key` (MG-6),
+    /// `skipped_rename` (MG-3) or `secret` (§8).
+    pub kind: &'static str,
+    /// What is wrong, and the remedy where there is one.
+    pub message: String,
+}
+
+/// A configuration that passed every check: migrated, secret values taken out.
+#[derive(Debug)]
+pub struct Checked {
+    /// The migrated configuration, without secret values (what is stored).
+    pub configuration: Value,
+    /// Its domain (TF-1).
+    pub domain: Option<String>,
+    /// The instances it serves (TF-1).
+    pub instances: Vec<Instance>,
+    /// The non-empty secret values taken out (§8), by application and field.
+    pub secrets: Vec<SecretValue>,
+}
+
+/// A secret value taken out of a configuration before it is stored or built.
+#[derive(Debug)]
+pub struct SecretValue {
+    /// Application key.
+    pub application: String,
+    /// Secret field name.
+    pub field: String,
+    /// The value; never logged.
+    pub value: SecretString,
+}
+
+/// A module source's outputs with its schema compiled once.
+pub struct Checker {
+    outputs: SourceOutputs,
+    validator: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for Checker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checker").finish_non_exhaustive()
+    }
+}
+
+fn pointer(path: &[String]) -> String {
+    path.iter().map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1"))).collect()
+}
+
+impl Checker {
+    /// Compiles the schema of `outputs`; a schema that does not compile is an [`OutputError`].
+    pub fn new(outputs: SourceOutputs) -> Result<Self, OutputError> {
+        let validator = jsonschema::validator_for(&outputs.schema)
+            .map_err(|e| OutputError { file: "schema.json".into(), reason: format!("not a valid JSON Schema: {e}") })?;
+        Ok(Self { outputs, validator })
+    }
+
+    /// The source outputs this checker uses.
+    pub fn outputs(&self) -> &SourceOutputs {
+        &self.outputs
+    }
+
+    /// MG-7, first steps: migrate, validate (all errors), take secret values out.
+    /// Returns every problem found, in document order, or the checked configuration.
+    pub fn check(&self, mut configuration: Value) -> Result<Checked, Vec<Problem>> {
+        let skipped = migrate::migrate(&mut configuration, &self.outputs.renames);
+        let mut problems: Vec<Problem> = skipped.iter().map(|s| self.skipped_problem(s)).collect();
+        problems.extend(self.schema_problems(&configuration));
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let secrets = self.take_secrets(&mut configuration);
+        let meta = &self.outputs.meta;
+        Ok(Checked {
+            domain: meta.domain_of(&configuration),
+            instances: meta.instances_of(&configuration),
+            configuration,
+            secrets,
+        })
+    }
+
+    fn skipped_problem(&self, s: &Skipped) -> Problem {
+        let path = s.path.as_deref().map(pointer).unwrap_or_default();
+        Problem { path, kind: "skipped_rename", message: s.message(&self.outputs.renames) }
+    }
+
+    fn schema_problems(&self, configuration: &Value) -> Vec<Problem> {
+        let mut out = Vec::new();
+        for e in self.validator.iter_errors(configuration) {
+            let at = e.instance_path().as_str().to_owned();
+            if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } = e.kind() {
+                for key in unexpected {
+                    out.push(Problem {
+                        path: format!("{at}/{}", key.replace('~', "~0").replace('/', "~1")),
+                        kind: "unexpected_key",
+                        message: format!(
+                            "the module source has no place for {key:?} here; re-save the form to drop it"
+                        ),
+                    });
+                }
+                continue;
+            }
+            out.push(Problem { path: at, kind: "schema", message: e.masked().to_string() });
+        }
+        out
+    }
+
+    /// §8: removes every secret field's value. Non-empty values are returned;
+    /// empty and null ones mean "keep what the secret store has" and simply go.
+    fn take_secrets(&self, configuration: &mut Value) -> Vec<SecretValue> {
+        let mut out = Vec::new();
+        for (application, app) in &self.outputs.meta.applications {
+            if get_path(configuration, &app.path).is_none() {
+                continue;
+            }
+            let Some(obj) = app
+                .path
+                .iter()
+                .try_fold(&mut *configuration, |v, seg| v.get_mut(seg.as_str()))
+                .and_then(Value::as_object_mut)
+            else {
+                continue;
+            };
+            for field in &app.secrets {
+                match obj.remove(field) {
+                    Some(Value::String(s)) if !s.is_empty() => out.push(SecretValue {
+                        application: application.clone(),
+                        field: field.clone(),
+                        value: SecretString::from(s),
+                    }),
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+}
+
+impl SecretValue {
+    /// JSON pointer of the field the value came from, given the application's path.
+    pub fn pointer(&self, checker: &Checker) -> String {
+        let app = &checker.outputs.meta.applications[&self.application];
+        format!("{}/{}", pointer(&app.path), self.field)
+    }
+}

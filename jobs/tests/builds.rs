@@ -1,0 +1,259 @@
+//! Job bodies against a real SQLite database, real effects and real Nix
+//! builds of the reference module source (`nix/`).
+
+use serde_json::Value;
+use slipway_jobs::config::Config;
+use slipway_jobs::id::DeploymentId;
+use slipway_jobs::jobs::build::{self, Ran};
+use slipway_jobs::jobs::report::Report;
+use slipway_jobs::jobs::{BuildJob, Ctx};
+use slipway_jobs::source::SourceOutputs;
+use slipway_jobs::state::{BuildKind, BuildStatus, DeploymentState};
+use slipway_jobs::store::{builds, sboms};
+use slipway_jobs::submit::{self, SecretStore};
+use slipway_jobs::validate::Checker;
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn demo() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(repo().join("examples/demo.json")).unwrap()).unwrap()
+}
+
+fn checker() -> Checker {
+    Checker::new(SourceOutputs::read_dir(&repo().join("api/default-source")).unwrap()).unwrap()
+}
+
+struct World {
+    ctx: Ctx,
+    dir: tempfile::TempDir,
+}
+
+async fn world(extra: &[(&str, &str)]) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let mut keys = BTreeMap::from([
+        ("SLIPWAY_STATE_DIR".to_owned(), dir.path().join("state").display().to_string()),
+        ("SLIPWAY_DEFAULT_SOURCE_DIR".to_owned(), repo().join("nix").display().to_string()),
+    ]);
+    keys.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let config = Config::from_keys(&keys).unwrap();
+    let db = slipway_jobs::store::open_sqlite(&dir.path().join("t.db")).await.unwrap();
+    World { ctx: Ctx { db, config: Arc::new(config), worker: "test-worker".into(), echo_log: false }, dir }
+}
+
+/// A module source whose deploy effect is `script` (and whose destroy succeeds).
+fn source_with_deploy(root: &Path, script: &str) -> String {
+    let effects = root.join("core/effects");
+    std::fs::create_dir_all(&effects).unwrap();
+    std::fs::write(root.join("core/default.nix"), "{ provider ? {} }: { }\n").unwrap();
+    for (name, body) in [("deploy", script), ("destroy", "#!/bin/sh\nexit 0\n")] {
+        let path = effects.join(name);
+        std::fs::write(&path, body).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    format!("path:{}", root.display())
+}
+
+impl World {
+    async fn queue(&self, id: &str, kind: BuildKind, source: Option<&str>) -> String {
+        let id = DeploymentId::parse(id).unwrap();
+        let accepted =
+            submit::check_and_queue(&self.ctx.db, &checker(), SecretStore::NotConfigured, &id, demo(), source, kind)
+                .await
+                .unwrap();
+        accepted.build_id
+    }
+
+    async fn run(&self, build_id: &str) -> Report {
+        match build::run(BuildJob { build_id: build_id.into() }, &self.ctx).await.unwrap() {
+            Ran::Finished(r) => r,
+            other => panic!("the build did not run: {other:?}"),
+        }
+    }
+
+    async fn state(&self, id: &str) -> DeploymentState {
+        let mut conn = self.ctx.db.acquire().await.unwrap();
+        let latest = builds::latest(&mut conn, id).await.unwrap();
+        DeploymentState::derive(latest.map(|b| (b.kind, b.status)))
+    }
+
+    async fn jobs(&self) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM Jobs").fetch_one(&self.ctx.db).await.unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_deploy_stores_every_nodes_sbom_and_a_destroy_removes_them() {
+    let w = world(&[]).await;
+    let build_id = w.queue("demo", BuildKind::Deploy, None).await;
+    let report = w.run(&build_id).await;
+    assert_eq!(report.status, BuildStatus::Succeeded, "{report:?}");
+    assert_eq!(w.state("demo").await, DeploymentState::Active);
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let list = sboms::list(&mut conn, "demo").await.unwrap();
+    let node_names: Vec<&str> = report.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(list.iter().map(|e| e.node.as_str()).collect::<Vec<_>>(), {
+        let mut n = node_names.clone();
+        n.sort();
+        n
+    });
+    let mut total = 0;
+    for entry in &list {
+        assert_eq!(entry.status, "ready", "{entry:?}");
+        assert_eq!(entry.build_id, build_id);
+        let Some(sboms::NodeSbom::Ready(doc)) = sboms::document(&mut conn, "demo", &entry.node).await.unwrap() else {
+            panic!("no document for {}", entry.node)
+        };
+        assert_eq!(doc["bomFormat"], "CycloneDX");
+        assert_eq!(doc["specVersion"], "1.5");
+        let components = doc["components"].as_array().unwrap();
+        assert!(!components.is_empty());
+        for c in components {
+            assert!(c["purl"].as_str().unwrap().starts_with("pkg:nix/"), "{c}");
+        }
+        total += components.len() as i64;
+    }
+    // Nodes share packages, and each shared component is kept once.
+    let stored = sboms::component_count(&mut conn).await.unwrap();
+    assert!(stored < total, "{stored} stored for {total} listed");
+    drop(conn);
+
+    let destroy = submit::delete(&w.ctx.db, &DeploymentId::parse("demo").unwrap()).await.unwrap().unwrap();
+    let report = w.run(&destroy.build_id).await;
+    assert_eq!(report.status, BuildStatus::Succeeded, "{report:?}");
+    assert_eq!(w.state("demo").await, DeploymentState::Idle);
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    assert!(sboms::list(&mut conn, "demo").await.unwrap().is_empty());
+    assert_eq!(sboms::component_count(&mut conn).await.unwrap(), 0);
+    assert!(!w.ctx.provider_state_dir("demo").join("nodes").exists());
+}
+
+#[tokio::test]
+async fn an_effect_that_exits_non_zero_fails_the_build_keeps_its_log_and_changes_no_sbom() {
+    let w = world(&[]).await;
+    let good = w.queue("demo", BuildKind::Deploy, None).await;
+    assert_eq!(w.run(&good).await.status, BuildStatus::Succeeded);
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let before = sboms::list(&mut conn, "demo").await.unwrap();
+    drop(conn);
+
+    let broken = source_with_deploy(
+        &w.dir.path().join("broken"),
+        "#!/bin/sh\necho 'deploy starting'\necho 'no such host' >&2\nexit 3\n",
+    );
+    let bad = w.queue("demo", BuildKind::Deploy, Some(&broken)).await;
+    let report = w.run(&bad).await;
+    assert_eq!(report.status, BuildStatus::Failed);
+    assert_eq!(report.reason.as_deref(), Some("effect_failed"));
+    assert_eq!(report.exit_code, Some(3));
+    assert_eq!(w.state("demo").await, DeploymentState::Failed);
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let log = builds::log(&mut conn, &bad).await.unwrap().unwrap();
+    assert!(log.contains("deploy starting") && log.contains("no such host"), "{log}");
+    let after = sboms::list(&mut conn, "demo").await.unwrap();
+    assert_eq!(
+        after.iter().map(|e| (&e.node, &e.build_id)).collect::<Vec<_>>(),
+        before.iter().map(|e| (&e.node, &e.build_id)).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn a_node_that_fails_is_named_in_the_builds_error_and_the_others_are_reported() {
+    let w = world(&[]).await;
+    let script = r#"#!/bin/sh
+cat > "$SBOM_OUT_DIR/nodes.json" <<'JSON'
+{"nodes": [{"name": "web", "dnsNames": ["web.example.org"], "outcome": "deployed", "system": "/nix/store/x-web", "error": null},
+           {"name": "db", "dnsNames": [], "outcome": "failed", "system": null, "error": "disk full"}]}
+JSON
+echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SBOM_OUT_DIR/web.cdx.json"
+echo 'not built' > "$SBOM_OUT_DIR/db.error"
+exit 1
+"#;
+    let source = source_with_deploy(&w.dir.path().join("partial"), script);
+    let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
+    let report = w.run(&id).await;
+    assert_eq!(report.status, BuildStatus::Failed);
+    assert_eq!(report.reason.as_deref(), Some("nodes_failed"));
+    let error = report.error.unwrap();
+    assert!(error.contains("db (disk full)"), "{error}");
+    assert_eq!(report.nodes.len(), 2);
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    assert!(sboms::list(&mut conn, "demo").await.unwrap().is_empty(), "a failed build changes no SBOM");
+}
+
+#[tokio::test]
+async fn a_deploy_past_its_deadline_is_killed_with_its_whole_process_group() {
+    let w = world(&[("DEPLOY_TIMEOUT", "1s")]).await;
+    let script = "#!/bin/sh\nsleep 600 &\necho $! > \"$STATE_DIR/child.pid\"\necho started\nwait\n";
+    let source = source_with_deploy(&w.dir.path().join("slow"), script);
+    let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
+    let report = w.run(&id).await;
+    assert_eq!(report.status, BuildStatus::Failed);
+    assert_eq!(report.reason.as_deref(), Some("timeout"));
+    let pid: i32 =
+        std::fs::read_to_string(w.ctx.provider_state_dir("demo").join("child.pid")).unwrap().trim().parse().unwrap();
+    // The background `sleep` is gone (or a zombie waiting to be reaped): not running.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()).unwrap_or("gone");
+    assert!(state == "gone" || state == "Z", "the effect's child {pid} survived its deadline: state {state}");
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let log = builds::log(&mut conn, &id).await.unwrap().unwrap();
+    assert!(log.contains("started") && log.contains("deadline"), "{log}");
+}
+
+#[tokio::test]
+async fn later_builds_of_a_deployment_wait_and_are_dispatched_in_submit_order() {
+    let w = world(&[]).await;
+    let first = w.queue("demo", BuildKind::Deploy, None).await;
+    let second = w.queue("demo", BuildKind::Deploy, None).await;
+    let other = w.queue("other", BuildKind::Deploy, None).await;
+    // One job per deployment at a time; other deployments are not held back.
+    assert_eq!(w.jobs().await, 2);
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let dispatched: Vec<String> = sqlx::query_scalar("SELECT id FROM builds WHERE dispatched = 1 ORDER BY seq")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(dispatched, [first.clone(), other]);
+    drop(conn);
+    w.run(&first).await;
+    assert_eq!(w.jobs().await, 3);
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let b = builds::get(&mut conn, &second).await.unwrap().unwrap();
+    assert_eq!(b.status, BuildStatus::Queued);
+    let dispatched: i64 = sqlx::query_scalar("SELECT dispatched FROM builds WHERE id = $1")
+        .bind(&second)
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(dispatched, 1);
+}
+
+#[tokio::test]
+async fn a_build_whose_worker_died_is_taken_over_and_its_effect_run_again() {
+    let w = world(&[]).await;
+    let id = w.queue("demo", BuildKind::Deploy, None).await;
+    // A worker claimed it and died before recording anything.
+    let claimed = builds::claim(&w.ctx.db, &id, "dead-worker").await.unwrap().unwrap();
+    assert_eq!((claimed.status, claimed.attempts), (BuildStatus::Running, 1));
+    let report = w.run(&id).await;
+    assert_eq!(report.status, BuildStatus::Succeeded);
+    assert_eq!(report.attempt, 2);
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let b = builds::get(&mut conn, &id).await.unwrap().unwrap();
+    assert_eq!((b.attempts, b.worker.as_deref()), (2, Some("test-worker")));
+}
+
+#[tokio::test]
+async fn a_repeated_delivery_of_a_finished_build_runs_nothing() {
+    let w = world(&[]).await;
+    let id = w.queue("demo", BuildKind::Deploy, None).await;
+    w.run(&id).await;
+    let again = build::run(BuildJob { build_id: id.clone() }, &w.ctx).await.unwrap();
+    assert!(matches!(again, Ran::AlreadyFinished), "{again:?}");
+}
