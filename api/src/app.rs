@@ -1,0 +1,125 @@
+//! The application state and the router (`fn app(state) -> Router`).
+
+use crate::auth::{Claims, Verifier};
+use crate::error::ApiError;
+use crate::routes;
+use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, Method};
+use axum::routing::{get, post};
+use axum::Router;
+use slipway_jobs::config::Config;
+use slipway_jobs::store::Db;
+use slipway_jobs::submit::{SecretStore, SourcePolicy};
+use slipway_jobs::validate::Checker;
+use std::sync::Arc;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::trace::TraceLayer;
+
+/// Largest request body accepted, in bytes.
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// Everything a handler needs, shared by reference.
+#[derive(Debug)]
+pub struct App {
+    /// The configuration (§12).
+    pub config: Config,
+    /// The database.
+    pub db: Db,
+    /// Token verification (SEC-1).
+    pub verifier: Verifier,
+    /// The built-in source's outputs with its schema compiled (MS-5).
+    pub built_in: Checker,
+    /// Where module sources may come from (MS-1, MS-6, MS-8).
+    pub sources: SourcePolicy,
+    /// The operator-secret store (§8).
+    pub secret_store: SecretStore,
+}
+
+/// The state handlers take: `State(state): State<AppState>`.
+#[derive(Debug, Clone)]
+pub struct AppState(pub Arc<App>);
+
+impl std::ops::Deref for AppState {
+    type Target = App;
+    fn deref(&self) -> &App {
+        &self.0
+    }
+}
+
+impl AppState {
+    /// Wires an app from its configuration and an opened database.
+    pub fn new(config: Config, db: Db) -> anyhow::Result<AppState> {
+        let verifier = Verifier::from_config(&config)?;
+        let built_in = Checker::new(crate::default_source::outputs())?;
+        let sources = SourcePolicy {
+            trusted: config.trusted_sources.clone(),
+            allow_path: config.allow_path_sources,
+            self_source: config.self_source.clone(),
+        };
+        let secret_store =
+            if config.openbao_addr.is_some() { SecretStore::Unsupported } else { SecretStore::NotConfigured };
+        Ok(AppState(Arc::new(App { config, db, verifier, built_in, sources, secret_store })))
+    }
+}
+
+/// A verified bearer token (SEC-1). Extracting it answers `401` on any problem.
+#[derive(Debug, Clone)]
+pub struct Auth(pub Claims);
+
+impl<S> FromRequestParts<S> for Auth
+where
+    AppState: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let app = AppState::from_ref(state);
+        let header = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        app.verifier.verify(header).map(Auth)
+    }
+}
+
+impl Auth {
+    /// `403` unless the token may touch deployment `id`.
+    pub fn require(&self, id: &str) -> Result<(), ApiError> {
+        if self.0.allows(id) {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(format!("this token may not touch deployment {id}")))
+        }
+    }
+}
+
+/// The router with every route of this release, CORS, body limit and tracing.
+pub fn app(state: AppState) -> Router {
+    let origins: Vec<HeaderValue> = state.config.allowed_origins.iter().filter_map(|o| o.parse().ok()).collect();
+    let cors = CorsLayer::new()
+        .allow_origin(AllowOrigin::list(origins))
+        .allow_methods([Method::GET, Method::PUT, Method::POST, Method::DELETE])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]);
+    Router::new()
+        .route("/healthz", get(routes::public::healthz))
+        .route("/schema", get(routes::public::schema))
+        .route("/labels", post(routes::public::labels))
+        .route("/deployments", get(routes::deployments::list))
+        .route(
+            "/deployments/",
+            get(routes::deployments::empty_id).put(routes::deployments::empty_id).delete(routes::deployments::empty_id),
+        )
+        .route(
+            "/deployments/{id}",
+            get(routes::deployments::show).put(routes::deployments::submit).delete(routes::deployments::delete),
+        )
+        .route("/deployments/{id}/builds", get(routes::deployments::builds))
+        .route("/builds/{id}", get(routes::builds::show))
+        .route("/sbom-list/{id}", get(routes::sbom::list))
+        .route("/sbom/{id}", get(routes::sbom::document))
+        .fallback(routes::public::not_found)
+        .method_not_allowed_fallback(routes::public::method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(cors)
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}

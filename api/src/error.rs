@@ -1,0 +1,126 @@
+//! The api's one error type and its HTTP mapping (PRODUCT.md §3).
+//!
+//! Every error answers `{"error": code, "message": text, "details": …}`.
+//! Domain errors come from `slipway_jobs` (thiserror enums); this module is
+//! the only place that decides their status codes. Anything unexpected is an
+//! opaque 500, logged once here.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use slipway_jobs::source::SourceError;
+use slipway_jobs::store::StoreError;
+use slipway_jobs::submit::SubmitError;
+
+/// An error answer: status, stable code, sentence, optional details.
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable code (§3).
+    pub code: &'static str,
+    /// A sentence naming what is wrong.
+    pub message: String,
+    /// Structured details (for example every problem of a configuration).
+    pub details: Option<Value>,
+}
+
+impl ApiError {
+    /// A new error without details.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into(), details: None }
+    }
+
+    /// Adds details.
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    /// 400 with a code.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// 401 `unauthorized`.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    /// 403 `forbidden`.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    /// 404 `not_found`.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 500 `internal`: the cause is logged here, once, and not shown.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "request failed");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the service failed to handle this request; it has been logged",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({ "error": self.code, "message": self.message, "details": self.details });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match &e {
+            StoreError::Database(sqlx::Error::PoolTimedOut) => {
+                tracing::warn!(error = %e, "database unavailable");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "service_unavailable",
+                    "the database is busy or unreachable; try again",
+                )
+            }
+            StoreError::Conflict(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", e.to_string()),
+            _ => Self::internal(e),
+        }
+    }
+}
+
+impl From<SourceError> for ApiError {
+    fn from(e: SourceError) -> Self {
+        match e {
+            SourceError::Malformed(_) => Self::bad_request("invalid_module_source", e.to_string()),
+            SourceError::NotAllowed(_) => Self::new(StatusCode::FORBIDDEN, "source_not_allowed", e.to_string()),
+        }
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> Self {
+        match e {
+            SubmitError::InvalidConfiguration(problems) => {
+                let n = problems.len();
+                Self::bad_request(
+                    "invalid_configuration",
+                    format!(
+                        "the configuration has {n} problem{}; each is listed with its path",
+                        if n == 1 { "" } else { "s" }
+                    ),
+                )
+                .with_details(json!({ "problems": problems }))
+            }
+            SubmitError::Source(s) => s.into(),
+            e @ SubmitError::ExplicitSourceUnsupported(_) => {
+                Self::new(StatusCode::NOT_IMPLEMENTED, "not_implemented", e.to_string())
+            }
+            SubmitError::Store(s) => s.into(),
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! Extractors whose rejections use the JSON error shape of §3.
+
+use crate::error::ApiError;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+
+/// `axum::Json` with §3 errors: a malformed body is `400 malformed_json`
+/// naming where it broke, not axum's plain-text rejection.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Json<T>(pub T);
+
+impl<S, T> FromRequest<S> for Json<T>
+where
+    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(Self(v)),
+            Err(rejection) => Err(match rejection {
+                JsonRejection::JsonSyntaxError(e) => {
+                    ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {}", e.body_text()))
+                }
+                JsonRejection::JsonDataError(e) => ApiError::bad_request(
+                    "invalid_request",
+                    format!("the body is not of the expected shape: {}", e.body_text()),
+                ),
+                JsonRejection::MissingJsonContentType(_) => ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported_media_type",
+                    "send the body as JSON with Content-Type: application/json",
+                ),
+                JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload_too_large",
+                    format!("the body is larger than this service accepts ({} bytes)", crate::app::BODY_LIMIT),
+                ),
+                other => ApiError::bad_request("invalid_request", other.body_text()),
+            }),
+        }
+    }
+}
+
+impl<T: serde::Serialize> axum::response::IntoResponse for Json<T> {
+    fn into_response(self) -> axum::response::Response {
+        axum::Json(self.0).into_response()
+    }
+}

@@ -1,0 +1,11 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+pub mod app;
+pub mod auth;
+pub mod default_source;
+pub mod error;
+pub mod extract;
+pub mod routes;
+
+pub use app::{app, App, AppState};

@@ -1,0 +1,87 @@
+//! `slipway-api`: serve the HTTP API, or mint a development token.
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use slipway_api::{app, AppState};
+use slipway_jobs::config::{parse_duration, Config};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "slipway-api", version, about = "Slipway's HTTP API. With no command it serves on SLIPWAY_BIND.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serves the API on SLIPWAY_BIND until SIGINT or SIGTERM (the default).
+    Serve,
+    /// Prints a token signed with SLIPWAY_JWT_SECRET (development and tests).
+    Token {
+        /// Deployment ids the token may touch, comma separated, or `*` for all.
+        #[arg(long, value_delimiter = ',', required = true)]
+        deployments: Vec<String>,
+        /// Lifetime: 3600, 90s, 30m, 1h, 7d.
+        #[arg(long, default_value = "1h")]
+        ttl: String,
+        /// The token's subject.
+        #[arg(long, default_value = "developer")]
+        sub: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLIPWAY_LOG")
+                .unwrap_or_else(|_| "info,sqlx=warn,tower_http=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match Config::load() {
+        Err(e) => Err(anyhow::Error::new(e)),
+        Ok(config) => match cli.command.unwrap_or(Command::Serve) {
+            Command::Serve => tokio::runtime::Runtime::new().expect("tokio runtime starts").block_on(serve(config)),
+            Command::Token { deployments, ttl, sub } => token(&config, deployments, &ttl, &sub),
+        },
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("slipway-api: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn token(config: &Config, deployments: Vec<String>, ttl: &str, sub: &str) -> anyhow::Result<()> {
+    let ttl = parse_duration(ttl)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| anyhow::anyhow!("--ttl {ttl:?}: expected 3600, 90s, 30m, 1h or 7d"))?;
+    for d in deployments.iter().filter(|d| *d != "*") {
+        slipway_jobs::id::DeploymentId::parse(d)?;
+    }
+    println!("{}", slipway_api::auth::mint(config, sub, deployments, ttl.as_secs())?);
+    Ok(())
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let db = slipway_jobs::store::open(&config).await.context("opening the database")?;
+    let bind = config.bind.clone();
+    let state = AppState::new(config, db)?;
+    let listener = tokio::net::TcpListener::bind(&bind).await.with_context(|| format!("binding {bind}"))?;
+    tracing::info!(address = %listener.local_addr()?, "slipway-api serving");
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        })
+        .await?;
+    Ok(())
+}

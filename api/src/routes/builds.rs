@@ -1,0 +1,69 @@
+//! `GET /builds/{id}`: status, timings, log so far, report.
+
+use super::rfc3339;
+use crate::app::{AppState, Auth};
+use crate::error::ApiError;
+use crate::extract::Json;
+use axum::extract::{Path, State};
+use serde::Serialize;
+use serde_json::Value;
+use slipway_jobs::source::Instance;
+use slipway_jobs::state::{BuildKind, BuildStatus};
+use slipway_jobs::store::builds;
+
+/// A build with its log.
+#[derive(Debug, Serialize)]
+pub struct BuildView {
+    id: String,
+    deployment_id: String,
+    kind: BuildKind,
+    status: BuildStatus,
+    reason: Option<String>,
+    error: Option<String>,
+    attempts: i64,
+    worker: Option<String>,
+    module_source: Option<String>,
+    instances: Vec<Instance>,
+    queued_at: String,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    /// Milliseconds from the latest start to the end (or now, while running).
+    duration_ms: Option<i64>,
+    report: Option<Value>,
+    log: String,
+}
+
+/// `GET /builds/{id}`. A build outside the token's scope answers `404`, so
+/// build ids do not reveal which deployments exist.
+pub async fn show(
+    State(app): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<BuildView>, ApiError> {
+    let mut conn = app.db.acquire().await.map_err(slipway_jobs::store::StoreError::from)?;
+    let missing = || ApiError::not_found(format!("no build {id}"));
+    let b = builds::get(&mut conn, &id).await?.ok_or_else(missing)?;
+    if !auth.0.allows(&b.deployment_id) {
+        return Err(missing());
+    }
+    let log = builds::log(&mut conn, &id).await?.unwrap_or_default();
+    let end = b.finished_at.unwrap_or_else(slipway_jobs::store::now_ms);
+    Ok(Json(BuildView {
+        duration_ms: b.started_at.map(|s| end - s),
+        id: b.id,
+        deployment_id: b.deployment_id,
+        kind: b.kind,
+        status: b.status,
+        reason: b.reason,
+        error: b.error,
+        attempts: b.attempts,
+        worker: b.worker,
+        module_source: b.module_source,
+        instances: b.instances,
+        queued_at: rfc3339(b.queued_at),
+        started_at: b.started_at.map(rfc3339),
+        finished_at: b.finished_at.map(rfc3339),
+        report: b.report,
+        log,
+    }))
+}

@@ -1,0 +1,223 @@
+//! `/deployments`: submit (MG-7), read (ST-1, TF-1), list, delete (DL-1).
+
+use super::rfc3339;
+use crate::app::{AppState, Auth};
+use crate::error::ApiError;
+use crate::extract::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use slipway_jobs::id::DeploymentId;
+use slipway_jobs::source::Instance;
+use slipway_jobs::state::{BuildKind, DeploymentState};
+use slipway_jobs::store::builds::{self, BuildRow};
+use slipway_jobs::store::deployments::{self, DeploymentRow};
+use slipway_jobs::store::Conn;
+use slipway_jobs::submit::{self, Resolved, SubmitError};
+
+/// Parses a path id (ID-1): anything else is `400 invalid_deployment_id`.
+pub fn parse_id(raw: &str) -> Result<DeploymentId, ApiError> {
+    DeploymentId::parse(raw).map_err(|e| ApiError::bad_request("invalid_deployment_id", e.to_string()))
+}
+
+/// `/deployments/` with an empty id.
+pub async fn empty_id(_auth: Auth) -> ApiError {
+    ApiError::bad_request("invalid_deployment_id", "the deployment id is empty")
+}
+
+/// A build as a deployment read shows it.
+#[derive(Debug, Serialize)]
+pub struct BuildSummary {
+    id: String,
+    kind: BuildKind,
+    status: slipway_jobs::state::BuildStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    attempts: i64,
+    queued_at: String,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+}
+
+impl From<&BuildRow> for BuildSummary {
+    fn from(b: &BuildRow) -> Self {
+        Self {
+            id: b.id.clone(),
+            kind: b.kind,
+            status: b.status,
+            reason: b.reason.clone(),
+            error: b.error.clone(),
+            attempts: b.attempts,
+            queued_at: rfc3339(b.queued_at),
+            started_at: b.started_at.map(rfc3339),
+            finished_at: b.finished_at.map(rfc3339),
+        }
+    }
+}
+
+/// `GET /deployments/{id}`: state (ST-1) and typed fields (TF-1).
+#[derive(Debug, Serialize)]
+pub struct DeploymentView {
+    id: String,
+    state: DeploymentState,
+    module_source: Option<String>,
+    domain: Option<String>,
+    /// Instances of the last submit.
+    instances: Vec<Instance>,
+    /// Instances of the last successful build (empty after a destroy).
+    deployed_instances: Vec<Instance>,
+    configuration: Value,
+    last_build: Option<BuildSummary>,
+    created_at: String,
+    updated_at: String,
+}
+
+async fn view(conn: &mut Conn, row: DeploymentRow) -> Result<DeploymentView, ApiError> {
+    let latest = builds::latest(conn, &row.id).await?;
+    let deployed = builds::latest_succeeded(conn, &row.id).await?;
+    Ok(DeploymentView {
+        state: DeploymentState::derive(latest.as_ref().map(|b| (b.kind, b.status))),
+        deployed_instances: match deployed {
+            Some(b) if b.kind == BuildKind::Deploy => b.instances,
+            _ => Vec::new(),
+        },
+        last_build: latest.as_ref().map(BuildSummary::from),
+        id: row.id,
+        module_source: row.module_source,
+        domain: row.domain,
+        instances: row.instances,
+        configuration: row.configuration,
+        created_at: rfc3339(row.created_at),
+        updated_at: rfc3339(row.updated_at),
+    })
+}
+
+/// `GET /deployments/{id}`.
+pub async fn show(
+    State(app): State<AppState>,
+    auth: Auth,
+    Path(raw): Path<String>,
+) -> Result<Json<DeploymentView>, ApiError> {
+    let id = parse_id(&raw)?;
+    auth.require(id.as_str())?;
+    let mut conn = app.db.acquire().await.map_err(slipway_jobs::store::StoreError::from)?;
+    let row = deployments::get(&mut conn, id.as_str())
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
+    Ok(Json(view(&mut conn, row).await?))
+}
+
+/// `?ids=a,b` of `GET /deployments`.
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    ids: Option<String>,
+}
+
+/// `GET /deployments?ids=a,b`: the listed deployments that exist, in the
+/// order given. Every id must be valid and in the token's scope.
+pub async fn list(
+    State(app): State<AppState>,
+    auth: Auth,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let raw = q.ids.ok_or_else(|| {
+        ApiError::bad_request(
+            "invalid_request",
+            "name the deployments to list: ?ids=a,b (Slipway does not know your tenancy)",
+        )
+    })?;
+    let mut ids = Vec::new();
+    for part in raw.split(',').filter(|s| !s.is_empty()) {
+        let id = parse_id(part)?;
+        auth.require(id.as_str())?;
+        ids.push(id.to_string());
+    }
+    let mut conn = app.db.acquire().await.map_err(slipway_jobs::store::StoreError::from)?;
+    let mut out = Vec::new();
+    for row in deployments::get_many(&mut conn, &ids).await? {
+        out.push(view(&mut conn, row).await?);
+    }
+    Ok(Json(json!({ "deployments": out })))
+}
+
+/// Body of `PUT /deployments/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitBody {
+    configuration: Value,
+    #[serde(default)]
+    module_source: Option<String>,
+}
+
+/// `PUT /deployments/{id}`: migrate, validate, store, queue a deploy (MG-7).
+/// `202 {deployment_id, build_id, state}`.
+pub async fn submit(
+    State(app): State<AppState>,
+    auth: Auth,
+    Path(raw): Path<String>,
+    Json(body): Json<SubmitBody>,
+) -> Result<(StatusCode, Json<submit::Accepted>), ApiError> {
+    let id = parse_id(&raw)?;
+    auth.require(id.as_str())?;
+    let source = match app.sources.resolve(body.module_source.as_deref())? {
+        Resolved::BuiltIn { pin } => pin,
+        Resolved::Explicit(s) => return Err(SubmitError::ExplicitSourceUnsupported(s).into()),
+    };
+    let accepted =
+        submit::submit(&app.db, &app.built_in, app.secret_store, &id, body.configuration, source.as_deref()).await?;
+    tracing::info!(deployment.id = %id, build.id = %accepted.build_id, "deploy queued");
+    Ok((StatusCode::ACCEPTED, Json(accepted)))
+}
+
+/// Optional body of `DELETE /deployments/{id}` (DL-2).
+#[derive(Debug, Default, Deserialize)]
+pub struct DeleteBody {
+    #[serde(default)]
+    callback_url: Option<String>,
+}
+
+/// `DELETE /deployments/{id}`: queue a destroy and answer `202` at once;
+/// unknown id `404` (a front-end counts that as done). Harmless to repeat.
+pub async fn delete(
+    State(app): State<AppState>,
+    auth: Auth,
+    Path(raw): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let id = parse_id(&raw)?;
+    auth.require(id.as_str())?;
+    let body: DeleteBody = if body.iter().all(u8::is_ascii_whitespace) {
+        DeleteBody::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}")))?
+    };
+    let accepted =
+        submit::delete(&app.db, &id).await?.ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
+    tracing::info!(deployment.id = %id, build.id = %accepted.build_id, "destroy queued");
+    let mut answer = serde_json::to_value(&accepted).expect("serialises");
+    if body.callback_url.is_some() {
+        // DL-2: teardown never depends on the callback; say why none will come.
+        answer["callback"] = json!({
+            "accepted": false,
+            "reason": "this release does not send reconcile pushes yet; follow the deployment until idle instead"
+        });
+    }
+    Ok((StatusCode::ACCEPTED, Json(answer)))
+}
+
+/// `GET /deployments/{id}/builds`: the deployment's builds, newest first (at most 100).
+pub async fn builds(State(app): State<AppState>, auth: Auth, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&raw)?;
+    auth.require(id.as_str())?;
+    let mut conn = app.db.acquire().await.map_err(slipway_jobs::store::StoreError::from)?;
+    if deployments::get(&mut conn, id.as_str()).await?.is_none() {
+        return Err(ApiError::not_found(format!("no deployment {id}")));
+    }
+    let rows = builds::list(&mut conn, id.as_str(), 100).await?;
+    let list: Vec<BuildSummary> = rows.iter().map(BuildSummary::from).collect();
+    Ok(Json(json!({ "builds": list })))
+}

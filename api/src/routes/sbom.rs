@@ -1,0 +1,74 @@
+//! SBOM reads (seed 000 "SBOM of the deployed nodes"): `GET /sbom-list/{id}`
+//! and `GET /sbom/{id}?node=` (`application/vnd.cyclonedx+json`).
+
+use super::deployments::parse_id;
+use super::rfc3339;
+use crate::app::{AppState, Auth};
+use crate::error::ApiError;
+use crate::extract::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use slipway_jobs::store::sboms::{self, NodeSbom};
+use slipway_jobs::store::{deployments, StoreError};
+
+/// The CycloneDX JSON media type.
+pub const CYCLONEDX_JSON: &str = "application/vnd.cyclonedx+json";
+
+/// `GET /sbom-list/{id}`: each node's SBOM state, the build that gave it and when.
+pub async fn list(State(app): State<AppState>, auth: Auth, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&raw)?;
+    auth.require(id.as_str())?;
+    let mut conn = app.db.acquire().await.map_err(StoreError::from)?;
+    if deployments::get(&mut conn, id.as_str()).await?.is_none() {
+        return Err(ApiError::not_found(format!("no deployment {id}")));
+    }
+    let nodes: Vec<Value> = sboms::list(&mut conn, id.as_str())
+        .await?
+        .into_iter()
+        .map(|e| {
+            json!({
+                "node": e.node, "status": e.status, "reason": e.reason,
+                "build_id": e.build_id, "created_at": rfc3339(e.created_at),
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "deployment_id": id.as_str(), "nodes": nodes })))
+}
+
+/// `?node=` of `GET /sbom/{id}`.
+#[derive(Debug, Deserialize)]
+pub struct NodeQuery {
+    node: Option<String>,
+}
+
+/// `GET /sbom/{id}?node=`: one node's CycloneDX document, or `404` with the reason.
+pub async fn document(
+    State(app): State<AppState>,
+    auth: Auth,
+    Path(raw): Path<String>,
+    Query(q): Query<NodeQuery>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&raw)?;
+    auth.require(id.as_str())?;
+    let node = q
+        .node
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| ApiError::bad_request("invalid_request", "name the node: ?node=<name>"))?;
+    let mut conn = app.db.acquire().await.map_err(StoreError::from)?;
+    if deployments::get(&mut conn, id.as_str()).await?.is_none() {
+        return Err(ApiError::not_found(format!("no deployment {id}")));
+    }
+    match sboms::document(&mut conn, id.as_str(), &node).await? {
+        Some(NodeSbom::Ready(doc)) => Ok(([(header::CONTENT_TYPE, CYCLONEDX_JSON)], doc.to_string()).into_response()),
+        Some(NodeSbom::Unavailable(reason)) => {
+            Err(ApiError::not_found(format!("the SBOM of node {node} is unavailable: {reason}"))
+                .with_details(json!({ "reason": reason })))
+        }
+        None => Err(ApiError::not_found(format!(
+            "deployment {id} has no SBOM for node {node}: no successful deploy has produced one"
+        ))),
+    }
+}

@@ -1,0 +1,360 @@
+//! The HTTP API against a real temporary SQLite database, through the router
+//! (`tower::ServiceExt::oneshot`). Inputs come from `testdata/cases` (copies
+//! of `../shared/cases`) and `examples/demo.json`.
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use slipway_api::{app, AppState};
+use slipway_jobs::config::Config;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use tower::ServiceExt;
+
+const SECRET: &str = "test-secret-of-at-least-32-bytes-long";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn case(name: &str) -> Value {
+    let text = std::fs::read_to_string(repo().join("testdata/cases").join(name)).expect("case file");
+    serde_json::from_str(&text).expect("case JSON")
+}
+
+fn demo() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(repo().join("examples/demo.json")).unwrap()).unwrap()
+}
+
+struct Harness {
+    router: Router,
+    db: slipway_jobs::store::Db,
+    _dir: tempfile::TempDir,
+}
+
+async fn harness() -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = BTreeMap::from([
+        ("DATABASE_URL".to_owned(), format!("sqlite://{}", dir.path().join("t.db").display())),
+        ("SLIPWAY_STATE_DIR".to_owned(), dir.path().display().to_string()),
+        ("SLIPWAY_JWT_SECRET".to_owned(), SECRET.to_owned()),
+    ]);
+    let config = Config::from_keys(&keys).unwrap();
+    let db = slipway_jobs::store::open(&config).await.unwrap();
+    let state = AppState::new(config, db.clone()).unwrap();
+    Harness { router: app(state), db, _dir: dir }
+}
+
+fn token(deployments: &[&str], exp_offset: i64, secret: &str) -> String {
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let claims = json!({ "sub": "t", "aud": "slipway", "exp": now + exp_offset, "deployments": deployments });
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
+}
+
+fn all() -> String {
+    token(&["*"], 3600, SECRET)
+}
+
+impl Harness {
+    async fn call(
+        &self,
+        method: Method,
+        uri: &str,
+        bearer: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> (StatusCode, Value) {
+        let mut req = Request::builder().method(method).uri(uri);
+        if let Some(t) = bearer {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = match body {
+            Some(b) => req.header(header::CONTENT_TYPE, "application/json").body(Body::from(b)),
+            None => req.body(Body::empty()),
+        }
+        .unwrap();
+        let res = self.router.clone().oneshot(req).await.unwrap();
+        let status = res.status();
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        let value =
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({ "raw": String::from_utf8_lossy(&bytes) }));
+        (status, value)
+    }
+
+    async fn put(&self, id_path: &str, body: &Value) -> (StatusCode, Value) {
+        self.call(Method::PUT, &format!("/deployments/{id_path}"), Some(&all()), Some(body.to_string().into_bytes()))
+            .await
+    }
+
+    async fn count(&self, table: &str) -> i64 {
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+            .fetch_one(&self.db)
+            .await
+            .unwrap()
+    }
+}
+
+fn assert_error_shape(body: &Value, code: &str) {
+    assert_eq!(body["error"], code, "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(body.get("details").is_some(), "{body}");
+}
+
+/// Percent-encodes a path segment the way a front-end's encodeURIComponent does.
+fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn every_valid_deployment_id_is_accepted_and_stored_as_given() {
+    let h = harness().await;
+    let ids = case("deployment-ids.json");
+    for id in ids["valid"].as_array().unwrap() {
+        let id = id.as_str().unwrap();
+        let (status, body) = h.put(&encode(id), &json!({ "configuration": demo() })).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{id}: {body}");
+        assert_eq!(body["deployment_id"], id);
+        assert!(body["build_id"].as_str().unwrap().starts_with(&format!("{id}.")));
+        let (status, read) = h.call(Method::GET, &format!("/deployments/{}", encode(id)), Some(&all()), None).await;
+        assert_eq!(status, StatusCode::OK, "{id}: {read}");
+        assert_eq!(read["id"], id);
+        assert_eq!(read["state"], "building");
+    }
+}
+
+#[tokio::test]
+async fn every_invalid_deployment_id_is_refused_and_writes_nothing() {
+    let h = harness().await;
+    let ids = case("deployment-ids.json");
+    for id in ids["invalid"].as_array().unwrap() {
+        let id = id.as_str().unwrap();
+        for method in [Method::PUT, Method::GET, Method::DELETE] {
+            let body = (method == Method::PUT).then(|| json!({ "configuration": demo() }).to_string().into_bytes());
+            let (status, answer) =
+                h.call(method.clone(), &format!("/deployments/{}", encode(id)), Some(&all()), body).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{method} {id:?}: {answer}");
+            assert_error_shape(&answer, "invalid_deployment_id");
+        }
+    }
+    assert_eq!(h.count("deployments").await, 0);
+    assert_eq!(h.count("builds").await, 0);
+    assert_eq!(h.count("Jobs").await, 0);
+}
+
+#[tokio::test]
+async fn every_valid_slug_gives_a_fresh_label_and_every_invalid_one_is_refused() {
+    let h = harness().await;
+    let slugs = case("slugs.json");
+    for pair in slugs["valid"].as_array().unwrap() {
+        let (slug, prefix) = (pair[0].as_str().unwrap(), pair[1].as_str().unwrap());
+        let (status, body) =
+            h.call(Method::POST, "/labels", None, Some(json!({ "slug": slug }).to_string().into_bytes())).await;
+        assert_eq!(status, StatusCode::OK, "{slug}: {body}");
+        let label = body["label"].as_str().unwrap();
+        let (head, suffix) = label.rsplit_once('-').unwrap();
+        assert_eq!(head, prefix, "{slug}");
+        assert_eq!(suffix.len(), 6);
+        assert!(suffix.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()), "{label}");
+    }
+    for slug in slugs["invalid"].as_array().unwrap() {
+        let (status, body) =
+            h.call(Method::POST, "/labels", None, Some(json!({ "slug": slug }).to_string().into_bytes())).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{slug}: {body}");
+        assert_error_shape(&body, "invalid_slug");
+    }
+}
+
+#[tokio::test]
+async fn a_configuration_that_fails_the_schema_lists_every_path_and_stores_nothing() {
+    let h = harness().await;
+    let mut config = demo();
+    config["applications"]["mastodon"]["enable"] = json!("yes");
+    config["applications"]["peertube"]["unknownOption"] = json!(1);
+    config["stray"] = json!(true);
+    let (status, body) = h.put("demo", &json!({ "configuration": config })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_error_shape(&body, "invalid_configuration");
+    let paths: Vec<&str> =
+        body["details"]["problems"].as_array().unwrap().iter().map(|p| p["path"].as_str().unwrap()).collect();
+    for want in ["/applications/mastodon/enable", "/applications/peertube/unknownOption", "/stray"] {
+        assert!(paths.contains(&want), "{want} missing from {paths:?}");
+    }
+    assert_eq!(h.count("deployments").await, 0);
+    assert_eq!(h.count("builds").await, 0);
+    assert_eq!(h.count("Jobs").await, 0);
+}
+
+#[tokio::test]
+async fn a_secret_value_without_openbao_is_an_invalid_configuration() {
+    let h = harness().await;
+    let schema: Value = h.call(Method::GET, "/schema", None, None).await.1;
+    let meta: Value = serde_json::from_str(slipway_api::default_source::META).unwrap();
+    let (app, field) = meta["applications"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find_map(|(k, v)| {
+            v["secrets"].as_array().and_then(|s| s.first()).map(|f| (k.clone(), f.as_str().unwrap().to_owned()))
+        })
+        .expect("the built-in source has a secret field");
+    assert!(schema.to_string().contains("writeOnly"));
+    let mut config = demo();
+    config["applications"][&app]["enable"] = json!(true);
+    config["applications"][&app][&field] = json!("not-to-be-stored");
+    let (status, body) = h.put("demo", &json!({ "configuration": config })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_error_shape(&body, "invalid_configuration");
+    assert!(!body.to_string().contains("not-to-be-stored"), "the secret is echoed: {body}");
+    assert_eq!(h.count("deployments").await, 0);
+}
+
+#[tokio::test]
+async fn missing_expired_and_forged_tokens_are_unauthorized() {
+    let h = harness().await;
+    let body = || Some(json!({ "configuration": demo() }).to_string().into_bytes());
+    let expired = token(&["*"], -3600, SECRET);
+    let forged = token(&["*"], 3600, "another-secret-of-at-least-32-bytes!");
+    for bearer in [None, Some(expired.as_str()), Some(forged.as_str()), Some("not.a.jwt")] {
+        let (status, answer) = h.call(Method::PUT, "/deployments/demo", bearer, body()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{bearer:?}: {answer}");
+        assert_error_shape(&answer, "unauthorized");
+    }
+    assert_eq!(h.count("deployments").await, 0);
+}
+
+#[tokio::test]
+async fn a_token_without_the_id_in_scope_is_forbidden() {
+    let h = harness().await;
+    let other = token(&["other"], 3600, SECRET);
+    let (status, body) = h
+        .call(
+            Method::PUT,
+            "/deployments/demo",
+            Some(&other),
+            Some(json!({ "configuration": demo() }).to_string().into_bytes()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_error_shape(&body, "forbidden");
+    assert_eq!(h.count("deployments").await, 0);
+    let (status, _) = h.call(Method::GET, "/deployments/demo", Some(&other), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn an_unknown_deployment_is_not_found_on_read_and_delete() {
+    let h = harness().await;
+    for (method, uri) in [
+        (Method::GET, "/deployments/nobody"),
+        (Method::DELETE, "/deployments/nobody"),
+        (Method::GET, "/sbom-list/nobody"),
+        (Method::GET, "/builds/nobody.20260101T000000Z.abcdef"),
+    ] {
+        let (status, body) = h.call(method.clone(), uri, Some(&all()), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {uri}: {body}");
+        assert_error_shape(&body, "not_found");
+    }
+}
+
+#[tokio::test]
+async fn a_malformed_json_body_gets_the_json_error_shape() {
+    let h = harness().await;
+    let (status, body) =
+        h.call(Method::PUT, "/deployments/demo", Some(&all()), Some(b"{\"configuration\": ".to_vec())).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_error_shape(&body, "malformed_json");
+    let (status, body) =
+        h.call(Method::PUT, "/deployments/demo", Some(&all()), Some(b"{\"config\": {}}".to_vec())).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_error_shape(&body, "invalid_request");
+}
+
+#[tokio::test]
+async fn a_submit_stores_the_build_and_its_job_together_and_a_second_waits_its_turn() {
+    let h = harness().await;
+    let (s1, first) = h.put("demo", &json!({ "configuration": demo() })).await;
+    let (s2, second) = h.put("demo", &json!({ "configuration": demo() })).await;
+    assert_eq!((s1, s2), (StatusCode::ACCEPTED, StatusCode::ACCEPTED));
+    assert_ne!(first["build_id"], second["build_id"]);
+    assert_eq!(h.count("builds").await, 2);
+    // ST-2: only the first build of the deployment is handed to the queue.
+    assert_eq!(h.count("Jobs").await, 1);
+    let (_, builds) = h.call(Method::GET, "/deployments/demo/builds", Some(&all()), None).await;
+    let ids: Vec<&str> = builds["builds"].as_array().unwrap().iter().map(|b| b["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [second["build_id"].as_str().unwrap(), first["build_id"].as_str().unwrap()]);
+}
+
+#[tokio::test]
+async fn a_deployment_read_gives_domain_and_instances_from_the_source_meta() {
+    let h = harness().await;
+    h.put("demo", &json!({ "configuration": demo() })).await;
+    let (_, read) = h.call(Method::GET, "/deployments/demo", Some(&all()), None).await;
+    assert_eq!(read["domain"], demo()["domain"]);
+    let meta: Value = serde_json::from_str(slipway_api::default_source::META).unwrap();
+    let names: Vec<&str> = read["instances"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap()).collect();
+    for (app, _) in meta["applications"].as_object().unwrap() {
+        let enabled = demo()["applications"][app]["enable"].as_bool().unwrap_or(false);
+        assert_eq!(names.contains(&app.as_str()), enabled, "{app} in {names:?}");
+    }
+    for c in meta["catalog"].as_array().unwrap() {
+        assert!(names.contains(&c["name"].as_str().unwrap()), "catalog component {c} is always on");
+    }
+    for i in read["instances"].as_array().unwrap() {
+        assert_eq!(i["url"], format!("https://{}/", i["domain"].as_str().unwrap()));
+    }
+    assert_eq!(read["deployed_instances"], json!([]));
+}
+
+#[tokio::test]
+async fn deleting_twice_answers_the_same_destroy() {
+    let h = harness().await;
+    h.put("demo", &json!({ "configuration": demo() })).await;
+    let (s1, a) = h.call(Method::DELETE, "/deployments/demo", Some(&all()), None).await;
+    let (s2, b) = h.call(Method::DELETE, "/deployments/demo", Some(&all()), None).await;
+    assert_eq!((s1, s2), (StatusCode::ACCEPTED, StatusCode::ACCEPTED));
+    assert_eq!(a["build_id"], b["build_id"]);
+    assert_eq!(a["state"], "destroying");
+}
+
+#[tokio::test]
+async fn the_public_schema_serves_the_whole_schema_and_each_application() {
+    let h = harness().await;
+    let (status, schema) = h.call(Method::GET, "/schema", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
+    let apps: Value = serde_json::from_str(slipway_api::default_source::APPLICATIONS).unwrap();
+    for (name, want) in apps.as_object().unwrap() {
+        let (status, got) = h.call(Method::GET, &format!("/schema?application={name}"), None, None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(&got, want);
+    }
+    let (status, body) = h.call(Method::GET, "/schema?application=nope", None, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_error_shape(&body, "not_found");
+}
+
+#[tokio::test]
+async fn an_explicit_module_source_outside_the_allowlist_is_refused() {
+    let h = harness().await;
+    let body = json!({ "configuration": demo(), "module_source": "git+https://evil.example/x?ref=main" });
+    let (status, answer) = h.put("demo", &body).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{answer}");
+    assert_error_shape(&answer, "source_not_allowed");
+    let body = json!({ "configuration": demo(), "module_source": "ftp://x" });
+    let (status, answer) = h.put("demo", &body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert_error_shape(&answer, "invalid_module_source");
+    assert_eq!(h.count("deployments").await, 0);
+}
