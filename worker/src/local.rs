@@ -1,0 +1,114 @@
+//! `slipway-worker run`: one job in-process (§11, seed 001 "Use Cases").
+//!
+//! The source's outputs are built with Nix, the configuration is checked the
+//! way a submit checks it, and the build is stored in a throw-away database
+//! and run by the same job body as the fleet (`slipway_jobs::jobs::build::run`).
+//! Provider state stays under `SLIPWAY_STATE_DIR`, so a later `run destroy`
+//! of the same deployment id removes what `run deploy` made.
+
+use crate::{LocalJob, Output};
+use slipway_jobs::config::Config;
+use slipway_jobs::id::DeploymentId;
+use slipway_jobs::jobs::build::{self, Ran};
+use slipway_jobs::jobs::{BuildJob, Ctx};
+use slipway_jobs::source::ModuleSource;
+use slipway_jobs::state::{BuildKind, BuildStatus};
+use slipway_jobs::submit::{self, SecretStore};
+use slipway_jobs::validate::Checker;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Exit code for input that was refused before anything ran.
+const INVALID_INPUT: u8 = 2;
+
+fn refuse(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("slipway-worker run: {msg}");
+    ExitCode::from(INVALID_INPUT)
+}
+
+/// Runs one deploy or destroy and prints its report; exit 0 on success, 1 on
+/// a failed build, 2 on refused input.
+pub async fn run(
+    config: Config,
+    job: LocalJob,
+    source: &str,
+    file: &Path,
+    deployment: &str,
+    output: Output,
+) -> ExitCode {
+    let id = match DeploymentId::parse(deployment) {
+        Ok(id) => id,
+        Err(e) => return refuse(e),
+    };
+    let dir = match ModuleSource::parse(source) {
+        Ok(ModuleSource::Path(dir)) => dir,
+        Ok(other) => return refuse(format!("{other}: local runs take a path: source")),
+        Err(e) => return refuse(e),
+    };
+    let dir = match std::fs::canonicalize(&dir) {
+        Ok(d) => d,
+        Err(e) => return refuse(format!("module source folder {}: {e}", dir.display())),
+    };
+    let configuration: serde_json::Value = match std::fs::read_to_string(file)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("not JSON: {e}")))
+    {
+        Ok(v) => v,
+        Err(e) => return refuse(format!("configuration {}: {e}", file.display())),
+    };
+    let (nix_dir, deadline) = (dir.clone(), config.nix_timeout);
+    let outputs = match tokio::task::spawn_blocking(move || slipway_jobs::nix::build_outputs(&nix_dir, deadline)).await
+    {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return refuse(format!("module source {}: {e}", dir.display())),
+        Err(e) => return refuse(e),
+    };
+    let checker = match Checker::new(outputs) {
+        Ok(c) => c,
+        Err(e) => return refuse(e),
+    };
+    let scratch = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => return refuse(format!("cannot create a scratch folder: {e}")),
+    };
+    let db = match slipway_jobs::store::open_sqlite(&scratch.path().join("run.db")).await {
+        Ok(db) => db,
+        Err(e) => return refuse(e),
+    };
+    let source_ref = format!("path:{}", dir.display());
+    let secret_store =
+        if config.openbao_addr.is_some() { SecretStore::Unsupported } else { SecretStore::NotConfigured };
+    let kind = match job {
+        LocalJob::Deploy => BuildKind::Deploy,
+        LocalJob::Destroy => BuildKind::Destroy,
+    };
+    let accepted =
+        match submit::check_and_queue(&db, &checker, secret_store, &id, configuration, Some(&source_ref), kind).await {
+            Ok(a) => a,
+            Err(submit::SubmitError::InvalidConfiguration(problems)) => {
+                eprintln!("slipway-worker run: the configuration is not valid for {source}:");
+                for p in problems {
+                    eprintln!("  {} ({}): {}", if p.path.is_empty() { "/" } else { &p.path }, p.kind, p.message);
+                }
+                return ExitCode::from(INVALID_INPUT);
+            }
+            Err(e) => return refuse(e),
+        };
+    let build_id = accepted.build_id;
+    let ctx = Ctx { db, config: Arc::new(config), worker: format!("local-{}", std::process::id()), echo_log: true };
+    let report = match build::run(BuildJob { build_id }, &ctx).await {
+        Ok(Ran::Finished(report)) => report,
+        Ok(other) => return refuse(format!("the build did not run: {other:?}")),
+        Err(e) => return refuse(e),
+    };
+    match output {
+        Output::Text => print!("{}", report.to_text()),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report).expect("report serialises")),
+    }
+    if report.status == BuildStatus::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,98 @@
+//! `slipway-worker`: the apalis worker fleet (`work`) and local single-job
+//! runs (`run`). All Nix runs here (PRODUCT.md §1, §6, §11).
+
+mod local;
+mod work;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use slipway_jobs::config::Config;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "slipway-worker", version, about = "Runs Slipway's deploy and destroy jobs.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs deploy and destroy jobs from the queue until Ctrl-C (SIGINT or SIGTERM).
+    Work {
+        /// Name prefix of this worker; the host, process id and a random suffix are appended so every process is unique.
+        #[arg(long, default_value = "worker")]
+        name: String,
+        /// Concurrent builds (default: BUILD_SLOTS).
+        #[arg(long)]
+        slots: Option<u32>,
+    },
+    /// Runs one job in-process, without the queue, through the same job body as the fleet, and prints its run report.
+    Run {
+        /// Which job.
+        job: LocalJob,
+        /// The module source (`path:<dir>`).
+        #[arg(long)]
+        source: String,
+        /// The configuration JSON file.
+        #[arg(long)]
+        config: PathBuf,
+        /// The deployment id the run acts for.
+        #[arg(long, default_value = "local")]
+        deployment: String,
+        /// Report format.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+}
+
+/// A job `run` can run.
+#[derive(Clone, Copy, ValueEnum)]
+enum LocalJob {
+    /// Deploy the configuration.
+    Deploy,
+    /// Destroy what a deploy of this deployment id made.
+    Destroy,
+}
+
+/// How `run` prints its report.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    /// For people.
+    Text,
+    /// The report as JSON.
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLIPWAY_LOG")
+                .unwrap_or_else(|_| "info,sqlx=warn,apalis=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("slipway-worker: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime starts");
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Work { name, slots } => match work::run(config, &name, slots).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("slipway-worker: {e:#}");
+                    ExitCode::FAILURE
+                }
+            },
+            Command::Run { job, source, config: file, deployment, output } => {
+                local::run(config, job, &source, &file, &deployment, output).await
+            }
+        }
+    })
+}

@@ -1,0 +1,76 @@
+//! `slipway-worker work`: the apalis adapter around `slipway_jobs::jobs`.
+//!
+//! apalis traps handled here (see `../shared/design/STACK-NOTES.md`): the queue
+//! name is set explicitly; every process gets a unique worker name; the
+//! heartbeat and missed-beat window are set explicitly so a dead worker's
+//! build is picked up again within `2 × SLIPWAY_HEARTBEAT`; idle workers poll
+//! every 250 ms (SQLite's update hook only sees its own process); no apalis
+//! timeout or catch-panic layer is used: deadlines live in the job body,
+//! which always records an outcome.
+
+use anyhow::Context as _;
+use apalis::prelude::*;
+use apalis_sqlite::SqliteStorage;
+use slipway_jobs::config::Config;
+use slipway_jobs::jobs::{build, BuildJob, Ctx, BUILDS_QUEUE};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often an idle worker looks for new builds.
+const POLL_EVERY: Duration = Duration::from_millis(250);
+
+/// A name no other process has: `<prefix>-<host>-<pid>-<random>`.
+fn unique_name(prefix: &str) -> String {
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into());
+    format!(
+        "{prefix}-{host}-{}-{}",
+        std::process::id(),
+        ulid::Ulid::generate().to_string().to_lowercase().split_at(20).1
+    )
+}
+
+/// The apalis handler: adapts a queued [`BuildJob`] to [`build::run`].
+async fn handle(job: BuildJob, ctx: Data<Ctx>) -> Result<(), BoxDynError> {
+    match build::run(job, &ctx).await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            tracing::error!(error = %e, "build job could not record its outcome; it will be handed out again");
+            Err(Box::new(e))
+        }
+    }
+}
+
+/// Runs the worker until SIGINT or SIGTERM.
+pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Result<()> {
+    let db = slipway_jobs::store::open(&config).await.context("opening the database")?;
+    let slots = slots.unwrap_or(config.build_slots) as usize;
+    let name = unique_name(prefix);
+    let storage_config = apalis_sqlite::Config::default()
+        .queue(BUILDS_QUEUE)
+        .batch_size(slots)
+        .heartbeat_interval(config.heartbeat)
+        .missed_heartbeats(2);
+    let ctx = Ctx { db: db.clone(), config: Arc::new(config), worker: name.clone(), echo_log: false };
+    tracing::info!(worker.name = %name, slots, "worker started");
+    let shutdown = async {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down: running builds finish first");
+        Ok(())
+    };
+    Monitor::new()
+        .register(move |_restarts| {
+            let storage = SqliteStorage::<BuildJob>::new(&db)
+                .with_config(storage_config.clone())
+                .poll_with_strategy(Strategy::new().interval(POLL_EVERY));
+            WorkerBuilder::new(name.clone()).backend(storage).data(ctx.clone()).concurrency(slots).build(handle)
+        })
+        .run_with_signal(shutdown)
+        .await
+        .context("the worker stopped with an error")?;
+    Ok(())
+}
