@@ -1,0 +1,39 @@
+"""Small JSON helpers for the shell scripts: `view.py <what> [args]`, JSON on stdin."""
+import json
+import sys
+
+
+def main():
+    what, args = sys.argv[1], sys.argv[2:]
+    if what == "submit-body":
+        print(json.dumps({"configuration": json.load(open(args[0]))}))
+        return
+    d = json.load(sys.stdin)
+    if what == "get":
+        # get KEY[.KEY...]: prints one field ("" when absent)
+        for key in args[0].split("."):
+            d = d.get(key) if isinstance(d, dict) else None
+        print("" if d is None else d)
+    elif what == "deployment":
+        b = d.get("last_build") or {}
+        print(f"state:  {d['state']}")
+        print(f"domain: {d['domain']}")
+        print(f"build:  {b.get('id')} ({b.get('status')})")
+        print("instances:")
+        for i in d["deployed_instances"]:
+            print(f"  {i['name']:<10} {i['url']:<40} section {i['section'] or '-'}")
+    elif what == "sbom-list":
+        for n in d["nodes"]:
+            print(f"  {n['node']:<10} {n['status']:<12} from {n['build_id']}")
+    elif what == "sbom-nodes":
+        print(" ".join(n["node"] for n in d["nodes"] if n["status"] == "ready"))
+    elif what == "report-nodes":
+        print(len(d["report"]["nodes"]))
+    elif what == "components":
+        assert d.get("bomFormat") == "CycloneDX", "not a CycloneDX document"
+        print(len(d["components"]))
+    else:
+        sys.exit(f"view.py: unknown view {what}")
+
+
+main()
