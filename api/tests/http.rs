@@ -358,3 +358,40 @@ async fn an_explicit_module_source_outside_the_allowlist_is_refused() {
     assert_error_shape(&answer, "invalid_module_source");
     assert_eq!(h.count("deployments").await, 0);
 }
+
+/// Moves the value at `to` back to `from` (both under `applications.mastodon`).
+fn unmigrate(config: &mut Value, to: &str, from: &str) {
+    let app = config["applications"]["mastodon"].as_object_mut().unwrap();
+    let v = app.remove(to).unwrap();
+    app.insert(from.to_owned(), v);
+}
+
+#[tokio::test]
+async fn a_configuration_in_an_old_shape_is_migrated_along_rename_chains_before_it_is_stored() {
+    let h = harness().await;
+    let mut old = demo();
+    // Chains of the built-in renames.json: applications.*.domainName → domain → subdomain,
+    // and mastodon email → contactEmail → adminEmail.
+    unmigrate(&mut old, "subdomain", "domainName");
+    unmigrate(&mut old, "adminEmail", "email");
+    let (status, body) = h.put("demo", &json!({ "configuration": old })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let (_, read) = h.call(Method::GET, "/deployments/demo", Some(&all()), None).await;
+    assert_eq!(read["configuration"], demo());
+}
+
+#[tokio::test]
+async fn a_rename_whose_target_is_taken_is_named_in_the_errors_and_nothing_is_stored() {
+    let h = harness().await;
+    let mut both = demo();
+    both["applications"]["mastodon"]["domainName"] = json!("old");
+    let (status, body) = h.put("demo", &json!({ "configuration": both })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let problems = body["details"]["problems"].as_array().unwrap();
+    let skipped: Vec<&Value> = problems.iter().filter(|p| p["kind"] == "skipped_rename").collect();
+    assert_eq!(skipped.len(), 1, "{body}");
+    // The chain moved domainName one step (to domain); the next step's target is taken.
+    assert!(skipped[0]["path"].as_str().unwrap().starts_with("/applications/mastodon/domain"), "{body}");
+    assert!(skipped[0]["message"].as_str().unwrap().contains("subdomain"), "{body}");
+    assert_eq!(h.count("deployments").await, 0);
+}
