@@ -4,9 +4,13 @@ use crate::auth::{Claims, Verifier};
 use crate::error::ApiError;
 use crate::routes;
 use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts};
+use axum::extract::{Request, State};
+use axum::handler::Handler;
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, Method};
-use axum::routing::{get, post};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
 use axum::Router;
 use slipway_jobs::config::Config;
 use slipway_jobs::store::Db;
@@ -92,8 +96,28 @@ impl Auth {
     }
 }
 
+/// past `QUEUE_SIZE` queued builds a submit is refused with
+/// `503 queue_full` before its body is read.
+async fn admission(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    let queued = async {
+        let mut conn = app.db.acquire().await?;
+        slipway_jobs::store::builds::queued_count(&mut conn).await
+    };
+    match queued.await {
+        Ok(n) if n >= i64::from(app.config.queue_size) => ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "queue_full",
+            format!("{n} builds are waiting for a worker (QUEUE_SIZE {}); try again later", app.config.queue_size),
+        )
+        .into_response(),
+        Ok(_) => next.run(request).await,
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
 /// The router with every route of this release, CORS, body limit and tracing.
 pub fn app(state: AppState) -> Router {
+    let submit = routes::deployments::submit.layer(middleware::from_fn_with_state(state.clone(), admission));
     let origins: Vec<HeaderValue> = state.config.allowed_origins.iter().filter_map(|o| o.parse().ok()).collect();
     let cors = CorsLayer::new()
         .allow_origin(AllowOrigin::list(origins))
@@ -110,7 +134,7 @@ pub fn app(state: AppState) -> Router {
         )
         .route(
             "/deployments/{id}",
-            get(routes::deployments::show).put(routes::deployments::submit).delete(routes::deployments::delete),
+            get(routes::deployments::show).merge(put(submit)).delete(routes::deployments::delete),
         )
         .route("/deployments/{id}/builds", get(routes::deployments::builds))
         .route("/builds/{id}", get(routes::builds::show))

@@ -9,6 +9,8 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use slipway_api::{app, AppState};
 use slipway_jobs::config::Config;
+use slipway_jobs::store::{Engine, Q};
+use slipway_jobs::test_support::TestDatabase;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tower::ServiceExt;
@@ -31,20 +33,25 @@ fn demo() -> Value {
 struct Harness {
     router: Router,
     db: slipway_jobs::store::Db,
-    _dir: tempfile::TempDir,
+    _database: TestDatabase,
 }
 
-async fn harness() -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let keys = BTreeMap::from([
-        ("DATABASE_URL".to_owned(), format!("sqlite://{}", dir.path().join("t.db").display())),
-        ("SLIPWAY_STATE_DIR".to_owned(), dir.path().display().to_string()),
+async fn harness(engine: Engine) -> Harness {
+    harness_with(engine, &[]).await
+}
+
+async fn harness_with(engine: Engine, extra: &[(&str, &str)]) -> Harness {
+    let database = TestDatabase::new(engine).await;
+    let mut keys = BTreeMap::from([
+        ("DATABASE_URL".to_owned(), database.url.clone()),
+        ("SLIPWAY_STATE_DIR".to_owned(), database.path("state").display().to_string()),
         ("SLIPWAY_JWT_SECRET".to_owned(), SECRET.to_owned()),
     ]);
+    keys.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let config = Config::from_keys(&keys).unwrap();
     let db = slipway_jobs::store::open(&config).await.unwrap();
     let state = AppState::new(config, db.clone()).unwrap();
-    Harness { router: app(state), db, _dir: dir }
+    Harness { router: app(state), db, _database: database }
 }
 
 fn token(deployments: &[&str], exp_offset: i64, secret: &str) -> String {
@@ -92,11 +99,15 @@ impl Harness {
             .await
     }
 
+    /// Rows in one of our tables, or in apalis's job table for `"jobs"`.
     async fn count(&self, table: &str) -> i64 {
-        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
-            .fetch_one(&self.db)
-            .await
-            .unwrap()
+        let table = match (table, self.db.engine()) {
+            ("jobs", Engine::Sqlite) => "Jobs",
+            ("jobs", Engine::Postgres) => "apalis.jobs",
+            (t, _) => t,
+        };
+        let mut conn = self.db.acquire().await.unwrap();
+        Q::new(format!("SELECT COUNT(*) AS n FROM {table}")).fetch_one(&mut conn).await.unwrap().int("n").unwrap()
     }
 }
 
@@ -117,9 +128,8 @@ fn encode(segment: &str) -> String {
         .collect()
 }
 
-#[tokio::test]
-async fn every_valid_deployment_id_is_accepted_and_stored_as_given() {
-    let h = harness().await;
+async fn every_valid_deployment_id_is_accepted_and_stored_as_given(engine: Engine) {
+    let h = harness(engine).await;
     let ids = case("deployment-ids.json");
     for id in ids["valid"].as_array().unwrap() {
         let id = id.as_str().unwrap();
@@ -134,9 +144,8 @@ async fn every_valid_deployment_id_is_accepted_and_stored_as_given() {
     }
 }
 
-#[tokio::test]
-async fn every_invalid_deployment_id_is_refused_and_writes_nothing() {
-    let h = harness().await;
+async fn every_invalid_deployment_id_is_refused_and_writes_nothing(engine: Engine) {
+    let h = harness(engine).await;
     let ids = case("deployment-ids.json");
     for id in ids["invalid"].as_array().unwrap() {
         let id = id.as_str().unwrap();
@@ -150,12 +159,11 @@ async fn every_invalid_deployment_id_is_refused_and_writes_nothing() {
     }
     assert_eq!(h.count("deployments").await, 0);
     assert_eq!(h.count("builds").await, 0);
-    assert_eq!(h.count("Jobs").await, 0);
+    assert_eq!(h.count("jobs").await, 0);
 }
 
-#[tokio::test]
-async fn every_valid_slug_gives_a_fresh_label_and_every_invalid_one_is_refused() {
-    let h = harness().await;
+async fn every_valid_slug_gives_a_fresh_label_and_every_invalid_one_is_refused(engine: Engine) {
+    let h = harness(engine).await;
     let slugs = case("slugs.json");
     for pair in slugs["valid"].as_array().unwrap() {
         let (slug, prefix) = (pair[0].as_str().unwrap(), pair[1].as_str().unwrap());
@@ -176,9 +184,8 @@ async fn every_valid_slug_gives_a_fresh_label_and_every_invalid_one_is_refused()
     }
 }
 
-#[tokio::test]
-async fn a_configuration_that_fails_the_schema_lists_every_path_and_stores_nothing() {
-    let h = harness().await;
+async fn a_configuration_that_fails_the_schema_lists_every_path_and_stores_nothing(engine: Engine) {
+    let h = harness(engine).await;
     let mut config = demo();
     config["applications"]["mastodon"]["enable"] = json!("yes");
     config["applications"]["peertube"]["unknownOption"] = json!(1);
@@ -193,12 +200,11 @@ async fn a_configuration_that_fails_the_schema_lists_every_path_and_stores_nothi
     }
     assert_eq!(h.count("deployments").await, 0);
     assert_eq!(h.count("builds").await, 0);
-    assert_eq!(h.count("Jobs").await, 0);
+    assert_eq!(h.count("jobs").await, 0);
 }
 
-#[tokio::test]
-async fn a_secret_value_without_openbao_is_an_invalid_configuration() {
-    let h = harness().await;
+async fn a_secret_value_without_openbao_is_an_invalid_configuration(engine: Engine) {
+    let h = harness(engine).await;
     let schema: Value = h.call(Method::GET, "/schema", None, None).await.1;
     let meta: Value = serde_json::from_str(slipway_api::default_source::META).unwrap();
     let (app, field) = meta["applications"]
@@ -220,9 +226,8 @@ async fn a_secret_value_without_openbao_is_an_invalid_configuration() {
     assert_eq!(h.count("deployments").await, 0);
 }
 
-#[tokio::test]
-async fn missing_expired_and_forged_tokens_are_unauthorized() {
-    let h = harness().await;
+async fn missing_expired_and_forged_tokens_are_unauthorized(engine: Engine) {
+    let h = harness(engine).await;
     let body = || Some(json!({ "configuration": demo() }).to_string().into_bytes());
     let expired = token(&["*"], -3600, SECRET);
     let forged = token(&["*"], 3600, "another-secret-of-at-least-32-bytes!");
@@ -234,9 +239,8 @@ async fn missing_expired_and_forged_tokens_are_unauthorized() {
     assert_eq!(h.count("deployments").await, 0);
 }
 
-#[tokio::test]
-async fn a_token_without_the_id_in_scope_is_forbidden() {
-    let h = harness().await;
+async fn a_token_without_the_id_in_scope_is_forbidden(engine: Engine) {
+    let h = harness(engine).await;
     let other = token(&["other"], 3600, SECRET);
     let (status, body) = h
         .call(
@@ -253,9 +257,8 @@ async fn a_token_without_the_id_in_scope_is_forbidden() {
     assert_eq!(status, StatusCode::FORBIDDEN);
 }
 
-#[tokio::test]
-async fn an_unknown_deployment_is_not_found_on_read_and_delete() {
-    let h = harness().await;
+async fn an_unknown_deployment_is_not_found_on_read_and_delete(engine: Engine) {
+    let h = harness(engine).await;
     for (method, uri) in [
         (Method::GET, "/deployments/nobody"),
         (Method::DELETE, "/deployments/nobody"),
@@ -268,9 +271,8 @@ async fn an_unknown_deployment_is_not_found_on_read_and_delete() {
     }
 }
 
-#[tokio::test]
-async fn a_malformed_json_body_gets_the_json_error_shape() {
-    let h = harness().await;
+async fn a_malformed_json_body_gets_the_json_error_shape(engine: Engine) {
+    let h = harness(engine).await;
     let (status, body) =
         h.call(Method::PUT, "/deployments/demo", Some(&all()), Some(b"{\"configuration\": ".to_vec())).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
@@ -281,24 +283,22 @@ async fn a_malformed_json_body_gets_the_json_error_shape() {
     assert_error_shape(&body, "invalid_request");
 }
 
-#[tokio::test]
-async fn a_submit_stores_the_build_and_its_job_together_and_a_second_waits_its_turn() {
-    let h = harness().await;
+async fn a_submit_stores_the_build_and_its_job_together_and_a_second_waits_its_turn(engine: Engine) {
+    let h = harness(engine).await;
     let (s1, first) = h.put("demo", &json!({ "configuration": demo() })).await;
     let (s2, second) = h.put("demo", &json!({ "configuration": demo() })).await;
     assert_eq!((s1, s2), (StatusCode::ACCEPTED, StatusCode::ACCEPTED));
     assert_ne!(first["build_id"], second["build_id"]);
     assert_eq!(h.count("builds").await, 2);
     // ST-2: only the first build of the deployment is handed to the queue.
-    assert_eq!(h.count("Jobs").await, 1);
+    assert_eq!(h.count("jobs").await, 1);
     let (_, builds) = h.call(Method::GET, "/deployments/demo/builds", Some(&all()), None).await;
     let ids: Vec<&str> = builds["builds"].as_array().unwrap().iter().map(|b| b["id"].as_str().unwrap()).collect();
     assert_eq!(ids, [second["build_id"].as_str().unwrap(), first["build_id"].as_str().unwrap()]);
 }
 
-#[tokio::test]
-async fn a_deployment_read_gives_domain_and_instances_from_the_source_meta() {
-    let h = harness().await;
+async fn a_deployment_read_gives_domain_and_instances_from_the_source_meta(engine: Engine) {
+    let h = harness(engine).await;
     h.put("demo", &json!({ "configuration": demo() })).await;
     let (_, read) = h.call(Method::GET, "/deployments/demo", Some(&all()), None).await;
     assert_eq!(read["domain"], demo()["domain"]);
@@ -317,9 +317,8 @@ async fn a_deployment_read_gives_domain_and_instances_from_the_source_meta() {
     assert_eq!(read["deployed_instances"], json!([]));
 }
 
-#[tokio::test]
-async fn deleting_twice_answers_the_same_destroy() {
-    let h = harness().await;
+async fn deleting_twice_answers_the_same_destroy(engine: Engine) {
+    let h = harness(engine).await;
     h.put("demo", &json!({ "configuration": demo() })).await;
     let (s1, a) = h.call(Method::DELETE, "/deployments/demo", Some(&all()), None).await;
     let (s2, b) = h.call(Method::DELETE, "/deployments/demo", Some(&all()), None).await;
@@ -328,9 +327,8 @@ async fn deleting_twice_answers_the_same_destroy() {
     assert_eq!(a["state"], "destroying");
 }
 
-#[tokio::test]
-async fn the_public_schema_serves_the_whole_schema_and_each_application() {
-    let h = harness().await;
+async fn the_public_schema_serves_the_whole_schema_and_each_application(engine: Engine) {
+    let h = harness(engine).await;
     let (status, schema) = h.call(Method::GET, "/schema", None, None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
@@ -345,9 +343,8 @@ async fn the_public_schema_serves_the_whole_schema_and_each_application() {
     assert_error_shape(&body, "not_found");
 }
 
-#[tokio::test]
-async fn an_explicit_module_source_outside_the_allowlist_is_refused() {
-    let h = harness().await;
+async fn an_explicit_module_source_outside_the_allowlist_is_refused(engine: Engine) {
+    let h = harness(engine).await;
     let body = json!({ "configuration": demo(), "module_source": "git+https://evil.example/x?ref=main" });
     let (status, answer) = h.put("demo", &body).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{answer}");
@@ -366,9 +363,8 @@ fn unmigrate(config: &mut Value, to: &str, from: &str) {
     app.insert(from.to_owned(), v);
 }
 
-#[tokio::test]
-async fn a_configuration_in_an_old_shape_is_migrated_along_rename_chains_before_it_is_stored() {
-    let h = harness().await;
+async fn a_configuration_in_an_old_shape_is_migrated_along_rename_chains_before_it_is_stored(engine: Engine) {
+    let h = harness(engine).await;
     let mut old = demo();
     // Chains of the built-in renames.json: applications.*.domainName → domain → subdomain,
     // and mastodon email → contactEmail → adminEmail.
@@ -380,9 +376,8 @@ async fn a_configuration_in_an_old_shape_is_migrated_along_rename_chains_before_
     assert_eq!(read["configuration"], demo());
 }
 
-#[tokio::test]
-async fn a_rename_whose_target_is_taken_is_named_in_the_errors_and_nothing_is_stored() {
-    let h = harness().await;
+async fn a_rename_whose_target_is_taken_is_named_in_the_errors_and_nothing_is_stored(engine: Engine) {
+    let h = harness(engine).await;
     let mut both = demo();
     both["applications"]["mastodon"]["domainName"] = json!("old");
     let (status, body) = h.put("demo", &json!({ "configuration": both })).await;
@@ -395,3 +390,36 @@ async fn a_rename_whose_target_is_taken_is_named_in_the_errors_and_nothing_is_st
     assert!(skipped[0]["message"].as_str().unwrap().contains("subdomain"), "{body}");
     assert_eq!(h.count("deployments").await, 0);
 }
+
+async fn past_queue_size_a_submit_is_refused_before_its_body_is_read(engine: Engine) {
+    let h = harness_with(engine, &[("QUEUE_SIZE", "2")]).await;
+    for id in ["a", "b"] {
+        let (status, body) = h.put(id, &json!({ "configuration": demo() })).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    }
+    // Not even a JSON body: the refusal comes before the body is read.
+    let (status, body) = h.call(Method::PUT, "/deployments/c", Some(&all()), Some(b"not read".to_vec())).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_error_shape(&body, "queue_full");
+    assert_eq!(h.count("builds").await, 2);
+}
+
+slipway_jobs::on_both_engines!(
+    every_valid_deployment_id_is_accepted_and_stored_as_given,
+    every_invalid_deployment_id_is_refused_and_writes_nothing,
+    every_valid_slug_gives_a_fresh_label_and_every_invalid_one_is_refused,
+    a_configuration_that_fails_the_schema_lists_every_path_and_stores_nothing,
+    a_secret_value_without_openbao_is_an_invalid_configuration,
+    missing_expired_and_forged_tokens_are_unauthorized,
+    a_token_without_the_id_in_scope_is_forbidden,
+    an_unknown_deployment_is_not_found_on_read_and_delete,
+    a_malformed_json_body_gets_the_json_error_shape,
+    a_submit_stores_the_build_and_its_job_together_and_a_second_waits_its_turn,
+    a_deployment_read_gives_domain_and_instances_from_the_source_meta,
+    deleting_twice_answers_the_same_destroy,
+    the_public_schema_serves_the_whole_schema_and_each_application,
+    an_explicit_module_source_outside_the_allowlist_is_refused,
+    a_configuration_in_an_old_shape_is_migrated_along_rename_chains_before_it_is_stored,
+    a_rename_whose_target_is_taken_is_named_in_the_errors_and_nothing_is_stored,
+    past_queue_size_a_submit_is_refused_before_its_body_is_read,
+);

@@ -11,4 +11,5 @@ pub mod source;
 pub mod state;
 pub mod store;
 pub mod submit;
+pub mod test_support;
 pub mod validate;

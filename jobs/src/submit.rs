@@ -9,7 +9,7 @@
 use crate::id::{new_build_id, DeploymentId};
 use crate::source::{ModuleSource, SourceError};
 use crate::state::{BuildKind, BuildStatus, DeploymentState};
-use crate::store::{begin_write, builds, deployments, now_ms, Db, StoreError};
+use crate::store::{builds, deployments, now_ms, Db, StoreError};
 use crate::validate::{Checker, Problem};
 use serde::Serialize;
 use serde_json::Value;
@@ -144,7 +144,8 @@ pub async fn check_and_queue(
 
     let now = now_ms();
     let build_id = new_build_id(id, time::OffsetDateTime::now_utc());
-    let mut tx = begin_write(db).await?;
+    let mut tx = db.begin_write().await?;
+    tx.lock_deployment(id.as_str()).await?;
     let snapshot = deployments::Snapshot {
         id: id.as_str(),
         configuration: &checked.configuration,
@@ -162,7 +163,7 @@ pub async fn check_and_queue(
         instances: &checked.instances,
     };
     builds::insert(&mut tx, new, now).await?;
-    tx.commit().await.map_err(StoreError::from)?;
+    tx.commit().await?;
     let state = DeploymentState::derive(Some((kind, BuildStatus::Queued)));
     Ok(Accepted { deployment_id: id.to_string(), build_id, state })
 }
@@ -171,7 +172,8 @@ pub async fn check_and_queue(
 /// counts that as done). Repeating a delete is harmless: while a destroy is
 /// queued or running, or after one succeeded, the same build is answered.
 pub async fn delete(db: &Db, id: &DeploymentId) -> Result<Option<Accepted>, StoreError> {
-    let mut tx = begin_write(db).await?;
+    let mut tx = db.begin_write().await?;
+    tx.lock_deployment(id.as_str()).await?;
     let Some(deployment) = deployments::get(&mut tx, id.as_str()).await? else {
         return Ok(None);
     };

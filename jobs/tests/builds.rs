@@ -9,8 +9,9 @@ use slipway_jobs::jobs::report::Report;
 use slipway_jobs::jobs::{BuildJob, Ctx};
 use slipway_jobs::source::SourceOutputs;
 use slipway_jobs::state::{BuildKind, BuildStatus, DeploymentState};
-use slipway_jobs::store::{builds, sboms};
+use slipway_jobs::store::{builds, sboms, Engine, Q};
 use slipway_jobs::submit::{self, SecretStore};
+use slipway_jobs::test_support::TestDatabase;
 use slipway_jobs::validate::Checker;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -31,19 +32,20 @@ fn checker() -> Checker {
 
 struct World {
     ctx: Ctx,
-    dir: tempfile::TempDir,
+    db: TestDatabase,
 }
 
-async fn world(extra: &[(&str, &str)]) -> World {
-    let dir = tempfile::tempdir().unwrap();
+async fn world(engine: Engine, extra: &[(&str, &str)]) -> World {
+    let db = TestDatabase::new(engine).await;
     let mut keys = BTreeMap::from([
-        ("SLIPWAY_STATE_DIR".to_owned(), dir.path().join("state").display().to_string()),
+        ("DATABASE_URL".to_owned(), db.url.clone()),
+        ("SLIPWAY_STATE_DIR".to_owned(), db.path("state").display().to_string()),
         ("SLIPWAY_DEFAULT_SOURCE_DIR".to_owned(), repo().join("nix").display().to_string()),
     ]);
     keys.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let config = Config::from_keys(&keys).unwrap();
-    let db = slipway_jobs::store::open_sqlite(&dir.path().join("t.db")).await.unwrap();
-    World { ctx: Ctx { db, config: Arc::new(config), worker: "test-worker".into(), echo_log: false }, dir }
+    let pool = slipway_jobs::store::open(&config).await.unwrap();
+    World { ctx: Ctx { db: pool, config: Arc::new(config), worker: "test-worker".into(), echo_log: false }, db }
 }
 
 /// A module source whose deploy effect is `script` (and whose destroy succeeds).
@@ -82,14 +84,26 @@ impl World {
         DeploymentState::derive(latest.map(|b| (b.kind, b.status)))
     }
 
+    /// Jobs pushed into apalis's table for any queue.
     async fn jobs(&self) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM Jobs").fetch_one(&self.ctx.db).await.unwrap()
+        let table = match self.ctx.db.engine() {
+            Engine::Sqlite => "Jobs",
+            Engine::Postgres => "apalis.jobs",
+        };
+        let mut conn = self.ctx.db.acquire().await.unwrap();
+        Q::new(format!("SELECT COUNT(*) AS n FROM {table}")).fetch_one(&mut conn).await.unwrap().int("n").unwrap()
+    }
+
+    async fn dispatched(&self) -> Vec<String> {
+        let mut conn = self.ctx.db.acquire().await.unwrap();
+        let rows =
+            Q::new("SELECT id FROM builds WHERE dispatched = 1 ORDER BY seq").fetch_all(&mut conn).await.unwrap();
+        rows.iter().map(|r| r.text("id").unwrap()).collect()
     }
 }
 
-#[tokio::test]
-async fn a_deploy_stores_every_nodes_sbom_and_a_destroy_removes_them() {
-    let w = world(&[]).await;
+async fn a_deploy_stores_every_nodes_sbom_and_a_destroy_removes_them(engine: Engine) {
+    let w = world(engine, &[]).await;
     let build_id = w.queue("demo", BuildKind::Deploy, None).await;
     let report = w.run(&build_id).await;
     assert_eq!(report.status, BuildStatus::Succeeded, "{report:?}");
@@ -133,9 +147,8 @@ async fn a_deploy_stores_every_nodes_sbom_and_a_destroy_removes_them() {
     assert!(!w.ctx.provider_state_dir("demo").join("nodes").exists());
 }
 
-#[tokio::test]
-async fn an_effect_that_exits_non_zero_fails_the_build_keeps_its_log_and_changes_no_sbom() {
-    let w = world(&[]).await;
+async fn an_effect_that_exits_non_zero_fails_the_build_keeps_its_log_and_changes_no_sbom(engine: Engine) {
+    let w = world(engine, &[]).await;
     let good = w.queue("demo", BuildKind::Deploy, None).await;
     assert_eq!(w.run(&good).await.status, BuildStatus::Succeeded);
     let mut conn = w.ctx.db.acquire().await.unwrap();
@@ -143,7 +156,7 @@ async fn an_effect_that_exits_non_zero_fails_the_build_keeps_its_log_and_changes
     drop(conn);
 
     let broken = source_with_deploy(
-        &w.dir.path().join("broken"),
+        &w.db.path("broken"),
         "#!/bin/sh\necho 'deploy starting'\necho 'no such host' >&2\nexit 3\n",
     );
     let bad = w.queue("demo", BuildKind::Deploy, Some(&broken)).await;
@@ -162,9 +175,8 @@ async fn an_effect_that_exits_non_zero_fails_the_build_keeps_its_log_and_changes
     );
 }
 
-#[tokio::test]
-async fn a_node_that_fails_is_named_in_the_builds_error_and_the_others_are_reported() {
-    let w = world(&[]).await;
+async fn a_node_that_fails_is_named_in_the_builds_error_and_the_others_are_reported(engine: Engine) {
+    let w = world(engine, &[]).await;
     let script = r#"#!/bin/sh
 cat > "$SBOM_OUT_DIR/nodes.json" <<'JSON'
 {"nodes": [{"name": "web", "dnsNames": ["web.example.org"], "outcome": "deployed", "system": "/nix/store/x-web", "error": null},
@@ -174,7 +186,7 @@ echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SB
 echo 'not built' > "$SBOM_OUT_DIR/db.error"
 exit 1
 "#;
-    let source = source_with_deploy(&w.dir.path().join("partial"), script);
+    let source = source_with_deploy(&w.db.path("partial"), script);
     let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
     let report = w.run(&id).await;
     assert_eq!(report.status, BuildStatus::Failed);
@@ -186,11 +198,10 @@ exit 1
     assert!(sboms::list(&mut conn, "demo").await.unwrap().is_empty(), "a failed build changes no SBOM");
 }
 
-#[tokio::test]
-async fn a_deploy_past_its_deadline_is_killed_with_its_whole_process_group() {
-    let w = world(&[("DEPLOY_TIMEOUT", "1s")]).await;
+async fn a_deploy_past_its_deadline_is_killed_with_its_whole_process_group(engine: Engine) {
+    let w = world(engine, &[("DEPLOY_TIMEOUT", "1s")]).await;
     let script = "#!/bin/sh\nsleep 600 &\necho $! > \"$STATE_DIR/child.pid\"\necho started\nwait\n";
-    let source = source_with_deploy(&w.dir.path().join("slow"), script);
+    let source = source_with_deploy(&w.db.path("slow"), script);
     let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
     let report = w.run(&id).await;
     assert_eq!(report.status, BuildStatus::Failed);
@@ -206,37 +217,25 @@ async fn a_deploy_past_its_deadline_is_killed_with_its_whole_process_group() {
     assert!(log.contains("started") && log.contains("deadline"), "{log}");
 }
 
-#[tokio::test]
-async fn later_builds_of_a_deployment_wait_and_are_dispatched_in_submit_order() {
-    let w = world(&[]).await;
+async fn later_builds_of_a_deployment_wait_and_are_dispatched_in_submit_order(engine: Engine) {
+    let w = world(engine, &[]).await;
     let first = w.queue("demo", BuildKind::Deploy, None).await;
     let second = w.queue("demo", BuildKind::Deploy, None).await;
     let other = w.queue("other", BuildKind::Deploy, None).await;
     // One job per deployment at a time; other deployments are not held back.
     assert_eq!(w.jobs().await, 2);
-    let mut conn = w.ctx.db.acquire().await.unwrap();
-    let dispatched: Vec<String> = sqlx::query_scalar("SELECT id FROM builds WHERE dispatched = 1 ORDER BY seq")
-        .fetch_all(&mut *conn)
-        .await
-        .unwrap();
-    assert_eq!(dispatched, [first.clone(), other]);
-    drop(conn);
+    assert_eq!(w.dispatched().await, [first.clone(), other.clone()]);
     w.run(&first).await;
     assert_eq!(w.jobs().await, 3);
     let mut conn = w.ctx.db.acquire().await.unwrap();
     let b = builds::get(&mut conn, &second).await.unwrap().unwrap();
     assert_eq!(b.status, BuildStatus::Queued);
-    let dispatched: i64 = sqlx::query_scalar("SELECT dispatched FROM builds WHERE id = $1")
-        .bind(&second)
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-    assert_eq!(dispatched, 1);
+    // Listed in submit order: the second build of demo is dispatched now.
+    assert_eq!(w.dispatched().await, [first, second, other]);
 }
 
-#[tokio::test]
-async fn a_build_whose_worker_died_is_taken_over_and_its_effect_run_again() {
-    let w = world(&[]).await;
+async fn a_build_whose_worker_died_is_taken_over_and_its_effect_run_again(engine: Engine) {
+    let w = world(engine, &[]).await;
     let id = w.queue("demo", BuildKind::Deploy, None).await;
     // A worker claimed it and died before recording anything.
     let claimed = builds::claim(&w.ctx.db, &id, "dead-worker").await.unwrap().unwrap();
@@ -249,11 +248,20 @@ async fn a_build_whose_worker_died_is_taken_over_and_its_effect_run_again() {
     assert_eq!((b.attempts, b.worker.as_deref()), (2, Some("test-worker")));
 }
 
-#[tokio::test]
-async fn a_repeated_delivery_of_a_finished_build_runs_nothing() {
-    let w = world(&[]).await;
+async fn a_repeated_delivery_of_a_finished_build_runs_nothing(engine: Engine) {
+    let w = world(engine, &[]).await;
     let id = w.queue("demo", BuildKind::Deploy, None).await;
     w.run(&id).await;
     let again = build::run(BuildJob { build_id: id.clone() }, &w.ctx).await.unwrap();
     assert!(matches!(again, Ran::AlreadyFinished), "{again:?}");
 }
+
+slipway_jobs::on_both_engines!(
+    a_deploy_stores_every_nodes_sbom_and_a_destroy_removes_them,
+    an_effect_that_exits_non_zero_fails_the_build_keeps_its_log_and_changes_no_sbom,
+    a_node_that_fails_is_named_in_the_builds_error_and_the_others_are_reported,
+    a_deploy_past_its_deadline_is_killed_with_its_whole_process_group,
+    later_builds_of_a_deployment_wait_and_are_dispatched_in_submit_order,
+    a_build_whose_worker_died_is_taken_over_and_its_effect_run_again,
+    a_repeated_delivery_of_a_finished_build_runs_nothing,
+);

@@ -10,14 +10,20 @@
 
 use anyhow::Context as _;
 use apalis::prelude::*;
+use apalis_postgres::{PostgresStorage, Pubsub};
 use apalis_sqlite::SqliteStorage;
 use slipway_jobs::config::Config;
 use slipway_jobs::jobs::{build, BuildJob, Ctx, BUILDS_QUEUE};
+use slipway_jobs::store::Db;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How often an idle worker looks for new builds.
+/// How often an idle SQLite worker looks for new builds.
 const POLL_EVERY: Duration = Duration::from_millis(250);
+/// How often an idle PostgreSQL worker looks, besides LISTEN/NOTIFY.
+const PG_POLL_EVERY: Duration = Duration::from_secs(2);
+/// Heartbeats a worker may miss before its builds go to another worker.
+const MISSED_HEARTBEATS: usize = 2;
 
 /// A name no other process has: `<prefix>-<host>-<pid>-<random>`.
 fn unique_name(prefix: &str) -> String {
@@ -45,32 +51,51 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
     let db = slipway_jobs::store::open(&config).await.context("opening the database")?;
     let slots = slots.unwrap_or(config.build_slots) as usize;
     let name = unique_name(prefix);
-    let storage_config = apalis_sqlite::Config::default()
-        .queue(BUILDS_QUEUE)
-        .batch_size(slots)
-        .heartbeat_interval(config.heartbeat)
-        .missed_heartbeats(2);
+    let heartbeat = config.heartbeat;
     let ctx = Ctx { db: db.clone(), config: Arc::new(config), worker: name.clone(), echo_log: false };
-    tracing::info!(worker.name = %name, slots, "worker started");
-    let shutdown = async {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        tracing::info!("shutting down: running builds finish first");
-        Ok(())
-    };
-    Monitor::new()
-        .register(move |_restarts| {
-            let storage = SqliteStorage::<BuildJob>::new(&db)
-                .with_config(storage_config.clone())
+    tracing::info!(worker.name = %name, slots, engine = ?db.engine(), "worker started");
+    let monitor = Monitor::new().should_restart(|_ctx, error| {
+        // Supervision: a worker whose heartbeat or storage failed starts again.
+        tracing::warn!(%error, "worker stopped with an error; restarting it");
+        true
+    });
+    let monitor = match db {
+        Db::Sqlite(pool) => monitor.register(move |_restarts| {
+            let config = apalis_sqlite::Config::default()
+                .queue(BUILDS_QUEUE)
+                .batch_size(slots)
+                .heartbeat_interval(heartbeat)
+                .missed_heartbeats(MISSED_HEARTBEATS);
+            // SQLite's update hook only sees this process's writes: poll.
+            let storage = SqliteStorage::<BuildJob>::new(&pool)
+                .with_config(config)
                 .poll_with_strategy(Strategy::new().interval(POLL_EVERY));
             WorkerBuilder::new(name.clone()).backend(storage).data(ctx.clone()).concurrency(slots).build(handle)
-        })
-        .run_with_signal(shutdown)
-        .await
-        .context("the worker stopped with an error")?;
+        }),
+        Db::Postgres(pool) => monitor.register(move |_restarts| {
+            let config = apalis_postgres::Config::default()
+                .queue(BUILDS_QUEUE)
+                .batch_size(slots)
+                .heartbeat_interval(heartbeat)
+                .missed_heartbeats(MISSED_HEARTBEATS);
+            // LISTEN/NOTIFY wakes idle workers at once; the interval covers a
+            // lost notification (for example across a database restart).
+            let storage = PostgresStorage::<BuildJob>::new(&pool).with_config(config).poll_with_strategy(
+                Strategy::new().stream(Pubsub::new(pool.clone(), BUILDS_QUEUE.to_owned())).interval(PG_POLL_EVERY),
+            );
+            WorkerBuilder::new(name.clone()).backend(storage).data(ctx.clone()).concurrency(slots).build(handle)
+        }),
+    };
+    monitor.run_with_signal(shutdown()).await.context("the worker stopped with an error")?;
+    Ok(())
+}
+
+async fn shutdown() -> std::io::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down: running builds finish first");
     Ok(())
 }

@@ -3,6 +3,8 @@
 //! reference source. Polls with deadlines; never sleeps to synchronise.
 
 use serde_json::{json, Value};
+use slipway_jobs::store::Engine;
+use slipway_jobs::test_support::TestDatabase;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -34,10 +36,10 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-fn command(bin: &Path, dir: &Path, port: u16) -> Command {
+fn command(bin: &Path, db: &TestDatabase, port: u16) -> Command {
     let mut cmd = Command::new(bin);
-    cmd.env("DATABASE_URL", format!("sqlite://{}", dir.join("slipway.db").display()))
-        .env("SLIPWAY_STATE_DIR", dir.join("state"))
+    cmd.env("DATABASE_URL", &db.url)
+        .env("SLIPWAY_STATE_DIR", db.path("state"))
         .env("SLIPWAY_BIND", format!("127.0.0.1:{port}"))
         .env("SLIPWAY_JWT_SECRET", SECRET)
         .env("SLIPWAY_DEFAULT_SOURCE_DIR", repo().join("nix"))
@@ -63,16 +65,14 @@ where
     }
 }
 
-#[tokio::test]
-async fn the_example_deploys_with_an_sbom_per_node_and_destroys_to_idle() {
-    let dir = tempfile::tempdir().unwrap();
+async fn the_example_deploys_with_an_sbom_per_node_and_destroys_to_idle(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
     let port = free_port();
-    let log = |name: &str| Stdio::from(std::fs::File::create(dir.path().join(name)).unwrap());
-    let _api = Running(command(&binary("slipway-api"), dir.path(), port).stderr(log("api.log")).spawn().unwrap());
-    let _worker = Running(
-        command(&binary("slipway-worker"), dir.path(), port).arg("work").stderr(log("worker.log")).spawn().unwrap(),
-    );
-    let out = command(&binary("slipway-api"), dir.path(), port)
+    let log = |name: &str| Stdio::from(std::fs::File::create(db.path(name)).unwrap());
+    let _api = Running(command(&binary("slipway-api"), &db, port).stderr(log("api.log")).spawn().unwrap());
+    let _worker =
+        Running(command(&binary("slipway-worker"), &db, port).arg("work").stderr(log("worker.log")).spawn().unwrap());
+    let out = command(&binary("slipway-api"), &db, port)
         .args(["token", "--deployments", "demo", "--ttl", "10m"])
         .output()
         .unwrap();
@@ -149,3 +149,5 @@ async fn the_example_deploys_with_an_sbom_per_node_and_destroys_to_idle() {
         assert_eq!(status, 404, "{body}");
     }
 }
+
+slipway_jobs::on_both_engines!(the_example_deploys_with_an_sbom_per_node_and_destroys_to_idle);

@@ -40,7 +40,7 @@ pub async fn show(
     auth: Auth,
     Path(id): Path<String>,
 ) -> Result<Json<BuildView>, ApiError> {
-    let mut conn = app.db.acquire().await.map_err(slipway_jobs::store::StoreError::from)?;
+    let mut conn = app.db.acquire().await?;
     let missing = || ApiError::not_found(format!("no build {id}"));
     let b = builds::get(&mut conn, &id).await?.ok_or_else(missing)?;
     if !auth.0.allows(&b.deployment_id) {

@@ -103,7 +103,7 @@ pub async fn show(
 ) -> Result<Json<DeploymentView>, ApiError> {
     let id = parse_id(&raw)?;
     auth.require(id.as_str())?;
-    let mut conn = app.db.acquire().await.map_err(slipway_jobs::store::StoreError::from)?;
+    let mut conn = app.db.acquire().await?;
     let row = deployments::get(&mut conn, id.as_str())
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
@@ -135,7 +135,7 @@ pub async fn list(
         auth.require(id.as_str())?;
         ids.push(id.to_string());
     }
-    let mut conn = app.db.acquire().await.map_err(slipway_jobs::store::StoreError::from)?;
+    let mut conn = app.db.acquire().await?;
     let mut out = Vec::new();
     for row in deployments::get_many(&mut conn, &ids).await? {
         out.push(view(&mut conn, row).await?);
@@ -213,7 +213,7 @@ pub async fn delete(
 pub async fn builds(State(app): State<AppState>, auth: Auth, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&raw)?;
     auth.require(id.as_str())?;
-    let mut conn = app.db.acquire().await.map_err(slipway_jobs::store::StoreError::from)?;
+    let mut conn = app.db.acquire().await?;
     if deployments::get(&mut conn, id.as_str()).await?.is_none() {
         return Err(ApiError::not_found(format!("no deployment {id}")));
     }

@@ -11,8 +11,8 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use slipway_jobs::store::deployments;
 use slipway_jobs::store::sboms::{self, NodeSbom};
-use slipway_jobs::store::{deployments, StoreError};
 
 /// The CycloneDX JSON media type.
 pub const CYCLONEDX_JSON: &str = "application/vnd.cyclonedx+json";
@@ -21,7 +21,7 @@ pub const CYCLONEDX_JSON: &str = "application/vnd.cyclonedx+json";
 pub async fn list(State(app): State<AppState>, auth: Auth, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&raw)?;
     auth.require(id.as_str())?;
-    let mut conn = app.db.acquire().await.map_err(StoreError::from)?;
+    let mut conn = app.db.acquire().await?;
     if deployments::get(&mut conn, id.as_str()).await?.is_none() {
         return Err(ApiError::not_found(format!("no deployment {id}")));
     }
@@ -57,7 +57,7 @@ pub async fn document(
         .node
         .filter(|n| !n.is_empty())
         .ok_or_else(|| ApiError::bad_request("invalid_request", "name the node: ?node=<name>"))?;
-    let mut conn = app.db.acquire().await.map_err(StoreError::from)?;
+    let mut conn = app.db.acquire().await?;
     if deployments::get(&mut conn, id.as_str()).await?.is_none() {
         return Err(ApiError::not_found(format!("no deployment {id}")));
     }

@@ -7,13 +7,12 @@
 //! deployment runs at a time, fleet-wide, in submit order, without workers
 //! polling for their turn.
 
-use super::{begin_write, json_col, now_ms, Conn, Db, StoreError};
+use super::{json_col, now_ms, Conn, Db, Row, StoreError, Q};
 use crate::jobs::{BuildJob, BUILDS_QUEUE, BUILD_JOB_ATTEMPTS};
 use crate::source::Instance;
 use crate::state::{BuildKind, BuildStatus};
 use apalis::prelude::{TaskBuilder, TaskId};
 use serde_json::Value;
-use sqlx::Row;
 
 /// A stored build (without its log, which [`log`] reads).
 #[derive(Debug, Clone)]
@@ -61,60 +60,60 @@ fn parse<T: std::str::FromStr<Err = String>>(col: &str, v: String) -> Result<T, 
     v.parse().map_err(|e: String| StoreError::Corrupt(format!("builds.{col}: {e}")))
 }
 
-fn from_row(r: &sqlx::sqlite::SqliteRow) -> Result<BuildRow, StoreError> {
+fn from_row(r: &Row) -> Result<BuildRow, StoreError> {
     Ok(BuildRow {
-        id: r.try_get("id")?,
-        seq: r.try_get("seq")?,
-        deployment_id: r.try_get("deployment_id")?,
-        kind: parse("kind", r.try_get("kind")?)?,
-        status: parse("status", r.try_get("status")?)?,
-        reason: r.try_get("reason")?,
-        error: r.try_get("error")?,
-        configuration: json_col(r.try_get::<&str, _>("configuration")?, "builds.configuration")?,
-        module_source: r.try_get("module_source")?,
-        instances: json_col(r.try_get::<&str, _>("instances")?, "builds.instances")?,
-        report: r.try_get::<Option<&str>, _>("report")?.map(|t| json_col(t, "builds.report")).transpose()?,
-        attempts: r.try_get("attempts")?,
-        worker: r.try_get("worker")?,
-        version: r.try_get("version")?,
-        queued_at: r.try_get("queued_at")?,
-        started_at: r.try_get("started_at")?,
-        finished_at: r.try_get("finished_at")?,
+        id: r.text("id")?,
+        seq: r.int("seq")?,
+        deployment_id: r.text("deployment_id")?,
+        kind: parse("kind", r.text("kind")?)?,
+        status: parse("status", r.text("status")?)?,
+        reason: r.opt_text("reason")?,
+        error: r.opt_text("error")?,
+        configuration: json_col(&r.text("configuration")?, "builds.configuration")?,
+        module_source: r.opt_text("module_source")?,
+        instances: json_col(&r.text("instances")?, "builds.instances")?,
+        report: r.opt_text("report")?.map(|t| json_col(&t, "builds.report")).transpose()?,
+        attempts: r.int("attempts")?,
+        worker: r.opt_text("worker")?,
+        version: r.int("version")?,
+        queued_at: r.int("queued_at")?,
+        started_at: r.opt_int("started_at")?,
+        finished_at: r.opt_int("finished_at")?,
     })
 }
 
 /// Reads one build.
 pub async fn get(conn: &mut Conn, id: &str) -> Result<Option<BuildRow>, StoreError> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM builds WHERE id = $1")))
-        .bind(id)
-        .fetch_optional(&mut *conn)
-        .await?;
+    let row = Q::new(format!("SELECT {COLUMNS} FROM builds WHERE id = $1")).text(id).fetch_optional(conn).await?;
     row.as_ref().map(from_row).transpose()
 }
 
 /// The build log so far (streamed in while the build runs, Q-4).
 pub async fn log(conn: &mut Conn, id: &str) -> Result<Option<String>, StoreError> {
-    Ok(sqlx::query_scalar("SELECT log FROM builds WHERE id = $1").bind(id).fetch_optional(&mut *conn).await?)
+    Q::new("SELECT log FROM builds WHERE id = $1")
+        .text(id)
+        .fetch_optional(conn)
+        .await?
+        .map(|r| r.text("log"))
+        .transpose()
 }
 
 /// The latest build of a deployment (ST-1 derives the state from it).
 pub async fn latest(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow>, StoreError> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 ORDER BY seq DESC LIMIT 1"
-    )))
-    .bind(deployment)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let row = Q::new(format!("SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 ORDER BY seq DESC LIMIT 1"))
+        .text(deployment)
+        .fetch_optional(conn)
+        .await?;
     row.as_ref().map(from_row).transpose()
 }
 
 /// The latest succeeded build of a deployment (TF-1: instances of the last successful build).
 pub async fn latest_succeeded(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow>, StoreError> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+    let row = Q::new(format!(
         "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND status = 'succeeded' ORDER BY seq DESC LIMIT 1"
-    )))
-    .bind(deployment)
-    .fetch_optional(&mut *conn)
+    ))
+    .text(deployment)
+    .fetch_optional(conn)
     .await?;
     row.as_ref().map(from_row).transpose()
 }
@@ -137,54 +136,54 @@ pub struct NewBuild<'a> {
 }
 
 /// Inserts a queued build and dispatches its deployment's next build (ST-2).
-/// Call inside the transaction that caused it, so the row and its job commit
-/// together (Q-1).
+/// Call inside the transaction that caused it, after
+/// [`Conn::lock_deployment`], so the row and its job commit together (Q-1).
 pub async fn insert(conn: &mut Conn, b: NewBuild<'_>, now: i64) -> Result<(), StoreError> {
-    sqlx::query(
+    Q::new(
         "INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at)
          VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7)",
     )
-    .bind(b.id)
-    .bind(b.deployment_id)
-    .bind(b.kind.as_str())
-    .bind(b.configuration.to_string())
-    .bind(b.module_source)
-    .bind(serde_json::to_string(b.instances).expect("instances serialise"))
-    .bind(now)
-    .execute(&mut *conn)
+    .text(b.id)
+    .text(b.deployment_id)
+    .text(b.kind.as_str())
+    .text(b.configuration.to_string())
+    .opt_text(b.module_source)
+    .text(serde_json::to_string(b.instances).expect("instances serialise"))
+    .int(now)
+    .execute(conn)
     .await?;
     dispatch_next(conn, b.deployment_id).await
 }
 
 /// ST-2: when no build of `deployment` is dispatched and unfinished, pushes
-/// the job of its earliest waiting build (same transaction as the caller).
+/// the job of its earliest waiting build (same transaction as the caller,
+/// which holds the deployment's lock).
 pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), StoreError> {
-    let busy: Option<i64> = sqlx::query_scalar(
-        "SELECT 1 FROM builds WHERE deployment_id = $1 AND dispatched = 1 AND status IN ('queued', 'running') LIMIT 1",
+    let busy = Q::new(
+        "SELECT id FROM builds WHERE deployment_id = $1 AND dispatched = 1 AND status IN ('queued', 'running') LIMIT 1",
     )
-    .bind(deployment)
-    .fetch_optional(&mut *conn)
+    .text(deployment)
+    .fetch_optional(conn)
     .await?;
     if busy.is_some() {
         return Ok(());
     }
-    let next: Option<String> = sqlx::query_scalar(
+    let next = Q::new(
         "SELECT id FROM builds WHERE deployment_id = $1 AND status = 'queued' AND dispatched = 0 ORDER BY seq LIMIT 1",
     )
-    .bind(deployment)
-    .fetch_optional(&mut *conn)
+    .text(deployment)
+    .fetch_optional(conn)
     .await?;
-    let Some(build_id) = next else { return Ok(()) };
+    let Some(next) = next else { return Ok(()) };
+    let build_id = next.text("id")?;
     let job_id = ulid::Ulid::generate();
     let args = serde_json::to_vec(&BuildJob { build_id: build_id.clone() }).expect("job payload serialises");
     let task = TaskBuilder::new(args).task_id(TaskId::from(job_id)).max_attempts(BUILD_JOB_ATTEMPTS).build();
-    apalis_sqlite::queries::push_tasks(&mut *conn, BUILDS_QUEUE, &[task])
-        .await
-        .map_err(|e| StoreError::Queue(e.to_string()))?;
-    sqlx::query("UPDATE builds SET dispatched = 1, job_id = $1, version = version + 1 WHERE id = $2")
-        .bind(job_id.to_string())
-        .bind(&build_id)
-        .execute(&mut *conn)
+    conn.push_job(BUILDS_QUEUE, task).await?;
+    Q::new("UPDATE builds SET dispatched = 1, job_id = $1, version = version + 1 WHERE id = $2")
+        .text(job_id.to_string())
+        .text(&build_id)
+        .execute(conn)
         .await?;
     Ok(())
 }
@@ -195,37 +194,36 @@ pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), Stor
 /// when the build is already finished (nothing to do).
 pub async fn claim(db: &Db, id: &str, worker: &str) -> Result<Option<BuildRow>, StoreError> {
     for _ in 0..5 {
-        let mut tx = begin_write(db).await?;
+        let mut tx = db.begin_write().await?;
         let Some(row) = get(&mut tx, id).await? else {
             return Err(StoreError::Corrupt(format!("job for unknown build {id}")));
         };
         if row.status.is_terminal() {
             return Ok(None);
         }
-        let now = now_ms();
-        let changed = sqlx::query(
+        let changed = Q::new(
             "UPDATE builds SET status = 'running', attempts = attempts + 1, worker = $1, started_at = $2,
                     version = version + 1
              WHERE id = $3 AND version = $4",
         )
-        .bind(worker)
-        .bind(now)
-        .bind(id)
-        .bind(row.version)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        .text(worker)
+        .int(now_ms())
+        .text(id)
+        .int(row.version)
+        .execute(&mut tx)
+        .await?;
         if changed == 1 {
             tx.commit().await?;
-            return get(&mut *db.acquire().await?, id).await;
+            return get(&mut db.acquire().await?, id).await;
         }
+        tx.rollback().await?;
     }
     Err(StoreError::Conflict("build"))
 }
 
 /// Appends to a running build's log (Q-4: readable while it runs).
 pub async fn append_log(db: &Db, id: &str, chunk: &str) -> Result<(), StoreError> {
-    sqlx::query("UPDATE builds SET log = log || $1 WHERE id = $2").bind(chunk).bind(id).execute(db).await?;
+    Q::new("UPDATE builds SET log = log || $1 WHERE id = $2").text(chunk).text(id).execute_on(db).await?;
     Ok(())
 }
 
@@ -243,34 +241,34 @@ pub struct Finish {
 }
 
 /// Records how a build ended and dispatches its deployment's next build, in
-/// one transaction; `before` runs first in the same transaction (the SBOMs of
-/// a deploy are stored before the build is marked succeeded). Conditional on
-/// the version read after the claim; a lost race means another worker took
-/// the build over, and nothing is written.
+/// one transaction holding the deployment's lock; `before` runs in the
+/// same transaction (the SBOMs of a deploy are stored with the build's end).
+/// Conditional on the version read after the claim: a lost race means another
+/// worker took the build over, and nothing is written (`Ok(false)`).
 pub async fn finish<F>(db: &Db, build: &BuildRow, outcome: &Finish, before: F) -> Result<bool, StoreError>
 where
     F: for<'c> FnOnce(&'c mut Conn) -> futures::future::BoxFuture<'c, Result<(), StoreError>>,
 {
-    let mut tx = begin_write(db).await?;
-    before(&mut tx).await?;
-    let changed = sqlx::query(
+    let mut tx = db.begin_write().await?;
+    tx.lock_deployment(&build.deployment_id).await?;
+    let changed = Q::new(
         "UPDATE builds SET status = $1, reason = $2, error = $3, report = $4, finished_at = $5, version = version + 1
          WHERE id = $6 AND version = $7 AND status = 'running'",
     )
-    .bind(outcome.status.as_str())
-    .bind(&outcome.reason)
-    .bind(&outcome.error)
-    .bind(outcome.report.to_string())
-    .bind(now_ms())
-    .bind(&build.id)
-    .bind(build.version)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
+    .text(outcome.status.as_str())
+    .opt_text(outcome.reason.clone())
+    .opt_text(outcome.error.clone())
+    .text(outcome.report.to_string())
+    .int(now_ms())
+    .text(&build.id)
+    .int(build.version)
+    .execute(&mut tx)
+    .await?;
     if changed != 1 {
         tx.rollback().await?;
         return Ok(false);
     }
+    before(&mut tx).await?;
     dispatch_next(&mut tx, &build.deployment_id).await?;
     tx.commit().await?;
     Ok(true)
@@ -278,12 +276,15 @@ where
 
 /// A deployment's builds, newest first, at most `limit`.
 pub async fn list(conn: &mut Conn, deployment: &str, limit: i64) -> Result<Vec<BuildRow>, StoreError> {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 ORDER BY seq DESC LIMIT $2"
-    )))
-    .bind(deployment)
-    .bind(limit)
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows = Q::new(format!("SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 ORDER BY seq DESC LIMIT $2"))
+        .text(deployment)
+        .int(limit)
+        .fetch_all(conn)
+        .await?;
     rows.iter().map(from_row).collect()
+}
+
+/// How many builds wait for a worker (Q-3 admission).
+pub async fn queued_count(conn: &mut Conn) -> Result<i64, StoreError> {
+    Q::new("SELECT COUNT(*) AS n FROM builds WHERE status = 'queued'").fetch_one(conn).await?.int("n")
 }

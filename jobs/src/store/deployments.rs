@@ -1,9 +1,8 @@
 //! Deployment rows (ID-1, ST-3, TF-1).
 
-use super::{json_col, Conn, StoreError};
+use super::{json_col, Conn, Row, StoreError, Q};
 use crate::source::Instance;
 use serde_json::Value;
-use sqlx::Row;
 
 /// A stored deployment: the snapshot of the last submit (seed 000 "Two-store model").
 #[derive(Debug, Clone)]
@@ -28,25 +27,22 @@ pub struct DeploymentRow {
 
 const COLUMNS: &str = "id, configuration, module_source, domain, instances, version, created_at, updated_at";
 
-fn from_row(r: &sqlx::sqlite::SqliteRow) -> Result<DeploymentRow, StoreError> {
+fn from_row(r: &Row) -> Result<DeploymentRow, StoreError> {
     Ok(DeploymentRow {
-        id: r.try_get("id")?,
-        configuration: json_col(r.try_get::<&str, _>("configuration")?, "deployments.configuration")?,
-        module_source: r.try_get("module_source")?,
-        domain: r.try_get("domain")?,
-        instances: json_col(r.try_get::<&str, _>("instances")?, "deployments.instances")?,
-        version: r.try_get("version")?,
-        created_at: r.try_get("created_at")?,
-        updated_at: r.try_get("updated_at")?,
+        id: r.text("id")?,
+        configuration: json_col(&r.text("configuration")?, "deployments.configuration")?,
+        module_source: r.opt_text("module_source")?,
+        domain: r.opt_text("domain")?,
+        instances: json_col(&r.text("instances")?, "deployments.instances")?,
+        version: r.int("version")?,
+        created_at: r.int("created_at")?,
+        updated_at: r.int("updated_at")?,
     })
 }
 
 /// Reads one deployment.
 pub async fn get(conn: &mut Conn, id: &str) -> Result<Option<DeploymentRow>, StoreError> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM deployments WHERE id = $1")))
-        .bind(id)
-        .fetch_optional(&mut *conn)
-        .await?;
+    let row = Q::new(format!("SELECT {COLUMNS} FROM deployments WHERE id = $1")).text(id).fetch_optional(conn).await?;
     row.as_ref().map(from_row).transpose()
 }
 
@@ -83,34 +79,36 @@ pub async fn upsert(conn: &mut Conn, s: Snapshot<'_>, now: i64) -> Result<(), St
     let instances = serde_json::to_string(s.instances).expect("instances serialise");
     for _ in 0..5 {
         let changed = match get(conn, s.id).await? {
-            None => sqlx::query(
-                "INSERT INTO deployments (id, configuration, module_source, domain, instances, version, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, 1, $6, $6) ON CONFLICT (id) DO NOTHING",
-            )
-            .bind(s.id)
-            .bind(&configuration)
-            .bind(s.module_source)
-            .bind(s.domain)
-            .bind(&instances)
-            .bind(now)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected(),
-            Some(row) => sqlx::query(
-                "UPDATE deployments SET configuration = $1, module_source = $2, domain = $3, instances = $4,
+            None => {
+                Q::new(
+                    "INSERT INTO deployments (id, configuration, module_source, domain, instances, version, created_at, updated_at)
+                     VALUES ($1, $2, $3, $4, $5, 1, $6, $6) ON CONFLICT (id) DO NOTHING",
+                )
+                .text(s.id)
+                .text(&configuration)
+                .opt_text(s.module_source)
+                .opt_text(s.domain)
+                .text(&instances)
+                .int(now)
+                .execute(conn)
+                .await?
+            }
+            Some(row) => {
+                Q::new(
+                    "UPDATE deployments SET configuration = $1, module_source = $2, domain = $3, instances = $4,
                         version = version + 1, updated_at = $5
-                 WHERE id = $6 AND version = $7",
-            )
-            .bind(&configuration)
-            .bind(s.module_source)
-            .bind(s.domain)
-            .bind(&instances)
-            .bind(now)
-            .bind(s.id)
-            .bind(row.version)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected(),
+                     WHERE id = $6 AND version = $7",
+                )
+                .text(&configuration)
+                .opt_text(s.module_source)
+                .opt_text(s.domain)
+                .text(&instances)
+                .int(now)
+                .text(s.id)
+                .int(row.version)
+                .execute(conn)
+                .await?
+            }
         };
         if changed == 1 {
             return Ok(());

@@ -6,11 +6,10 @@
 //! deployments that run the same packages share components; a component that
 //! no SBOM uses any more is deleted.
 
-use super::{json_col, Conn, StoreError};
+use super::{json_col, Conn, StoreError, Q};
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use sqlx::Row;
 
 /// What a deploy produced for one node.
 #[derive(Debug, Clone)]
@@ -47,12 +46,12 @@ pub async fn replace(
     now: i64,
 ) -> Result<(), StoreError> {
     let keep: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
-    let existing: Vec<String> = sqlx::query_scalar("SELECT node FROM sboms WHERE deployment_id = $1")
-        .bind(deployment)
-        .fetch_all(&mut *conn)
-        .await?;
-    for gone in existing.iter().filter(|n| !keep.contains(&n.as_str())) {
-        delete_node(conn, deployment, gone).await?;
+    let existing = Q::new("SELECT node FROM sboms WHERE deployment_id = $1").text(deployment).fetch_all(conn).await?;
+    for row in existing {
+        let node = row.text("node")?;
+        if !keep.contains(&node.as_str()) {
+            delete_node(conn, deployment, &node).await?;
+        }
     }
     for (node, sbom) in nodes {
         delete_node(conn, deployment, node).await?;
@@ -70,36 +69,34 @@ pub async fn replace(
                 ("ready", None, Some(doc.to_string()), components)
             }
         };
-        sqlx::query(
+        Q::new(
             "INSERT INTO sboms (deployment_id, node, build_id, status, reason, document, created_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
-        .bind(deployment)
-        .bind(node)
-        .bind(build_id)
-        .bind(status)
-        .bind(reason)
-        .bind(document)
-        .bind(now)
-        .execute(&mut *conn)
+        .text(deployment)
+        .text(node)
+        .text(build_id)
+        .text(status)
+        .opt_text(reason)
+        .opt_text(document)
+        .int(now)
+        .execute(conn)
         .await?;
         for (position, component) in components.iter().enumerate() {
             let text = component.to_string();
             let hash = hex::encode(Sha256::digest(text.as_bytes()));
-            sqlx::query("INSERT INTO sbom_components (hash, component) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING")
-                .bind(&hash)
-                .bind(&text)
-                .execute(&mut *conn)
+            Q::new("INSERT INTO sbom_components (hash, component) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING")
+                .text(&hash)
+                .text(&text)
+                .execute(conn)
                 .await?;
-            sqlx::query(
-                "INSERT INTO sbom_node_components (deployment_id, node, position, hash) VALUES ($1, $2, $3, $4)",
-            )
-            .bind(deployment)
-            .bind(node)
-            .bind(position as i64)
-            .bind(&hash)
-            .execute(&mut *conn)
-            .await?;
+            Q::new("INSERT INTO sbom_node_components (deployment_id, node, position, hash) VALUES ($1, $2, $3, $4)")
+                .text(deployment)
+                .text(node)
+                .int(position as i64)
+                .text(&hash)
+                .execute(conn)
+                .await?;
         }
     }
     collect_garbage(conn).await
@@ -107,55 +104,51 @@ pub async fn replace(
 
 /// Removes every SBOM of a deployment (a destroy succeeded).
 pub async fn remove_all(conn: &mut Conn, deployment: &str) -> Result<(), StoreError> {
-    sqlx::query("DELETE FROM sbom_node_components WHERE deployment_id = $1")
-        .bind(deployment)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query("DELETE FROM sboms WHERE deployment_id = $1").bind(deployment).execute(&mut *conn).await?;
+    Q::new("DELETE FROM sbom_node_components WHERE deployment_id = $1").text(deployment).execute(conn).await?;
+    Q::new("DELETE FROM sboms WHERE deployment_id = $1").text(deployment).execute(conn).await?;
     collect_garbage(conn).await
 }
 
 async fn delete_node(conn: &mut Conn, deployment: &str, node: &str) -> Result<(), StoreError> {
-    sqlx::query("DELETE FROM sbom_node_components WHERE deployment_id = $1 AND node = $2")
-        .bind(deployment)
-        .bind(node)
-        .execute(&mut *conn)
+    Q::new("DELETE FROM sbom_node_components WHERE deployment_id = $1 AND node = $2")
+        .text(deployment)
+        .text(node)
+        .execute(conn)
         .await?;
-    sqlx::query("DELETE FROM sboms WHERE deployment_id = $1 AND node = $2")
-        .bind(deployment)
-        .bind(node)
-        .execute(&mut *conn)
+    Q::new("DELETE FROM sboms WHERE deployment_id = $1 AND node = $2")
+        .text(deployment)
+        .text(node)
+        .execute(conn)
         .await?;
     Ok(())
 }
 
 /// Deletes components that no SBOM uses any more.
 async fn collect_garbage(conn: &mut Conn) -> Result<(), StoreError> {
-    sqlx::query(
+    Q::new(
         "DELETE FROM sbom_components WHERE NOT EXISTS
            (SELECT 1 FROM sbom_node_components c WHERE c.hash = sbom_components.hash)",
     )
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     Ok(())
 }
 
 /// Every node's SBOM state for a deployment, by node name.
 pub async fn list(conn: &mut Conn, deployment: &str) -> Result<Vec<SbomEntry>, StoreError> {
-    let rows = sqlx::query(
-        "SELECT node, status, reason, build_id, created_at FROM sboms WHERE deployment_id = $1 ORDER BY node",
-    )
-    .bind(deployment)
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows =
+        Q::new("SELECT node, status, reason, build_id, created_at FROM sboms WHERE deployment_id = $1 ORDER BY node")
+            .text(deployment)
+            .fetch_all(conn)
+            .await?;
     rows.iter()
         .map(|r| {
             Ok(SbomEntry {
-                node: r.try_get("node")?,
-                status: r.try_get("status")?,
-                reason: r.try_get("reason")?,
-                build_id: r.try_get("build_id")?,
-                created_at: r.try_get("created_at")?,
+                node: r.text("node")?,
+                status: r.text("status")?,
+                reason: r.opt_text("reason")?,
+                build_id: r.text("build_id")?,
+                created_at: r.int("created_at")?,
             })
         })
         .collect()
@@ -163,27 +156,29 @@ pub async fn list(conn: &mut Conn, deployment: &str) -> Result<Vec<SbomEntry>, S
 
 /// One node's SBOM, put together again (`None`: the node has no SBOM row).
 pub async fn document(conn: &mut Conn, deployment: &str, node: &str) -> Result<Option<NodeSbom>, StoreError> {
-    let row = sqlx::query("SELECT status, reason, document FROM sboms WHERE deployment_id = $1 AND node = $2")
-        .bind(deployment)
-        .bind(node)
-        .fetch_optional(&mut *conn)
+    let row = Q::new("SELECT status, reason, document FROM sboms WHERE deployment_id = $1 AND node = $2")
+        .text(deployment)
+        .text(node)
+        .fetch_optional(conn)
         .await?;
     let Some(row) = row else { return Ok(None) };
-    if row.try_get::<&str, _>("status")? != "ready" {
-        let reason: Option<String> = row.try_get("reason")?;
+    if row.text("status")? != "ready" {
+        let reason = row.opt_text("reason")?;
         return Ok(Some(NodeSbom::Unavailable(reason.unwrap_or_else(|| "unavailable".into()))));
     }
-    let mut doc: Value = json_col(row.try_get::<&str, _>("document")?, "sboms.document")?;
-    let texts: Vec<String> = sqlx::query_scalar(
-        "SELECT c.component FROM sbom_node_components n JOIN sbom_components c ON c.hash = n.hash
+    let mut doc: Value = json_col(&row.opt_text("document")?.unwrap_or_default(), "sboms.document")?;
+    let rows = Q::new(
+        "SELECT c.component AS component FROM sbom_node_components n JOIN sbom_components c ON c.hash = n.hash
          WHERE n.deployment_id = $1 AND n.node = $2 ORDER BY n.position",
     )
-    .bind(deployment)
-    .bind(node)
-    .fetch_all(&mut *conn)
+    .text(deployment)
+    .text(node)
+    .fetch_all(conn)
     .await?;
-    let components =
-        texts.iter().map(|t| json_col(t, "sbom_components.component")).collect::<Result<Vec<Value>, _>>()?;
+    let components = rows
+        .iter()
+        .map(|r| json_col(&r.text("component")?, "sbom_components.component"))
+        .collect::<Result<Vec<Value>, _>>()?;
     if let Some(obj) = doc.as_object_mut() {
         obj.insert("components".into(), Value::Array(components));
     }
@@ -192,5 +187,5 @@ pub async fn document(conn: &mut Conn, deployment: &str, node: &str) -> Result<O
 
 /// How many distinct components are stored (for tests and metrics).
 pub async fn component_count(conn: &mut Conn) -> Result<i64, StoreError> {
-    Ok(sqlx::query("SELECT COUNT(*) AS n FROM sbom_components").fetch_one(&mut *conn).await?.try_get("n")?)
+    Q::new("SELECT COUNT(*) AS n FROM sbom_components").fetch_one(conn).await?.int("n")
 }

@@ -1,0 +1,288 @@
+//! One database handle over the two engines (PRODUCT.md §1): SQLite, the
+//! embedded default, and PostgreSQL, the engine of a fleet.
+//!
+//! Store queries are written once, with `$n` placeholders that both engines
+//! accept, through [`Q`]; [`Row`] reads columns by name with the few types
+//! Slipway stores (integers as `BIGINT`/`INTEGER`, text, JSON as text). The
+//! engine shows through only where it must: how a write transaction takes its
+//! lock ([`Db::begin_write`], [`Conn::lock_deployment`]) and how a job is
+//! pushed into apalis's tables in the caller's transaction
+//! ([`Conn::push_job`]).
+
+use super::StoreError;
+use apalis::prelude::Task;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{PgConnection, PgPool, Postgres, Sqlite, SqliteConnection, SqlitePool, Transaction};
+
+/// Which engine a [`Db`] runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// One SQLite file.
+    Sqlite,
+    /// PostgreSQL.
+    Postgres,
+}
+
+/// The database pool both binaries share.
+#[derive(Debug, Clone)]
+pub enum Db {
+    /// SQLite.
+    Sqlite(SqlitePool),
+    /// PostgreSQL.
+    Postgres(PgPool),
+}
+
+/// A connection from the pool, or an open transaction.
+#[derive(Debug)]
+pub enum Conn {
+    /// A pooled SQLite connection.
+    Sqlite(PoolConnection<Sqlite>),
+    /// An SQLite transaction.
+    SqliteTx(Transaction<'static, Sqlite>),
+    /// A pooled PostgreSQL connection.
+    Postgres(PoolConnection<Postgres>),
+    /// A PostgreSQL transaction.
+    PostgresTx(Transaction<'static, Postgres>),
+}
+
+enum Target<'a> {
+    Sqlite(&'a mut SqliteConnection),
+    Postgres(&'a mut PgConnection),
+}
+
+impl Db {
+    /// The engine.
+    pub fn engine(&self) -> Engine {
+        match self {
+            Self::Sqlite(_) => Engine::Sqlite,
+            Self::Postgres(_) => Engine::Postgres,
+        }
+    }
+
+    /// A connection for reads and single-statement writes.
+    pub async fn acquire(&self) -> Result<Conn, StoreError> {
+        Ok(match self {
+            Self::Sqlite(p) => Conn::Sqlite(p.acquire().await?),
+            Self::Postgres(p) => Conn::Postgres(p.acquire().await?),
+        })
+    }
+
+    /// Begins a write transaction. On SQLite it takes the write lock at once
+    /// (`BEGIN IMMEDIATE`), so two writers never deadlock upgrading read locks.
+    pub async fn begin_write(&self) -> Result<Conn, StoreError> {
+        Ok(match self {
+            Self::Sqlite(p) => Conn::SqliteTx(p.begin_with("BEGIN IMMEDIATE").await?),
+            Self::Postgres(p) => Conn::PostgresTx(p.begin().await?),
+        })
+    }
+
+    /// Closes every connection (tests drop their databases after this).
+    pub async fn close(&self) {
+        match self {
+            Self::Sqlite(p) => p.close().await,
+            Self::Postgres(p) => p.close().await,
+        }
+    }
+}
+
+impl Conn {
+    fn target(&mut self) -> Target<'_> {
+        match self {
+            Self::Sqlite(c) => Target::Sqlite(c),
+            Self::SqliteTx(t) => Target::Sqlite(t),
+            Self::Postgres(c) => Target::Postgres(c),
+            Self::PostgresTx(t) => Target::Postgres(t),
+        }
+    }
+
+    /// Commits a transaction (a pooled connection has nothing to commit).
+    pub async fn commit(self) -> Result<(), StoreError> {
+        match self {
+            Self::SqliteTx(t) => t.commit().await?,
+            Self::PostgresTx(t) => t.commit().await?,
+            Self::Sqlite(_) | Self::Postgres(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Rolls a transaction back.
+    pub async fn rollback(self) -> Result<(), StoreError> {
+        match self {
+            Self::SqliteTx(t) => t.rollback().await?,
+            Self::PostgresTx(t) => t.rollback().await?,
+            Self::Sqlite(_) | Self::Postgres(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Serialises writers of one deployment until this transaction ends
+    /// (ST-2, ST-3): on PostgreSQL a row lock on the deployment, taken
+    /// before anything is read; SQLite's `BEGIN IMMEDIATE` already holds the
+    /// one write lock. Returns whether the deployment exists.
+    pub async fn lock_deployment(&mut self, id: &str) -> Result<bool, StoreError> {
+        let sql = match self.target() {
+            Target::Sqlite(_) => "SELECT id FROM deployments WHERE id = $1",
+            Target::Postgres(_) => "SELECT id FROM deployments WHERE id = $1 FOR UPDATE",
+        };
+        Ok(Q::new(sql).text(id).fetch_optional(self).await?.is_some())
+    }
+
+    /// Pushes a job into apalis's table for `queue`, inside this connection's
+    /// transaction, so the job commits with the rows that caused it.
+    pub async fn push_job(&mut self, queue: &str, task: Task<Vec<u8>>) -> Result<(), StoreError> {
+        match self.target() {
+            Target::Sqlite(c) => apalis_sqlite::queries::push_tasks(c, queue, &[task])
+                .await
+                .map_err(|e| StoreError::Queue(e.to_string())),
+            Target::Postgres(c) => apalis_postgres::queries::push_tasks(c, queue, vec![task])
+                .await
+                .map_err(|e| StoreError::Queue(e.to_string())),
+        }
+    }
+}
+
+/// A bound value.
+#[derive(Debug, Clone)]
+enum Arg {
+    I64(Option<i64>),
+    Text(Option<String>),
+}
+
+/// A query written once for both engines: `$n` placeholders, values bound in order.
+#[derive(Debug, Clone)]
+pub struct Q {
+    sql: String,
+    args: Vec<Arg>,
+}
+
+macro_rules! bind_all {
+    ($q:expr, $args:expr) => {{
+        let mut q = $q;
+        for a in $args {
+            q = match a {
+                Arg::I64(v) => q.bind(v),
+                Arg::Text(v) => q.bind(v),
+            };
+        }
+        q
+    }};
+}
+
+impl Q {
+    /// A query.
+    pub fn new(sql: impl Into<String>) -> Self {
+        Self { sql: sql.into(), args: Vec::new() }
+    }
+
+    /// Binds text.
+    pub fn text(mut self, v: impl Into<String>) -> Self {
+        self.args.push(Arg::Text(Some(v.into())));
+        self
+    }
+
+    /// Binds text or NULL.
+    pub fn opt_text(mut self, v: Option<impl Into<String>>) -> Self {
+        self.args.push(Arg::Text(v.map(Into::into)));
+        self
+    }
+
+    /// Binds an integer.
+    pub fn int(mut self, v: i64) -> Self {
+        self.args.push(Arg::I64(Some(v)));
+        self
+    }
+
+    /// Binds an integer or NULL.
+    pub fn opt_int(mut self, v: Option<i64>) -> Self {
+        self.args.push(Arg::I64(v));
+        self
+    }
+
+    /// Runs a statement; returns the number of rows it changed.
+    pub async fn execute(self, conn: &mut Conn) -> Result<u64, StoreError> {
+        let sql = sqlx::AssertSqlSafe(self.sql);
+        Ok(match conn.target() {
+            Target::Sqlite(c) => bind_all!(sqlx::query(sql), self.args).execute(c).await?.rows_affected(),
+            Target::Postgres(c) => bind_all!(sqlx::query(sql), self.args).execute(c).await?.rows_affected(),
+        })
+    }
+
+    /// Runs a statement on the pool (no transaction).
+    pub async fn execute_on(self, db: &Db) -> Result<u64, StoreError> {
+        let sql = sqlx::AssertSqlSafe(self.sql);
+        Ok(match db {
+            Db::Sqlite(p) => bind_all!(sqlx::query(sql), self.args).execute(p).await?.rows_affected(),
+            Db::Postgres(p) => bind_all!(sqlx::query(sql), self.args).execute(p).await?.rows_affected(),
+        })
+    }
+
+    /// At most one row.
+    pub async fn fetch_optional(self, conn: &mut Conn) -> Result<Option<Row>, StoreError> {
+        let sql = sqlx::AssertSqlSafe(self.sql);
+        Ok(match conn.target() {
+            Target::Sqlite(c) => bind_all!(sqlx::query(sql), self.args).fetch_optional(c).await?.map(Row::Sqlite),
+            Target::Postgres(c) => bind_all!(sqlx::query(sql), self.args).fetch_optional(c).await?.map(Row::Postgres),
+        })
+    }
+
+    /// Every row.
+    pub async fn fetch_all(self, conn: &mut Conn) -> Result<Vec<Row>, StoreError> {
+        let sql = sqlx::AssertSqlSafe(self.sql);
+        Ok(match conn.target() {
+            Target::Sqlite(c) => {
+                bind_all!(sqlx::query(sql), self.args).fetch_all(c).await?.into_iter().map(Row::Sqlite).collect()
+            }
+            Target::Postgres(c) => {
+                bind_all!(sqlx::query(sql), self.args).fetch_all(c).await?.into_iter().map(Row::Postgres).collect()
+            }
+        })
+    }
+
+    /// Exactly one row.
+    pub async fn fetch_one(self, conn: &mut Conn) -> Result<Row, StoreError> {
+        self.fetch_optional(conn).await?.ok_or(StoreError::Database(sqlx::Error::RowNotFound))
+    }
+}
+
+/// A result row, read by column name.
+#[derive(Debug)]
+pub enum Row {
+    /// From SQLite.
+    Sqlite(SqliteRow),
+    /// From PostgreSQL.
+    Postgres(PgRow),
+}
+
+macro_rules! get {
+    ($self:expr, $col:expr, $t:ty) => {
+        match $self {
+            Row::Sqlite(r) => sqlx::Row::try_get::<$t, _>(r, $col),
+            Row::Postgres(r) => sqlx::Row::try_get::<$t, _>(r, $col),
+        }
+        .map_err(StoreError::from)
+    };
+}
+
+impl Row {
+    /// An integer column.
+    pub fn int(&self, col: &str) -> Result<i64, StoreError> {
+        get!(self, col, i64)
+    }
+
+    /// A nullable integer column.
+    pub fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError> {
+        get!(self, col, Option<i64>)
+    }
+
+    /// A text column.
+    pub fn text(&self, col: &str) -> Result<String, StoreError> {
+        get!(self, col, String)
+    }
+
+    /// A nullable text column.
+    pub fn opt_text(&self, col: &str) -> Result<Option<String>, StoreError> {
+        get!(self, col, Option<String>)
+    }
+}

@@ -1,0 +1,2 @@
+-- Q-3 admission counts queued builds on every submit.
+CREATE INDEX builds_by_status ON builds (status);
