@@ -138,6 +138,7 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/deployments/{id}/builds", get(routes::deployments::builds))
         .route("/builds/{id}", get(routes::builds::show))
+        .route("/builds/{id}/cancel", post(routes::builds::cancel))
         .route("/sbom-list/{id}", get(routes::sbom::list))
         .route("/sbom/{id}", get(routes::sbom::document))
         .fallback(routes::public::not_found)

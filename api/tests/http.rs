@@ -404,7 +404,25 @@ async fn past_queue_size_a_submit_is_refused_before_its_body_is_read(engine: Eng
     assert_eq!(h.count("builds").await, 2);
 }
 
+async fn a_queued_build_can_be_cancelled_once(engine: Engine) {
+    let h = harness(engine).await;
+    let (_, accepted) = h.put("demo", &json!({ "configuration": demo() })).await;
+    let uri = format!("/builds/{}/cancel", accepted["build_id"].as_str().unwrap());
+    let (status, body) = h.call(Method::POST, &uri, Some(&all()), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "cancelled");
+    let (status, body) = h.call(Method::POST, &uri, Some(&all()), None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_error_shape(&body, "build_finished");
+    let (_, read) = h.call(Method::GET, "/deployments/demo", Some(&all()), None).await;
+    assert_eq!(read["last_build"]["status"], "cancelled");
+    let other = token(&["other"], 3600, SECRET);
+    let (status, _) = h.call(Method::POST, &uri, Some(&other), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "a build outside the token's scope does not reveal itself");
+}
+
 slipway_jobs::on_both_engines!(
+    a_queued_build_can_be_cancelled_once,
     every_valid_deployment_id_is_accepted_and_stored_as_given,
     every_invalid_deployment_id_is_refused_and_writes_nothing,
     every_valid_slug_gives_a_fresh_label_and_every_invalid_one_is_refused,

@@ -36,6 +36,8 @@ pub enum EffectOutcome {
     Exited(i32),
     /// It ran past its deadline; its process group was killed.
     TimedOut,
+    /// It was cancelled on request; its process group was killed.
+    Cancelled,
 }
 
 /// The effect could not be started at all.
@@ -56,8 +58,15 @@ const FLUSH_EVERY: Duration = Duration::from_millis(200);
 pub const INHERITED_ENV: &[&str] =
     &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER", "NIX_REMOTE", "NIX_STATE_DIR", "NIX_STORE_DIR"];
 
-/// Runs the effect to its end or its deadline, streaming output to `log`.
-pub async fn run(spec: &EffectSpec, log: &dyn LogSink) -> Result<EffectOutcome, SpawnError> {
+/// Runs the effect to its end, its deadline, or until `cancel` turns true,
+/// streaming output to `log`. `on_start` gets the process group id as soon
+/// as the effect runs (so a worker taking the build over can stop it).
+pub async fn run(
+    spec: &EffectSpec,
+    log: &dyn LogSink,
+    mut cancel: tokio::sync::watch::Receiver<bool>,
+    on_start: impl FnOnce(i32),
+) -> Result<EffectOutcome, SpawnError> {
     let mut env: Vec<(String, String)> =
         INHERITED_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
     env.extend(spec.env.iter().cloned());
@@ -75,6 +84,7 @@ pub async fn run(spec: &EffectSpec, log: &dyn LogSink) -> Result<EffectOutcome, 
     let reader =
         expression.reader().map_err(|source| SpawnError { program: spec.program.display().to_string(), source })?;
     let pgid = reader.pids().first().copied().expect("a spawned command has a pid") as i32;
+    on_start(pgid);
 
     let (lines_tx, mut lines_rx) = mpsc::channel::<String>(1024);
     let pump = tokio::task::spawn_blocking(move || {
@@ -108,6 +118,7 @@ pub async fn run(spec: &EffectSpec, log: &dyn LogSink) -> Result<EffectOutcome, 
     let mut pending = String::new();
     let mut tick = tokio::time::interval(FLUSH_EVERY);
     let mut timed_out = false;
+    let mut cancelled = false;
     loop {
         tokio::select! {
             line = lines_rx.recv() => match line {
@@ -120,9 +131,15 @@ pub async fn run(spec: &EffectSpec, log: &dyn LogSink) -> Result<EffectOutcome, 
                     pending.clear();
                 }
             }
-            _ = &mut deadline, if !timed_out => {
+            _ = &mut deadline, if !timed_out && !cancelled => {
                 timed_out = true;
                 kill_group(pgid);
+            }
+            changed = cancel.changed(), if !timed_out && !cancelled => {
+                if changed.is_ok() && *cancel.borrow() {
+                    cancelled = true;
+                    kill_group(pgid);
+                }
             }
         }
     }
@@ -135,10 +152,19 @@ pub async fn run(spec: &EffectSpec, log: &dyn LogSink) -> Result<EffectOutcome, 
             spec.deadline.as_secs()
         ));
     }
+    if cancelled {
+        pending.push_str("slipway: the build was cancelled; the effect's process group was killed\n");
+    }
     if !pending.is_empty() {
         log.append(&pending).await;
     }
-    Ok(if timed_out { EffectOutcome::TimedOut } else { EffectOutcome::Exited(code) })
+    Ok(if timed_out {
+        EffectOutcome::TimedOut
+    } else if cancelled {
+        EffectOutcome::Cancelled
+    } else {
+        EffectOutcome::Exited(code)
+    })
 }
 
 fn exit_code(status: &std::process::ExitStatus) -> i32 {
@@ -146,7 +172,8 @@ fn exit_code(status: &std::process::ExitStatus) -> i32 {
     status.code().unwrap_or_else(|| -status.signal().unwrap_or(0))
 }
 
-fn kill_group(pgid: i32) {
+/// Kills process group `pgid`.
+pub fn kill_group(pgid: i32) {
     // SAFETY: sends a signal to the process group we created; ESRCH (already
     // gone) is harmless.
     unsafe {

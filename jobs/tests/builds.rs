@@ -256,7 +256,53 @@ async fn a_repeated_delivery_of_a_finished_build_runs_nothing(engine: Engine) {
     assert!(matches!(again, Ran::AlreadyFinished), "{again:?}");
 }
 
+async fn a_cancelled_queued_build_never_runs_and_hands_its_turn_to_the_next(engine: Engine) {
+    let w = world(engine, &[]).await;
+    let first = w.queue("demo", BuildKind::Deploy, None).await;
+    let second = w.queue("demo", BuildKind::Deploy, None).await;
+    assert_eq!(builds::cancel(&w.ctx.db, &first).await.unwrap(), builds::Cancel::Cancelled);
+    assert_eq!(w.dispatched().await, [first.clone(), second.clone()]);
+    let again = build::run(BuildJob { build_id: first.clone() }, &w.ctx).await.unwrap();
+    assert!(matches!(again, Ran::AlreadyFinished), "{again:?}");
+    assert_eq!(
+        builds::cancel(&w.ctx.db, &first).await.unwrap(),
+        builds::Cancel::AlreadyFinished(BuildStatus::Cancelled)
+    );
+    assert_eq!(w.run(&second).await.status, BuildStatus::Succeeded);
+}
+
+async fn a_running_build_cancelled_on_request_has_its_effect_killed(engine: Engine) {
+    let w = world(engine, &[]).await;
+    let script = "#!/bin/sh\nsleep 600 &\necho $! > \"$STATE_DIR/child.pid\"\necho started\nwait\n";
+    let source = source_with_deploy(&w.db.path("slow"), script);
+    let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
+    let ctx = w.ctx.clone();
+    let job = BuildJob { build_id: id.clone() };
+    let running = tokio::spawn(async move { build::run(job, &ctx).await });
+    // Wait (with a deadline) until the effect runs, then cancel.
+    let pid_file = w.ctx.provider_state_dir("demo").join("child.pid");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !pid_file.exists() {
+        assert!(std::time::Instant::now() < deadline, "the effect never started");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(builds::cancel(&w.ctx.db, &id).await.unwrap(), builds::Cancel::Requested);
+    let report =
+        match tokio::time::timeout(std::time::Duration::from_secs(30), running).await.unwrap().unwrap().unwrap() {
+            Ran::Finished(r) => r,
+            other => panic!("{other:?}"),
+        };
+    assert_eq!(report.status, BuildStatus::Cancelled);
+    assert_eq!(w.state("demo").await, DeploymentState::Failed);
+    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()).unwrap_or("gone");
+    assert!(state == "gone" || state == "Z", "the cancelled effect's child {pid} still runs: {state}");
+}
+
 slipway_jobs::on_both_engines!(
+    a_cancelled_queued_build_never_runs_and_hands_its_turn_to_the_next,
+    a_running_build_cancelled_on_request_has_its_effect_killed,
     a_deploy_stores_every_nodes_sbom_and_a_destroy_removes_them,
     an_effect_that_exits_non_zero_fails_the_build_keeps_its_log_and_changes_no_sbom,
     a_node_that_fails_is_named_in_the_builds_error_and_the_others_are_reported,

@@ -67,3 +67,35 @@ pub async fn show(
         log,
     }))
 }
+
+/// `POST /builds/{id}/cancel`: a queued build is cancelled at once (`200`,
+/// `status: cancelled`); a running one is stopped by its worker, which kills
+/// the effect's process group (`202`, `status: cancelling`). A finished build
+/// answers `409 build_finished`.
+pub async fn cancel(
+    State(app): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
+    use axum::http::StatusCode;
+    use slipway_jobs::store::builds::Cancel;
+    let missing = || ApiError::not_found(format!("no build {id}"));
+    let mut conn = app.db.acquire().await?;
+    let b = builds::get(&mut conn, &id).await?.ok_or_else(missing)?;
+    drop(conn);
+    if !auth.0.allows(&b.deployment_id) {
+        return Err(missing());
+    }
+    let answer =
+        |status: StatusCode, state: &str| Ok((status, Json(serde_json::json!({ "build_id": id, "status": state }))));
+    match builds::cancel(&app.db, &id).await? {
+        Cancel::NotFound => Err(missing()),
+        Cancel::AlreadyFinished(s) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "build_finished",
+            format!("build {id} already finished ({}); there is nothing to cancel", s.as_str()),
+        )),
+        Cancel::Cancelled => answer(StatusCode::OK, "cancelled"),
+        Cancel::Requested => answer(StatusCode::ACCEPTED, "cancelling"),
+    }
+}

@@ -56,6 +56,8 @@ pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
     tracing::info!("build started");
     let started = Instant::now();
     let mut outcome = match build.kind {
+        // Cancelled while its worker was dead: it is not run again.
+        _ if build.cancel_requested => Outcome { report: cancelled(blank_report(&build)), sboms: SbomChange::None },
         BuildKind::Deploy => deploy::run(&build, ctx).await,
         BuildKind::Destroy => destroy::run(&build, ctx).await,
     };
@@ -123,6 +125,14 @@ pub(crate) fn fail(mut report: Report, reason: &str, error: impl Into<String>) -
     report
 }
 
+/// Marks `report` cancelled.
+pub(crate) fn cancelled(mut report: Report) -> Report {
+    report.status = BuildStatus::Cancelled;
+    report.reason = Some("cancelled".to_owned());
+    report.error = Some("cancelled on request; the effect's process group was killed".to_owned());
+    report
+}
+
 /// The folder holding `core/` for a build's module source (MS-1). A build
 /// without a source floats on the worker's built-in source.
 pub(crate) fn resolve_source(build: &BuildRow, ctx: &Ctx) -> Result<PathBuf, String> {
@@ -176,6 +186,8 @@ pub(crate) async fn run_effect(
     let work = ctx.work_dir(&build.id);
     let state = ctx.provider_state_dir(&build.deployment_id);
     let prepare = || -> std::io::Result<PathBuf> {
+        // A worker that died left its effect running: stop it before re-running.
+        stop_stale_effect(&work.join(EFFECT_PGID_FILE));
         // A re-run after a crash starts from a clean work folder.
         if work.exists() {
             std::fs::remove_dir_all(&work)?;
@@ -201,6 +213,62 @@ pub(crate) async fn run_effect(
     ];
     let spec = EffectSpec { program: source.join("core/effects").join(effect), dir: work.clone(), env, deadline };
     let log = DbLog { db: ctx.db.clone(), build_id: build.id.clone(), echo: ctx.echo_log };
-    let outcome = crate::effect::run(&spec, &log).await.map_err(|e| e.to_string())?;
-    Ok((outcome, work))
+    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(build.cancel_requested);
+    let watcher = tokio::spawn(watch_cancel(ctx.db.clone(), build.id.clone(), cancel_tx));
+    let pgid_file = work.join(EFFECT_PGID_FILE);
+    let outcome = crate::effect::run(&spec, &log, cancel_rx, |pgid| record_effect(&pgid_file, pgid)).await;
+    watcher.abort();
+    let _ = std::fs::remove_file(&pgid_file);
+    Ok((outcome.map_err(|e| e.to_string())?, work))
+}
+
+/// How often a running build looks for a cancel request.
+const CANCEL_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Sends `true` once someone asked to cancel the build.
+async fn watch_cancel(db: Db, build_id: String, tx: tokio::sync::watch::Sender<bool>) {
+    let mut tick = tokio::time::interval(CANCEL_POLL);
+    loop {
+        tick.tick().await;
+        if let Ok(true) = builds::cancel_requested(&db, &build_id).await {
+            let _ = tx.send(true);
+            return;
+        }
+    }
+}
+
+/// The file in a build's work folder naming the host and process group of
+/// its running effect.
+const EFFECT_PGID_FILE: &str = "effect.pgid";
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default()
+}
+
+/// The start time of process `pid` (clock ticks since boot), to tell a
+/// recorded process from a later one that reused its id.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn record_effect(file: &std::path::Path, pgid: i32) {
+    let line = format!("{} {pgid} {}\n", hostname(), start_time(pgid).unwrap_or(0));
+    if let Err(e) = std::fs::write(file, line) {
+        tracing::warn!(error = %e, "cannot record the effect's process group");
+    }
+}
+
+/// Kills the process group recorded in `file` when it runs on this host and
+/// is still the process that was recorded (Q-1: a build taken over after a
+/// worker died does not run twice at once on one host).
+fn stop_stale_effect(file: &std::path::Path) {
+    let Ok(text) = std::fs::read_to_string(file) else { return };
+    let mut parts = text.split_whitespace();
+    let (Some(host), Some(pgid), Some(started)) = (parts.next(), parts.next(), parts.next()) else { return };
+    let (Ok(pgid), Ok(started)) = (pgid.parse::<i32>(), started.parse::<u64>()) else { return };
+    if host == hostname() && pgid > 1 && start_time(pgid) == Some(started) {
+        tracing::warn!(pgid, "stopping the effect a dead worker left running");
+        crate::effect::kill_group(pgid);
+    }
 }

@@ -10,7 +10,7 @@
 //!    the build succeeded). A failed build changes no SBOM, and its error
 //!    names each failed node.
 
-use super::build::{blank_report, fail, resolve_source, run_effect, Outcome, SbomChange};
+use super::build::{blank_report, cancelled, fail, resolve_source, run_effect, Outcome, SbomChange};
 use super::report::NodeReport;
 use super::Ctx;
 use crate::effect::EffectOutcome;
@@ -68,6 +68,7 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
             "timeout",
             format!("the deploy ran past DEPLOY_TIMEOUT ({}s) and was killed", ctx.config.deploy_timeout.as_secs()),
         )),
+        EffectOutcome::Cancelled => no_change(cancelled(report)),
         EffectOutcome::Exited(code) => {
             report.exit_code = Some(code);
             if !failed.is_empty() {

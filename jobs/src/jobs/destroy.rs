@@ -6,7 +6,7 @@
 //! `idle`; a failed destroy changes nothing and leaves it `failed`, so the
 //! front-end keeps its intent record and the operator can try again.
 
-use super::build::{blank_report, fail, resolve_source, run_effect, Outcome, SbomChange};
+use super::build::{blank_report, cancelled, fail, resolve_source, run_effect, Outcome, SbomChange};
 use super::Ctx;
 use crate::effect::EffectOutcome;
 use crate::state::BuildStatus;
@@ -31,6 +31,7 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
             "timeout",
             format!("the destroy ran past DESTROY_TIMEOUT ({}s) and was killed", ctx.config.destroy_timeout.as_secs()),
         )),
+        EffectOutcome::Cancelled => no_change(cancelled(report)),
         EffectOutcome::Exited(0) => {
             report.exit_code = Some(0);
             report.status = BuildStatus::Succeeded;

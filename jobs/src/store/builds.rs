@@ -41,6 +41,8 @@ pub struct BuildRow {
     pub report: Option<Value>,
     /// How many times a worker started it.
     pub attempts: i64,
+    /// Someone asked to cancel it while it ran.
+    pub cancel_requested: bool,
     /// The worker that runs or ran it.
     pub worker: Option<String>,
     /// ST-3 version.
@@ -54,7 +56,7 @@ pub struct BuildRow {
 }
 
 const COLUMNS: &str = "id, seq, deployment_id, kind, status, reason, error, configuration, module_source, instances, \
-                       report, attempts, worker, version, queued_at, started_at, finished_at";
+                       report, attempts, cancel_requested, worker, version, queued_at, started_at, finished_at";
 
 fn parse<T: std::str::FromStr<Err = String>>(col: &str, v: String) -> Result<T, StoreError> {
     v.parse().map_err(|e: String| StoreError::Corrupt(format!("builds.{col}: {e}")))
@@ -74,6 +76,7 @@ fn from_row(r: &Row) -> Result<BuildRow, StoreError> {
         instances: json_col(&r.text("instances")?, "builds.instances")?,
         report: r.opt_text("report")?.map(|t| json_col(&t, "builds.report")).transpose()?,
         attempts: r.int("attempts")?,
+        cancel_requested: r.int("cancel_requested")? != 0,
         worker: r.opt_text("worker")?,
         version: r.int("version")?,
         queued_at: r.int("queued_at")?,
@@ -241,10 +244,12 @@ pub struct Finish {
 }
 
 /// Records how a build ended and dispatches its deployment's next build, in
-/// one transaction holding the deployment's lock; `before` runs in the
-/// same transaction (the SBOMs of a deploy are stored with the build's end).
-/// Conditional on the version read after the claim: a lost race means another
-/// worker took the build over, and nothing is written (`Ok(false)`).
+/// one transaction holding the deployment's lock; `before` runs in the same
+/// transaction (the SBOMs of a deploy are stored with the build's end).
+/// Conditional on the claim this worker holds (same worker, same attempt,
+/// still running): when another worker took the build over, nothing is
+/// written (`Ok(false)`). A cancel request changes the row's version but not
+/// the claim, so it does not stop the worker from recording the end.
 pub async fn finish<F>(db: &Db, build: &BuildRow, outcome: &Finish, before: F) -> Result<bool, StoreError>
 where
     F: for<'c> FnOnce(&'c mut Conn) -> futures::future::BoxFuture<'c, Result<(), StoreError>>,
@@ -253,7 +258,7 @@ where
     tx.lock_deployment(&build.deployment_id).await?;
     let changed = Q::new(
         "UPDATE builds SET status = $1, reason = $2, error = $3, report = $4, finished_at = $5, version = version + 1
-         WHERE id = $6 AND version = $7 AND status = 'running'",
+         WHERE id = $6 AND status = 'running' AND worker = $7 AND attempts = $8",
     )
     .text(outcome.status.as_str())
     .opt_text(outcome.reason.clone())
@@ -261,7 +266,8 @@ where
     .text(outcome.report.to_string())
     .int(now_ms())
     .text(&build.id)
-    .int(build.version)
+    .opt_text(build.worker.clone())
+    .int(build.attempts)
     .execute(&mut tx)
     .await?;
     if changed != 1 {
@@ -287,4 +293,67 @@ pub async fn list(conn: &mut Conn, deployment: &str, limit: i64) -> Result<Vec<B
 /// How many builds wait for a worker (Q-3 admission).
 pub async fn queued_count(conn: &mut Conn) -> Result<i64, StoreError> {
     Q::new("SELECT COUNT(*) AS n FROM builds WHERE status = 'queued'").fetch_one(conn).await?.int("n")
+}
+
+/// What a cancel request did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancel {
+    /// No such build.
+    NotFound,
+    /// The build had already finished with this status; nothing changed.
+    AlreadyFinished(BuildStatus),
+    /// The build was waiting: it is `cancelled` now and will never run.
+    Cancelled,
+    /// The build runs: its worker kills the effect's process group and
+    /// marks it `cancelled` (a build whose worker died is cancelled when
+    /// another worker takes it over).
+    Requested,
+}
+
+/// Cancels a queued build at once, or asks the worker of a running one to
+/// stop it. In one transaction holding the deployment's lock; a cancelled
+/// queued build hands its turn to the deployment's next build (ST-2).
+pub async fn cancel(db: &Db, id: &str) -> Result<Cancel, StoreError> {
+    for _ in 0..5 {
+        let mut conn = db.acquire().await?;
+        let Some(build) = get(&mut conn, id).await? else { return Ok(Cancel::NotFound) };
+        drop(conn);
+        let mut tx = db.begin_write().await?;
+        tx.lock_deployment(&build.deployment_id).await?;
+        let (query, result) = match build.status {
+            s if s.is_terminal() => return Ok(Cancel::AlreadyFinished(s)),
+            BuildStatus::Queued => (
+                Q::new(
+                    "UPDATE builds SET status = 'cancelled', reason = 'cancelled', error = 'cancelled before it ran',
+                            finished_at = $1, version = version + 1 WHERE id = $2 AND version = $3",
+                )
+                .int(now_ms()),
+                Cancel::Cancelled,
+            ),
+            _ => (
+                Q::new("UPDATE builds SET cancel_requested = 1, version = version + 1 WHERE id = $1 AND version = $2"),
+                Cancel::Requested,
+            ),
+        };
+        let changed = query.text(id).int(build.version).execute(&mut tx).await?;
+        if changed == 1 {
+            if result == Cancel::Cancelled {
+                dispatch_next(&mut tx, &build.deployment_id).await?;
+            }
+            tx.commit().await?;
+            return Ok(result);
+        }
+        tx.rollback().await?;
+    }
+    Err(StoreError::Conflict("build"))
+}
+
+/// Whether someone asked to cancel build `id` while it runs.
+pub async fn cancel_requested(db: &Db, id: &str) -> Result<bool, StoreError> {
+    let mut conn = db.acquire().await?;
+    let row = Q::new("SELECT cancel_requested FROM builds WHERE id = $1").text(id).fetch_optional(&mut conn).await?;
+    Ok(match row {
+        Some(r) => r.int("cancel_requested")? != 0,
+        None => false,
+    })
 }
