@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod effect;
+pub mod failpoint;
 pub mod id;
 pub mod jobs;
 pub mod migrate;

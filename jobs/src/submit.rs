@@ -164,6 +164,7 @@ pub async fn check_and_queue(
     };
     builds::insert(&mut tx, new, now).await?;
     tx.commit().await?;
+    crate::failpoint::hit("submit_committed");
     let state = DeploymentState::derive(Some((kind, BuildStatus::Queued)));
     Ok(Accepted { deployment_id: id.to_string(), build_id, state })
 }

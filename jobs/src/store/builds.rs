@@ -155,6 +155,7 @@ pub async fn insert(conn: &mut Conn, b: NewBuild<'_>, now: i64) -> Result<(), St
     .int(now)
     .execute(conn)
     .await?;
+    crate::failpoint::hit("build_inserted");
     dispatch_next(conn, b.deployment_id).await
 }
 
@@ -183,6 +184,7 @@ pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), Stor
     let args = serde_json::to_vec(&BuildJob { build_id: build_id.clone() }).expect("job payload serialises");
     let task = TaskBuilder::new(args).task_id(TaskId::from(job_id)).max_attempts(BUILD_JOB_ATTEMPTS).build();
     conn.push_job(BUILDS_QUEUE, task).await?;
+    crate::failpoint::hit("job_pushed");
     Q::new("UPDATE builds SET dispatched = 1, job_id = $1, version = version + 1 WHERE id = $2")
         .text(job_id.to_string())
         .text(&build_id)

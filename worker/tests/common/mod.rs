@@ -1,0 +1,178 @@
+//! Helpers for tests that run the real binaries: processes killed when the
+//! test ends, a free loopback port, polling with a deadline, and a small
+//! HTTP client for the api.
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use slipway_jobs::test_support::TestDatabase;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const SECRET: &str = "end-to-end-secret-at-least-32-bytes";
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn demo() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(repo().join("examples/demo.json")).unwrap()).unwrap()
+}
+
+/// The newest modification time of the files under `dir`.
+fn newest(dir: &Path) -> std::time::SystemTime {
+    let mut latest = std::time::SystemTime::UNIX_EPOCH;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let t =
+            if path.is_dir() { newest(&path) } else { entry.metadata().and_then(|m| m.modified()).unwrap_or(latest) };
+        latest = latest.max(t);
+    }
+    latest
+}
+
+/// A binary of the workspace. `cargo test -p slipway-worker` builds only the
+/// worker, so the api binary is checked for being older than its sources.
+pub fn binary(name: &str) -> PathBuf {
+    let worker = PathBuf::from(env!("CARGO_BIN_EXE_slipway-worker"));
+    let path = worker.with_file_name(name);
+    let hint = "build the workspace first: cargo build --workspace";
+    let built = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| panic!("{} is missing: {hint}", path.display()));
+    for sources in ["api/src", "jobs/src", "migrations"] {
+        assert!(built >= newest(&repo().join(sources)), "{} is older than {sources}: {hint}", path.display());
+    }
+    path
+}
+
+/// A child process killed (SIGKILL) when dropped, however the test ends.
+pub struct Running(pub Child);
+
+impl Running {
+    /// SIGKILLs the process now.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A command for `bin` on the test's database, with the api on `port`.
+pub fn command(bin: &Path, db: &TestDatabase, port: u16) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.env("DATABASE_URL", &db.url)
+        .env("SLIPWAY_STATE_DIR", db.path("state"))
+        .env("SLIPWAY_BIND", format!("127.0.0.1:{port}"))
+        .env("SLIPWAY_JWT_SECRET", SECRET)
+        .env("SLIPWAY_DEFAULT_SOURCE_DIR", repo().join("nix"))
+        .env("SLIPWAY_HEARTBEAT", "2")
+        .env_remove("SLIPWAY_CONFIG")
+        .env_remove("SLIPWAY_FAILPOINTS");
+    cmd
+}
+
+/// Starts `bin args…` with its stderr in `<test dir>/<log>`.
+pub fn start(mut cmd: Command, db: &TestDatabase, log: &str) -> Running {
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(db.path(log)).unwrap();
+    Running(cmd.stdout(Stdio::null()).stderr(Stdio::from(file)).spawn().unwrap())
+}
+
+/// Polls `check` until it yields, backing off from 20 ms to 250 ms; panics past `deadline`.
+pub async fn wait_for<F, Fut, T>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    let mut every = Duration::from_millis(20);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        tokio::time::sleep(every).await;
+        every = (every * 2).min(Duration::from_millis(250));
+    }
+}
+
+/// The api as a front-end sees it.
+#[derive(Clone)]
+pub struct Api {
+    pub http: reqwest::Client,
+    pub base: String,
+    pub token: String,
+}
+
+impl Api {
+    /// Mints a token for every deployment and waits for `/healthz`.
+    pub async fn connect(db: &TestDatabase, port: u16) -> Self {
+        let out = command(&binary("slipway-api"), db, port)
+            .args(["token", "--deployments", "*", "--ttl", "1h"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let api = Self {
+            http: reqwest::Client::new(),
+            base: format!("http://127.0.0.1:{port}"),
+            token: String::from_utf8(out.stdout).unwrap().trim().to_owned(),
+        };
+        api.wait_healthy().await;
+        api
+    }
+
+    pub async fn wait_healthy(&self) {
+        wait_for("the api to serve", Duration::from_secs(30), || async {
+            let r = self.http.get(format!("{}/healthz", self.base)).send().await.ok()?;
+            r.status().is_success().then_some(())
+        })
+        .await
+    }
+
+    /// GET: status, content type and JSON body (null when not JSON).
+    pub async fn get(&self, path: &str) -> (u16, String, Value) {
+        let r = self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.token).send().await.unwrap();
+        let status = r.status().as_u16();
+        let ctype = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+        (status, ctype, r.json::<Value>().await.unwrap_or(Value::Null))
+    }
+
+    /// PUT a configuration; the transport error when the api died.
+    pub async fn submit(&self, id: &str, configuration: &Value) -> Result<(u16, Value), reqwest::Error> {
+        let r = self
+            .http
+            .put(format!("{}/deployments/{id}", self.base))
+            .bearer_auth(&self.token)
+            .json(&json!({ "configuration": configuration }))
+            .send()
+            .await?;
+        Ok((r.status().as_u16(), r.json().await.unwrap_or(Value::Null)))
+    }
+
+    pub async fn delete(&self, id: &str) -> (u16, Value) {
+        let r =
+            self.http.delete(format!("{}/deployments/{id}", self.base)).bearer_auth(&self.token).send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Waits until deployment `id` is in state `want` (panics on `failed` unless wanted).
+    pub async fn wait_state(&self, id: &str, want: &str, deadline: Duration) -> Value {
+        wait_for(&format!("{id} to become {want}"), deadline, || async {
+            let (_, _, d) = self.get(&format!("/deployments/{id}")).await;
+            if want != "failed" {
+                assert_ne!(d["state"], "failed", "the build failed: {d}");
+            }
+            (d["state"] == want).then_some(d)
+        })
+        .await
+    }
+}

@@ -1,0 +1,129 @@
+//! Q-1 with real processes on both engines: an api that dies inside a submit
+//! leaves nothing half-written, and a build whose worker is SIGKILLed is
+//! picked up by another worker and run again.
+
+mod common;
+
+use common::{binary, command, demo, free_port, start, wait_for, Api};
+use slipway_jobs::store::{Db, Engine, Q};
+use slipway_jobs::test_support::TestDatabase;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+async fn open(db: &TestDatabase) -> Db {
+    let keys = std::collections::BTreeMap::from([("DATABASE_URL".to_owned(), db.url.clone())]);
+    slipway_jobs::store::open(&slipway_jobs::config::Config::from_keys(&keys).unwrap()).await.unwrap()
+}
+
+/// Rows of `deployments`, `builds` and apalis's job table.
+async fn counts(db: &Db) -> (i64, i64, i64) {
+    let jobs = match db.engine() {
+        Engine::Sqlite => "Jobs",
+        Engine::Postgres => "apalis.jobs",
+    };
+    let mut conn = db.acquire().await.unwrap();
+    let mut n = |table: &str| Q::new(format!("SELECT COUNT(*) AS n FROM {table}"));
+    let d = n("deployments").fetch_one(&mut conn).await.unwrap().int("n").unwrap();
+    let b = n("builds").fetch_one(&mut conn).await.unwrap().int("n").unwrap();
+    let j = n(jobs).fetch_one(&mut conn).await.unwrap().int("n").unwrap();
+    (d, b, j)
+}
+
+async fn an_api_that_dies_inside_a_submit_leaves_no_build_without_its_job(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
+    for point in ["build_inserted", "job_pushed"] {
+        let port = free_port();
+        let mut cmd = command(&binary("slipway-api"), &db, port);
+        cmd.env("SLIPWAY_FAILPOINTS", point);
+        let mut api_process = start(cmd, &db, "api.log");
+        let api = Api::connect(&db, port).await;
+        let answer = api.submit("demo", &demo()).await;
+        assert!(answer.is_err(), "the api answered although it crashed at {point}: {answer:?}");
+        let status = api_process.0.wait().unwrap();
+        assert!(!status.success(), "the api did not die at {point}");
+        let pool = open(&db).await;
+        assert_eq!(counts(&pool).await, (0, 0, 0), "a crash at {point} left rows behind");
+        pool.close().await;
+    }
+    // After the crash point that follows the commit, the submit is whole.
+    let port = free_port();
+    let mut cmd = command(&binary("slipway-api"), &db, port);
+    cmd.env("SLIPWAY_FAILPOINTS", "submit_committed");
+    let _dead = start(cmd, &db, "api.log");
+    let api = Api::connect(&db, port).await;
+    assert!(api.submit("demo", &demo()).await.is_err());
+    let pool = open(&db).await;
+    assert_eq!(counts(&pool).await, (1, 1, 1));
+}
+
+/// A module source whose deploy takes `seconds`, records each effect's pid
+/// in `$STATE_DIR/pids`, and reports one node with a tiny SBOM.
+fn slow_source(root: &Path, seconds: u32) {
+    let effects = root.join("core/effects");
+    std::fs::create_dir_all(&effects).unwrap();
+    std::fs::write(root.join("core/default.nix"), "{ provider ? {} }: { }\n").unwrap();
+    let deploy = format!(
+        r#"#!/bin/sh
+echo $$ >> "$STATE_DIR/pids"
+echo "deploying (attempt of $BUILD_ID)"
+sleep {seconds}
+echo '{{"nodes": [{{"name": "web", "dnsNames": [], "outcome": "deployed", "system": null, "error": null}}]}}' > "$SBOM_OUT_DIR/nodes.json"
+echo '{{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}}' > "$SBOM_OUT_DIR/web.cdx.json"
+"#
+    );
+    for (name, body) in [("deploy", deploy.as_str()), ("destroy", "#!/bin/sh\nexit 0\n")] {
+        let path = effects.join(name);
+        std::fs::write(&path, body).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+async fn a_build_whose_worker_is_killed_is_run_again_by_another_worker(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
+    let source = db.path("slow-source");
+    slow_source(&source, 3);
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    let worker = || {
+        let mut cmd = command(&binary("slipway-worker"), &db, port);
+        cmd.args(["work"]).env("SLIPWAY_DEFAULT_SOURCE_DIR", &source).env("SLIPWAY_HEARTBEAT", "1");
+        cmd
+    };
+    let mut first = start(worker(), &db, "worker-1.log");
+    let api = Api::connect(&db, port).await;
+    let (status, accepted) = api.submit("demo", &demo()).await.unwrap();
+    assert_eq!(status, 202);
+    let build_path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
+    let running = wait_for("the deploy to run", Duration::from_secs(30), || async {
+        let (_, _, b) = api.get(&build_path).await;
+        (b["status"] == "running").then_some(b)
+    })
+    .await;
+    let first_name = running["worker"].as_str().unwrap().to_owned();
+
+    first.kill();
+    let killed_at = Instant::now();
+    let _second = start(worker(), &db, "worker-2.log");
+    let done = wait_for("another worker to finish the build", Duration::from_secs(60), || async {
+        let (_, _, b) = api.get(&build_path).await;
+        matches!(b["status"].as_str(), Some("succeeded" | "failed")).then_some(b)
+    })
+    .await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["attempts"], 2, "{done}");
+    assert_ne!(done["worker"].as_str().unwrap(), first_name);
+    // Recovery window (2 missed 1 s heartbeats) plus the 3 s re-run, with room for a slow machine.
+    assert!(killed_at.elapsed() < Duration::from_secs(30), "took {:?}", killed_at.elapsed());
+    // The dead worker's effect did not keep running beside the new one.
+    let pids = std::fs::read_to_string(db.path("state").join("provider/demo/pids")).unwrap();
+    let first_effect: i32 = pids.lines().next().unwrap().parse().unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{first_effect}/stat")).unwrap_or_default();
+    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()).unwrap_or("gone");
+    assert!(state == "gone" || state == "Z", "the dead worker's effect {first_effect} still runs ({state})");
+}
+
+slipway_jobs::on_both_engines!(
+    an_api_that_dies_inside_a_submit_leaves_no_build_without_its_job,
+    a_build_whose_worker_is_killed_is_run_again_by_another_worker,
+);
