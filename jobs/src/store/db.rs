@@ -129,6 +129,16 @@ impl Conn {
         Ok(Q::new(sql).text(id).fetch_optional(self).await?.is_some())
     }
 
+    /// Serialises transactions that name the same `key` until this one ends:
+    /// a transaction-scoped advisory lock on PostgreSQL; SQLite's
+    /// `BEGIN IMMEDIATE` already holds the one write lock.
+    pub async fn lock_name(&mut self, key: &str) -> Result<(), StoreError> {
+        if let Target::Postgres(_) = self.target() {
+            Q::new("SELECT pg_advisory_xact_lock(hashtext($1))::text AS locked").text(key).fetch_one(self).await?;
+        }
+        Ok(())
+    }
+
     /// Pushes a job into apalis's table for `queue`, inside this connection's
     /// transaction, so the job commits with the rows that caused it.
     pub async fn push_job(&mut self, queue: &str, task: Task<Vec<u8>>) -> Result<(), StoreError> {

@@ -12,6 +12,7 @@ pub mod builds;
 pub mod db;
 pub mod deployments;
 pub mod sboms;
+pub mod slots;
 
 pub use db::{Conn, Db, Engine, Row, Q};
 
