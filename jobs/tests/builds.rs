@@ -6,7 +6,7 @@ use slipway_jobs::config::Config;
 use slipway_jobs::id::DeploymentId;
 use slipway_jobs::jobs::build::{self, Ran};
 use slipway_jobs::jobs::report::Report;
-use slipway_jobs::jobs::{BuildJob, Ctx};
+use slipway_jobs::jobs::{sweep, BuildJob, Ctx};
 use slipway_jobs::source::SourceOutputs;
 use slipway_jobs::state::{BuildKind, BuildStatus, DeploymentState};
 use slipway_jobs::store::{builds, sboms, Engine, Q};
@@ -301,6 +301,7 @@ async fn a_running_build_cancelled_on_request_has_its_effect_killed(engine: Engi
 }
 
 slipway_jobs::on_both_engines!(
+    the_sweep_empties_old_logs_and_work_folders_and_keeps_the_rows,
     a_cancelled_queued_build_never_runs_and_hands_its_turn_to_the_next,
     a_running_build_cancelled_on_request_has_its_effect_killed,
     a_deploy_stores_every_nodes_sbom_and_a_destroy_removes_them,
@@ -311,3 +312,31 @@ slipway_jobs::on_both_engines!(
     a_build_whose_worker_died_is_taken_over_and_its_effect_run_again,
     a_repeated_delivery_of_a_finished_build_runs_nothing,
 );
+
+async fn the_sweep_empties_old_logs_and_work_folders_and_keeps_the_rows(engine: Engine) {
+    let w = world(engine, &[]).await;
+    let id = w.queue("demo", BuildKind::Deploy, None).await;
+    w.run(&id).await;
+    assert!(w.ctx.work_dir(&id).exists());
+    // Within retention (14 days by default): nothing goes.
+    assert_eq!(sweep::run(&w.ctx).await.unwrap(), sweep::Swept::default());
+    // With a retention that has already passed, the log and work folder go.
+    let mut short = (*w.ctx.config).clone();
+    short.retention = std::time::Duration::from_millis(1);
+    let ctx = Ctx { config: Arc::new(short), ..w.ctx.clone() };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let swept = loop {
+        let swept = sweep::run(&ctx).await.unwrap();
+        if swept.logs > 0 || std::time::Instant::now() > deadline {
+            break swept;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(swept, sweep::Swept { logs: 1, work_dirs: 1 });
+    assert!(!w.ctx.work_dir(&id).exists());
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    assert_eq!(builds::log(&mut conn, &id).await.unwrap().as_deref(), Some(""));
+    assert_eq!(builds::get(&mut conn, &id).await.unwrap().unwrap().status, BuildStatus::Succeeded);
+    drop(conn);
+    assert_eq!(sweep::run(&ctx).await.unwrap(), sweep::Swept::default(), "a second sweep finds nothing");
+}

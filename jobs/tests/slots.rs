@@ -20,7 +20,11 @@ async fn a_full_pool_refuses_at_once_and_a_release_frees_a_slot(engine: Engine) 
     let _b = slots::try_acquire(&db, "nix", 2, "b", LEASE).await.unwrap().expect("second slot");
     let started = Instant::now();
     assert_eq!(slots::try_acquire(&db, "nix", 2, "c", LEASE).await.unwrap(), None);
-    assert!(started.elapsed() < Duration::from_secs(2), "a full pool must refuse at once, took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "a full pool must refuse at once, took {:?}",
+        started.elapsed()
+    );
     // Other pools are independent.
     assert!(slots::try_acquire(&db, "other", 1, "c", LEASE).await.unwrap().is_some());
     slots::release(&db, &a).await.unwrap();

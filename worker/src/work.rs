@@ -10,10 +10,11 @@
 
 use anyhow::Context as _;
 use apalis::prelude::*;
+use apalis_cron::{timezone::Utc, CronScheduler, Schedule, Tick};
 use apalis_postgres::{PostgresStorage, Pubsub};
 use apalis_sqlite::SqliteStorage;
 use slipway_jobs::config::Config;
-use slipway_jobs::jobs::{build, BuildJob, Ctx, BUILDS_QUEUE};
+use slipway_jobs::jobs::{build, retry_backoff, sweep, BuildJob, Ctx, BUILDS_QUEUE};
 use slipway_jobs::store::Db;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,12 +36,16 @@ fn unique_name(prefix: &str) -> String {
     )
 }
 
-/// The apalis handler: adapts a queued [`BuildJob`] to [`build::run`].
-async fn handle(job: BuildJob, ctx: Data<Ctx>) -> Result<(), BoxDynError> {
+/// The apalis handler: adapts a queued [`BuildJob`] to [`build::run`]. When
+/// the job cannot record its outcome (the database is away), it waits its
+/// backoff before giving the attempt back, since apalis re-queues at once.
+async fn handle(job: BuildJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(), BoxDynError> {
     match build::run(job, &ctx).await {
         Ok(_) => Ok(()),
         Err(e) => {
-            tracing::error!(error = %e, "build job could not record its outcome; it will be handed out again");
+            let wait = retry_backoff(attempt.current());
+            tracing::error!(error = %e, retry_in_s = wait.as_secs(), "build job could not record its outcome; it will be handed out again");
+            tokio::time::sleep(wait).await;
             Err(Box::new(e))
         }
     }
@@ -53,6 +58,7 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
     let name = unique_name(prefix);
     let heartbeat = config.heartbeat;
     let ctx = Ctx { db: db.clone(), config: Arc::new(config), worker: name.clone(), echo_log: false };
+    let (ctx_for_sweep, name_for_sweep) = (ctx.clone(), name.clone());
     tracing::info!(worker.name = %name, slots, engine = ?db.engine(), "worker started");
     let monitor = Monitor::new().should_restart(|_ctx, error| {
         // Supervision: a worker whose heartbeat or storage failed starts again.
@@ -86,7 +92,38 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
             WorkerBuilder::new(name.clone()).backend(storage).data(ctx.clone()).concurrency(slots).build(handle)
         }),
     };
+    let sweep_ctx = ctx_for_sweep;
+    let sweep_name = format!("{name_for_sweep}-sweep");
+    let monitor = monitor.register(move |_restarts| {
+        WorkerBuilder::new(sweep_name.clone())
+            .backend(CronScheduler::new(Every(SWEEP_EVERY)))
+            .data(sweep_ctx.clone())
+            .build(sweep_tick)
+    });
     monitor.run_with_signal(shutdown()).await.context("the worker stopped with an error")?;
+    Ok(())
+}
+
+/// How often each worker runs the retention sweep (§6 `sweep`, Q-6).
+const SWEEP_EVERY: Duration = Duration::from_secs(600);
+
+/// A schedule of one tick every period, counted from now.
+#[derive(Debug, Clone, Copy)]
+struct Every(Duration);
+
+impl Schedule<Utc> for Every {
+    fn next_tick(&mut self, _: &Utc) -> Option<Tick<Utc>> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Some(Tick::new((now + self.0).as_secs()))
+    }
+}
+
+/// The sweep job: a failed sweep waits for the next tick (§6: "next tick").
+async fn sweep_tick(_tick: Tick<Utc>, ctx: Data<Ctx>) -> Result<(), BoxDynError> {
+    match sweep::run(&ctx).await {
+        Ok(swept) => tracing::info!(logs = swept.logs, work_dirs = swept.work_dirs, "retention sweep"),
+        Err(e) => tracing::warn!(error = %e, "retention sweep failed; the next tick tries again"),
+    }
     Ok(())
 }
 

@@ -9,6 +9,7 @@ pub mod build;
 pub mod deploy;
 pub mod destroy;
 pub mod report;
+pub mod sweep;
 
 use crate::config::Config;
 use crate::store::Db;
@@ -22,8 +23,30 @@ pub const BUILDS_QUEUE: &str = "builds";
 /// How many times apalis may hand a build job out. A build whose worker died
 /// is handed out again; the job body itself never asks for a retry of a
 /// failed effect (the build is failed instead), so this bounds only crashes
-/// and database outages.
-pub const BUILD_JOB_ATTEMPTS: usize = 10;
+/// and database outages: with [`retry_backoff`] about 15 minutes of outage.
+pub const BUILD_JOB_ATTEMPTS: usize = 20;
+
+/// How long a job waits before it gives its failed attempt back to the
+/// queue: 1 s, 2 s, 4 s, … capped at 60 s. apalis re-queues a failed job at
+/// once, so the backoff is ours (§6: deploy and destroy are resumed, never
+/// retried for a failed effect; kinds marked "none" or "never" run once).
+pub fn retry_backoff(attempt: usize) -> std::time::Duration {
+    let secs = 1u64.checked_shl(attempt.min(16) as u32).unwrap_or(u64::MAX).min(60);
+    std::time::Duration::from_secs(secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retry_backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_doubles_from_one_second_up_to_a_minute() {
+        let waits: Vec<u64> = (0..9).map(|a| retry_backoff(a).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(retry_backoff(usize::MAX), Duration::from_secs(60));
+    }
+}
 
 /// A deploy or destroy job: the build to run (its kind is on the row).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

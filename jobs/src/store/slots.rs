@@ -21,12 +21,19 @@ pub struct Lease {
 /// Takes a slot of `pool` for `holder` for at most `lease`, or `None` at once
 /// when all `cap` slots are held. Acquisitions are serialised per pool (the
 /// SQLite write lock; a transaction-scoped advisory lock on PostgreSQL).
-pub async fn try_acquire(db: &Db, pool: &str, cap: u32, holder: &str, lease: Duration) -> Result<Option<Lease>, StoreError> {
+pub async fn try_acquire(
+    db: &Db,
+    pool: &str,
+    cap: u32,
+    holder: &str,
+    lease: Duration,
+) -> Result<Option<Lease>, StoreError> {
     let now = now_ms();
     let mut tx = db.begin_write().await?;
     tx.lock_name(&format!("slots:{pool}")).await?;
     Q::new("DELETE FROM slots WHERE pool = $1 AND expires_at < $2").text(pool).int(now).execute(&mut tx).await?;
-    let held = Q::new("SELECT COUNT(*) AS n FROM slots WHERE pool = $1").text(pool).fetch_one(&mut tx).await?.int("n")?;
+    let held =
+        Q::new("SELECT COUNT(*) AS n FROM slots WHERE pool = $1").text(pool).fetch_one(&mut tx).await?.int("n")?;
     if held >= i64::from(cap) {
         tx.rollback().await?;
         return Ok(None);
@@ -45,7 +52,11 @@ pub async fn try_acquire(db: &Db, pool: &str, cap: u32, holder: &str, lease: Dur
 
 /// Gives a slot back.
 pub async fn release(db: &Db, lease: &Lease) -> Result<(), StoreError> {
-    Q::new("DELETE FROM slots WHERE pool = $1 AND holder = $2").text(&lease.pool).text(&lease.holder).execute_on(db).await?;
+    Q::new("DELETE FROM slots WHERE pool = $1 AND holder = $2")
+        .text(&lease.pool)
+        .text(&lease.holder)
+        .execute_on(db)
+        .await?;
     Ok(())
 }
 

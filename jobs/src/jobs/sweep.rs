@@ -1,0 +1,48 @@
+//! The retention sweep (§6 `sweep`, Q-6; seed 001 "Completed records retain
+//! … until retention elapses"): finished builds older than `RETENTION` lose
+//! their work folder and their log; the build rows stay, with status, reason,
+//! timings and report. Every worker host sweeps its own work folders; the
+//! log clearing is the same statement everywhere, so sweeping twice is harmless.
+
+use super::Ctx;
+use crate::store::{now_ms, StoreError, Q};
+use serde::Serialize;
+
+/// What one sweep removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Swept {
+    /// Build logs emptied.
+    pub logs: u64,
+    /// Work folders removed from this host.
+    pub work_dirs: u64,
+}
+
+/// Sweeps builds that finished before `now_ms - RETENTION`.
+pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
+    let cutoff = now_ms() - ctx.config.retention.as_millis() as i64;
+    let logs = Q::new("UPDATE builds SET log = '' WHERE finished_at < $1 AND log <> ''")
+        .int(cutoff)
+        .execute_on(&ctx.db)
+        .await?;
+    let mut work_dirs = 0;
+    let root = ctx.config.state_dir.join("builds");
+    let mut conn = ctx.db.acquire().await?;
+    for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        let Some(build_id) = entry.file_name().to_str().map(str::to_owned) else { continue };
+        let finished = Q::new("SELECT finished_at FROM builds WHERE id = $1")
+            .text(&build_id)
+            .fetch_optional(&mut conn)
+            .await?
+            .map(|r| r.opt_int("finished_at"))
+            .transpose()?
+            .flatten();
+        // Unknown ids (another database's builds) and running builds are left alone.
+        if finished.is_some_and(|at| at < cutoff) {
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => work_dirs += 1,
+                Err(e) => tracing::warn!(build.id = %build_id, error = %e, "cannot remove a swept work folder"),
+            }
+        }
+    }
+    Ok(Swept { logs, work_dirs })
+}
