@@ -23,7 +23,7 @@ async fn counts(db: &Db) -> (i64, i64, i64) {
         Engine::Postgres => "apalis.jobs",
     };
     let mut conn = db.acquire().await.unwrap();
-    let mut n = |table: &str| Q::new(format!("SELECT COUNT(*) AS n FROM {table}"));
+    let n = |table: &str| Q::new(format!("SELECT COUNT(*) AS n FROM {table}"));
     let d = n("deployments").fetch_one(&mut conn).await.unwrap().int("n").unwrap();
     let b = n("builds").fetch_one(&mut conn).await.unwrap().int("n").unwrap();
     let j = n(jobs).fetch_one(&mut conn).await.unwrap().int("n").unwrap();
