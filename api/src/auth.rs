@@ -11,6 +11,19 @@ use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use slipway_jobs::config::Config;
 
+/// The `aud` claim: a string or a list of strings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Audience {
+    /// One audience.
+    One(String),
+    /// Several audiences.
+    Many(Vec<String>),
+}
+
+/// The shortest HS256 secret accepted, in bytes (RFC 7518 §3.2: at least the hash size).
+pub const MIN_SECRET_BYTES: usize = 32;
+
 /// The claims Slipway reads.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Claims {
@@ -19,8 +32,8 @@ pub struct Claims {
     pub sub: String,
     /// Expiry, Unix seconds.
     pub exp: u64,
-    /// Audience.
-    pub aud: String,
+    /// Audience: one, or a list (RFC 7519 allows both).
+    pub aud: Audience,
     /// Issuer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iss: Option<String>,
@@ -52,7 +65,12 @@ impl Verifier {
     pub fn from_config(config: &Config) -> anyhow::Result<Self> {
         let (key, alg) = match (&config.jwt_secret, &config.jwt_public_key) {
             (Some(_), Some(_)) => anyhow::bail!("set one of SLIPWAY_JWT_SECRET and SLIPWAY_JWT_PUBLIC_KEY, not both"),
-            (Some(secret), None) => (DecodingKey::from_secret(secret.expose_secret().as_bytes()), Algorithm::HS256),
+            (Some(secret), None) => {
+                if secret.expose_secret().len() < MIN_SECRET_BYTES {
+                    anyhow::bail!("SLIPWAY_JWT_SECRET is shorter than {MIN_SECRET_BYTES} bytes; use a random secret of at least that length")
+                }
+                (DecodingKey::from_secret(secret.expose_secret().as_bytes()), Algorithm::HS256)
+            }
             (None, Some(pem)) => (
                 DecodingKey::from_ed_pem(pem.as_bytes())
                     .map_err(|e| anyhow::anyhow!("SLIPWAY_JWT_PUBLIC_KEY is not an Ed25519 public key in PEM: {e}"))?,
@@ -65,7 +83,9 @@ impl Verifier {
         let mut validation = Validation::new(alg);
         validation.set_audience(&[config.jwt_audience.as_str()]);
         validation.set_required_spec_claims(&["exp", "aud"]);
-        validation.leeway = 30;
+        // An expired or not-yet-valid token is refused outright (SEC-1).
+        validation.leeway = 0;
+        validation.validate_nbf = true;
         if let Some(iss) = &config.jwt_issuer {
             validation.set_issuer(&[iss.as_str()]);
         }
@@ -107,7 +127,7 @@ pub fn mint(config: &Config, subject: &str, deployments: Vec<String>, ttl_secs: 
     let claims = Claims {
         sub: subject.to_owned(),
         exp: now + ttl_secs,
-        aud: config.jwt_audience.clone(),
+        aud: Audience::One(config.jwt_audience.clone()),
         iss: config.jwt_issuer.clone(),
         deployments,
     };
@@ -116,4 +136,29 @@ pub fn mint(config: &Config, subject: &str, deployments: Vec<String>, ttl_secs: 
         &claims,
         &EncodingKey::from_secret(secret.expose_secret().as_bytes()),
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn config(secret: &str) -> Config {
+        Config::from_keys(&BTreeMap::from([("SLIPWAY_JWT_SECRET".to_owned(), secret.to_owned())])).unwrap()
+    }
+
+    #[test]
+    fn a_short_secret_is_refused_at_start() {
+        let err = Verifier::from_config(&config("short")).unwrap_err().to_string();
+        assert!(err.contains("at least"), "{err}");
+        assert!(!err.contains("short\""), "the secret is echoed: {err}");
+    }
+
+    #[test]
+    fn a_minted_token_verifies_and_carries_its_scope() {
+        let c = config("0123456789abcdef0123456789abcdef");
+        let token = mint(&c, "dev", vec!["demo".into()], 60).unwrap();
+        let claims = Verifier::from_config(&c).unwrap().verify(Some(&format!("Bearer {token}"))).unwrap();
+        assert!(claims.allows("demo") && !claims.allows("other"));
+    }
 }

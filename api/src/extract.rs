@@ -49,3 +49,57 @@ impl<T: serde::Serialize> axum::response::IntoResponse for Json<T> {
         axum::Json(self.0).into_response()
     }
 }
+
+/// `axum::extract::Query` with §3 errors (`400 invalid_request`), also for a
+/// repeated or malformed parameter.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Query<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for Query<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(v)| Self(v))
+            .map_err(|e| {
+                ApiError::bad_request("invalid_request", format!("the query string is not valid: {}", e.body_text()))
+            })
+    }
+}
+
+/// The `{id}` of a deployment route, checked against ID-1: anything else,
+/// also a segment that is not UTF-8, is `400 invalid_deployment_id`.
+#[derive(Debug, Clone)]
+pub struct DeploymentIdPath(pub slipway_jobs::id::DeploymentId);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for DeploymentIdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let invalid = |why: String| ApiError::bad_request("invalid_deployment_id", why);
+        let axum::extract::Path(raw) = axum::extract::Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| invalid(format!("the deployment id is not valid: {}", e.body_text())))?;
+        slipway_jobs::id::DeploymentId::parse(&raw).map(Self).map_err(|e| invalid(e.to_string()))
+    }
+}
+
+/// The `{id}` of a build route. A segment that is not UTF-8 names no build: `404`.
+#[derive(Debug, Clone)]
+pub struct BuildIdPath(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for BuildIdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(id)| Self(id))
+            .map_err(|_| ApiError::not_found("no such build"))
+    }
+}

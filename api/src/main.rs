@@ -39,6 +39,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info,sqlx=warn,tower_http=info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match Config::load() {
         Err(e) => Err(anyhow::Error::new(e)),

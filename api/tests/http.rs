@@ -421,7 +421,131 @@ async fn a_queued_build_can_be_cancelled_once(engine: Engine) {
     assert_eq!(status, StatusCode::NOT_FOUND, "a build outside the token's scope does not reveal itself");
 }
 
+/// (application, secret field) of the built-in source's first application with a secret.
+fn a_secret_field() -> (String, String) {
+    let meta: Value = serde_json::from_str(slipway_api::default_source::META).unwrap();
+    meta["applications"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find_map(|(k, v)| {
+            v["secrets"].as_array().and_then(|s| s.first()).map(|f| (k.clone(), f.as_str().unwrap().to_owned()))
+        })
+        .expect("the built-in source has a secret field")
+}
+
+async fn a_secret_value_is_listed_together_with_every_other_problem(engine: Engine) {
+    let h = harness(engine).await;
+    let (app, field) = a_secret_field();
+    let mut config = demo();
+    config["applications"][&app]["enable"] = json!(true);
+    config["applications"][&app][&field] = json!("s3cr3t-value");
+    config["stray"] = json!(1);
+    let (status, body) = h.put("demo", &json!({ "configuration": config })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let kinds: Vec<&str> =
+        body["details"]["problems"].as_array().unwrap().iter().map(|p| p["kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"secret") && kinds.contains(&"unexpected_key"), "{body}");
+    assert!(!body.to_string().contains("s3cr3t-value"));
+}
+
+async fn the_secret_lists_are_derived_by_the_api_not_taken_from_the_client(engine: Engine) {
+    let h = harness(engine).await;
+    let (app, field) = a_secret_field();
+    let mut config = demo();
+    config["applications"][&app]["enable"] = json!(true);
+    config["applications"][&app]["secretsSet"] = json!([field.clone(), "bogus"]);
+    config["applications"][&app]["secretsClear"] = json!([field.clone(), "nope"]);
+    let (status, body) = h.put("demo", &json!({ "configuration": config })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let (_, read) = h.call(Method::GET, "/deployments/demo", Some(&all()), None).await;
+    assert_eq!(read["configuration"]["applications"][&app]["secretsSet"], json!([]));
+    assert_eq!(read["configuration"]["applications"][&app]["secretsClear"], json!([field]));
+}
+
+async fn rejected_query_strings_and_path_segments_get_the_json_error_shape(engine: Engine) {
+    let h = harness(engine).await;
+    let (status, body) = h.call(Method::GET, "/schema?application=a&application=b", None, None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error_shape(&body, "invalid_request");
+    for uri in ["/deployments/%FF", "/sbom-list/%FF", "/deployments/%FF/builds"] {
+        let (status, body) = h.call(Method::GET, uri, Some(&all()), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {body}");
+        assert_error_shape(&body, "invalid_deployment_id");
+    }
+    let (status, body) = h.call(Method::GET, "/builds/%FF", Some(&all()), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_error_shape(&body, "not_found");
+}
+
+async fn a_token_just_expired_or_not_yet_valid_is_refused_and_a_list_audience_is_read(engine: Engine) {
+    let h = harness(engine).await;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let sign = |claims: Value| {
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap()
+    };
+    let just_expired = sign(json!({ "aud": "slipway", "exp": now - 5, "deployments": ["*"] }));
+    let not_yet = sign(json!({ "aud": "slipway", "exp": now + 3600, "nbf": now + 3600, "deployments": ["*"] }));
+    for t in [&just_expired, &not_yet] {
+        let (status, body) = h.call(Method::GET, "/deployments/demo", Some(t), None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    }
+    let listed = sign(json!({ "aud": ["other", "slipway"], "exp": now + 3600, "deployments": ["*"] }));
+    let (status, body) = h.call(Method::GET, "/deployments/demo", Some(&listed), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+}
+
+async fn a_list_names_each_deployment_once_and_is_bounded(engine: Engine) {
+    let h = harness(engine).await;
+    h.put("demo", &json!({ "configuration": demo() })).await;
+    let (status, body) = h.call(Method::GET, "/deployments?ids=demo,demo,nobody", Some(&all()), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["deployments"].as_array().unwrap().len(), 1);
+    let many: Vec<String> = (0..=slipway_api::routes::deployments::MAX_LIST).map(|i| format!("d{i}")).collect();
+    let (status, body) = h.call(Method::GET, &format!("/deployments?ids={}", many.join(",")), Some(&all()), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error_shape(&body, "invalid_request");
+}
+
+/// The first `else: {not: {required: [key]}}` form hint of the built-in
+/// schema: (application, option, key).
+fn an_else_hint() -> (String, String, String) {
+    let schema: Value = serde_json::from_str(slipway_api::default_source::SCHEMA).unwrap();
+    for (app, def) in schema["$defs"].as_object().unwrap() {
+        for (option, prop) in def["properties"].as_object().into_iter().flatten() {
+            if let Some(key) = prop["else"]["not"]["required"][0].as_str() {
+                return (app.clone(), option.clone(), key.to_owned());
+            }
+        }
+    }
+    panic!("the built-in schema has no else form hint")
+}
+
+async fn a_form_hint_refusal_names_the_key_that_does_not_apply(engine: Engine) {
+    let h = harness(engine).await;
+    let (app, option, key) = an_else_hint();
+    let mut config = demo();
+    config["applications"][&app][&option] = json!({ key.clone(): "x" });
+    let (status, body) = h.put("demo", &json!({ "configuration": config })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let want = format!("/applications/{app}/{option}/{key}");
+    let problem = body["details"]["problems"].as_array().unwrap().iter().find(|p| p["path"] == want.as_str());
+    let problem = problem.unwrap_or_else(|| panic!("no problem at {want}: {body}"));
+    assert!(problem["message"].as_str().unwrap().contains(&key), "{problem}");
+}
+
 slipway_jobs::on_both_engines!(
+    a_form_hint_refusal_names_the_key_that_does_not_apply,
+    a_secret_value_is_listed_together_with_every_other_problem,
+    the_secret_lists_are_derived_by_the_api_not_taken_from_the_client,
+    rejected_query_strings_and_path_segments_get_the_json_error_shape,
+    a_token_just_expired_or_not_yet_valid_is_refused_and_a_list_audience_is_read,
+    a_list_names_each_deployment_once_and_is_bounded,
     a_queued_build_can_be_cancelled_once,
     every_valid_deployment_id_is_accepted_and_stored_as_given,
     every_invalid_deployment_id_is_refused_and_writes_nothing,

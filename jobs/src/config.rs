@@ -97,18 +97,65 @@ fn default_source_dir() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../nix"))
 }
 
+/// Every key a configuration file may set.
+pub const KEYS: &[&str] = &[
+    "DATABASE_URL",
+    "SLIPWAY_BIND",
+    "SLIPWAY_STATE_DIR",
+    "SLIPWAY_JWT_SECRET",
+    "SLIPWAY_JWT_PUBLIC_KEY",
+    "SLIPWAY_JWT_AUDIENCE",
+    "SLIPWAY_JWT_ISSUER",
+    "SLIPWAY_ALLOWED_ORIGINS",
+    "SLIPWAY_CALLBACK_ALLOW_PRIVATE",
+    "SLIPWAY_TRUSTED_SOURCES",
+    "SLIPWAY_ALLOW_PATH_SOURCES",
+    "SLIPWAY_DEFAULT_SOURCE_DIR",
+    "SLIPWAY_SELF_SOURCE",
+    "SLIPWAY_HEARTBEAT",
+    "OPENBAO_ADDR",
+    "OPENBAO_TOKEN",
+    "OPENBAO_MOUNT",
+    "OPENBAO_ROOT",
+    "NIX_SLOTS",
+    "NIX_TIMEOUT",
+    "BUILD_SLOTS",
+    "DEPLOY_TIMEOUT",
+    "DESTROY_TIMEOUT",
+    "DEPLOY_SBOM_TIMEOUT",
+    "QUEUE_SIZE",
+    "RETENTION",
+];
+
 impl Config {
     /// Loads the file named by `SLIPWAY_CONFIG` (if any), then the process environment.
     pub fn load() -> Result<Self, ConfigError> {
+        match std::env::var("SLIPWAY_CONFIG") {
+            Ok(path) => Self::load_file(std::path::Path::new(&path), std::env::vars()),
+            Err(_) => Self::from_keys(&std::env::vars().collect()),
+        }
+    }
+
+    /// Loads a TOML file of §12 keys, then `env` on top of it.
+    pub fn load_file(path: &std::path::Path, env: impl Iterator<Item = (String, String)>) -> Result<Self, ConfigError> {
         let mut keys = BTreeMap::new();
-        if let Ok(path) = std::env::var("SLIPWAY_CONFIG") {
-            let path = PathBuf::from(path);
+        {
+            let path = path.to_path_buf();
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| ConfigError::File { path: path.clone(), reason: e.to_string() })?;
             let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::File {
                 path: path.clone(),
                 reason: e.message().to_owned(),
             })?;
+            if let Some(unknown) = table.keys().find(|k| !KEYS.contains(&k.as_str())) {
+                return Err(ConfigError::File {
+                    path,
+                    reason: format!(
+                        "unknown key {unknown:?}; the keys are those of PRODUCT.md §12: {}",
+                        KEYS.join(", ")
+                    ),
+                });
+            }
             for (k, v) in table {
                 let v = match v {
                     toml::Value::String(s) => s,
@@ -122,9 +169,7 @@ impl Config {
                 keys.insert(k, v);
             }
         }
-        for (k, v) in std::env::vars() {
-            keys.insert(k, v);
-        }
+        keys.extend(env);
         Self::from_keys(&keys)
     }
 
@@ -241,6 +286,25 @@ mod tests {
         let keys = BTreeMap::from([("DEPLOY_TIMEOUT".to_owned(), "soon".to_owned())]);
         let err = Config::from_keys(&keys).unwrap_err().to_string();
         assert!(err.starts_with("DEPLOY_TIMEOUT:"), "{err}");
+    }
+
+    #[test]
+    fn a_configuration_file_with_an_unknown_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("slipway.toml");
+        std::fs::write(&file, "DATABASE_URL = \"sqlite://x.db\"\nBUILD_SLOT = 3\n").unwrap();
+        let err = Config::load_file(&file, std::iter::empty()).unwrap_err().to_string();
+        assert!(err.contains("BUILD_SLOT"), "{err}");
+    }
+
+    #[test]
+    fn the_environment_wins_over_the_configuration_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("slipway.toml");
+        std::fs::write(&file, "BUILD_SLOTS = 3\nQUEUE_SIZE = 7\n").unwrap();
+        let env = [("BUILD_SLOTS".to_owned(), "5".to_owned())];
+        let c = Config::load_file(&file, env.into_iter()).unwrap();
+        assert_eq!((c.build_slots, c.queue_size), (5, 7));
     }
 
     #[test]

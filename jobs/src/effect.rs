@@ -6,6 +6,7 @@
 use futures::future::BoxFuture;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -27,6 +28,8 @@ pub struct EffectSpec {
     pub env: Vec<(String, String)>,
     /// Wall-clock deadline.
     pub deadline: Duration,
+    /// What identifies the effect's processes (`SLIPWAY_EFFECT`): the build id.
+    pub marker: String,
 }
 
 /// How an effect ended.
@@ -58,18 +61,27 @@ const FLUSH_EVERY: Duration = Duration::from_millis(200);
 pub const INHERITED_ENV: &[&str] =
     &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER", "NIX_REMOTE", "NIX_STATE_DIR", "NIX_STORE_DIR"];
 
+/// The variable naming the build an effect process belongs to. Every
+/// process the effect starts inherits it, also those that leave its process
+/// group, so [`kill_marked`] finds them all.
+pub const MARKER_ENV: &str = "SLIPWAY_EFFECT";
+
+/// How long output may still arrive after the effect ended or was killed.
+const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
 /// Runs the effect to its end, its deadline, or until `cancel` turns true,
-/// streaming output to `log`. `on_start` gets the process group id as soon
-/// as the effect runs (so a worker taking the build over can stop it).
+/// streaming output to `log`. When it ends, or is killed, every process it
+/// started goes with it: its process group, and any process that left the
+/// group but still carries its marker.
 pub async fn run(
     spec: &EffectSpec,
     log: &dyn LogSink,
     mut cancel: tokio::sync::watch::Receiver<bool>,
-    on_start: impl FnOnce(i32),
 ) -> Result<EffectOutcome, SpawnError> {
     let mut env: Vec<(String, String)> =
         INHERITED_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
     env.extend(spec.env.iter().cloned());
+    env.push((MARKER_ENV.to_owned(), spec.marker.clone()));
     let expression = duct::cmd(&spec.program, std::iter::empty::<&str>())
         .dir(&spec.dir)
         .full_env(env)
@@ -81,14 +93,18 @@ pub async fn run(
             cmd.process_group(0);
             Ok(())
         });
-    let reader =
-        expression.reader().map_err(|source| SpawnError { program: spec.program.display().to_string(), source })?;
+    let reader = Arc::new(
+        expression.reader().map_err(|source| SpawnError { program: spec.program.display().to_string(), source })?,
+    );
     let pgid = reader.pids().first().copied().expect("a spawned command has a pid") as i32;
-    on_start(pgid);
 
+    // A thread reads the pipe; it may stay blocked on a process that escaped
+    // and holds the pipe open, so the loop below never waits on it for more
+    // than DRAIN_GRACE once the effect is over.
     let (lines_tx, mut lines_rx) = mpsc::channel::<String>(1024);
-    let pump = tokio::task::spawn_blocking(move || {
-        let mut buf = BufReader::new(&reader);
+    let pump_reader = Arc::clone(&reader);
+    std::thread::spawn(move || {
+        let mut buf = BufReader::new(&*pump_reader);
         let mut line = Vec::new();
         loop {
             line.clear();
@@ -105,20 +121,19 @@ pub async fn run(
                 }
             }
         }
-        drop(buf);
-        let code = match reader.try_wait() {
-            Ok(Some(out)) => exit_code(&out.status),
-            _ => -1,
-        };
-        code
     });
 
     let deadline = tokio::time::sleep(spec.deadline);
     tokio::pin!(deadline);
+    let grace = tokio::time::sleep(Duration::MAX / 4);
+    tokio::pin!(grace);
     let mut pending = String::new();
     let mut tick = tokio::time::interval(FLUSH_EVERY);
-    let mut timed_out = false;
-    let mut cancelled = false;
+    let (mut timed_out, mut cancelled, mut over) = (false, false, false);
+    let stop = |marker: &str| {
+        kill_group(pgid);
+        kill_marked(marker);
+    };
     loop {
         tokio::select! {
             line = lines_rx.recv() => match line {
@@ -130,30 +145,45 @@ pub async fn run(
                     log.append(&pending).await;
                     pending.clear();
                 }
-            }
-            _ = &mut deadline, if !timed_out && !cancelled => {
-                timed_out = true;
-                kill_group(pgid);
-            }
-            changed = cancel.changed(), if !timed_out && !cancelled => {
-                if changed.is_ok() && *cancel.borrow() {
-                    cancelled = true;
-                    kill_group(pgid);
+                if !over && matches!(reader.try_wait(), Ok(Some(_))) {
+                    // The effect exited: whatever it left behind goes too.
+                    over = true;
+                    stop(&spec.marker);
+                    grace.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
                 }
             }
+            _ = &mut deadline, if !over => {
+                (timed_out, over) = (true, true);
+                stop(&spec.marker);
+                grace.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
+            }
+            changed = cancel.changed(), if !over => {
+                if changed.is_ok() && *cancel.borrow() {
+                    (cancelled, over) = (true, true);
+                    stop(&spec.marker);
+                    grace.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
+                }
+            }
+            _ = &mut grace => break,
         }
     }
-    // Whatever the effect left running in its group goes with it.
-    kill_group(pgid);
-    let code = pump.await.unwrap_or(-1);
+    stop(&spec.marker);
+    let code = match reader.try_wait() {
+        Ok(Some(out)) => exit_code(&out.status),
+        _ => {
+            // Killed above; reap it.
+            reader.kill().ok();
+            -9
+        }
+    };
     if timed_out {
         pending.push_str(&format!(
-            "slipway: the effect ran past its deadline of {}s; its process group was killed\n",
+            "slipway: the effect ran past its deadline of {}s; its processes were killed\n",
             spec.deadline.as_secs()
         ));
     }
     if cancelled {
-        pending.push_str("slipway: the build was cancelled; the effect's process group was killed\n");
+        pending.push_str("slipway: the build was cancelled; the effect's processes were killed\n");
     }
     if !pending.is_empty() {
         log.append(&pending).await;
@@ -165,6 +195,27 @@ pub async fn run(
     } else {
         EffectOutcome::Exited(code)
     })
+}
+
+/// Kills every process of this host whose environment carries
+/// `SLIPWAY_EFFECT=<marker>`: what an effect started, wherever it went.
+pub fn kill_marked(marker: &str) -> usize {
+    let needle = format!("{MARKER_ENV}={marker}");
+    let me = std::process::id();
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        if environ.split(|b| *b == 0).any(|var| var == needle.as_bytes()) {
+            // SAFETY: signals a process that carries this effect's marker.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            killed += 1;
+        }
+    }
+    killed
 }
 
 fn exit_code(status: &std::process::ExitStatus) -> i32 {

@@ -10,7 +10,7 @@ use crate::id::{new_build_id, DeploymentId};
 use crate::source::{ModuleSource, SourceError};
 use crate::state::{BuildKind, BuildStatus, DeploymentState};
 use crate::store::{builds, deployments, now_ms, Db, StoreError};
-use crate::validate::{Checker, Problem};
+use crate::validate::{Checker, Problem, SecretValues};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -128,20 +128,15 @@ pub async fn check_and_queue(
     kind: BuildKind,
 ) -> Result<Accepted, SubmitError> {
     let stored_source = module_source.map(str::to_owned);
-    let checked = checker.check(configuration).map_err(SubmitError::InvalidConfiguration)?;
-    if !checked.secrets.is_empty() {
-        let why = match secret_store {
-            SecretStore::NotConfigured => "operator secrets are kept in OpenBao, and this service has none configured (OPENBAO_ADDR); leave the field empty",
-            SecretStore::Unsupported => "this release does not store operator secrets yet; leave the field empty",
-        };
-        let problems = checked
-            .secrets
-            .iter()
-            .map(|s| Problem { path: s.pointer(checker), kind: "secret", message: why.to_owned() })
-            .collect();
-        return Err(SubmitError::InvalidConfiguration(problems));
-    }
-
+    let secret_values = match secret_store {
+        SecretStore::NotConfigured => SecretValues::Refuse(
+            "operator secrets are kept in OpenBao, and this service has none configured (OPENBAO_ADDR); leave the field empty",
+        ),
+        SecretStore::Unsupported => {
+            SecretValues::Refuse("this release does not store operator secrets yet; leave the field empty")
+        }
+    };
+    let checked = checker.check(configuration, secret_values).map_err(SubmitError::InvalidConfiguration)?;
     let now = now_ms();
     let build_id = new_build_id(id, time::OffsetDateTime::now_utc());
     let mut tx = db.begin_write().await?;

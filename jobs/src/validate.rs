@@ -48,6 +48,15 @@ pub struct SecretValue {
     pub value: SecretString,
 }
 
+/// What a check may do with secret values (§8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretValues {
+    /// Take them out and return them (they go to the secret store).
+    Take,
+    /// Refuse each one as a problem, with this sentence.
+    Refuse(&'static str),
+}
+
 /// A module source's outputs with its schema compiled once.
 pub struct Checker {
     outputs: SourceOutputs,
@@ -59,6 +68,11 @@ impl std::fmt::Debug for Checker {
         f.debug_struct("Checker").finish_non_exhaustive()
     }
 }
+
+/// The read-only list of an application's secret fields that hold a value (§8).
+pub const SECRETS_SET: &str = "secretsSet";
+/// The list of an application's secret fields to clear (§8).
+pub const SECRETS_CLEAR: &str = "secretsClear";
 
 fn pointer(path: &[String]) -> String {
     path.iter().map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1"))).collect()
@@ -78,11 +92,20 @@ impl Checker {
     }
 
     /// MG-7, first steps: migrate, validate (all errors), take secret values out.
-    /// Returns every problem found, in document order, or the checked configuration.
-    pub fn check(&self, mut configuration: Value) -> Result<Checked, Vec<Problem>> {
+    /// Returns every problem found (skipped renames, schema problems, and
+    /// secret values that cannot be kept) or the checked configuration.
+    pub fn check(&self, mut configuration: Value, secrets: SecretValues) -> Result<Checked, Vec<Problem>> {
         let skipped = migrate::migrate(&mut configuration, &self.outputs.renames);
         let mut problems: Vec<Problem> = skipped.iter().map(|s| self.skipped_problem(s)).collect();
         problems.extend(self.schema_problems(&configuration));
+        if let SecretValues::Refuse(why) = secrets {
+            let mut probe = configuration.clone();
+            problems.extend(self.take_secrets(&mut probe).iter().map(|s| Problem {
+                path: s.pointer(self),
+                kind: "secret",
+                message: why.to_owned(),
+            }));
+        }
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -117,6 +140,24 @@ impl Checker {
                 }
                 continue;
             }
+            // A form hint's `else: {not: {required: [k]}}`: name the key, in words.
+            if let jsonschema::error::ValidationErrorKind::Not { schema } = e.kind() {
+                let keys: Vec<&str> = schema
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| r.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                if !keys.is_empty() {
+                    for key in keys {
+                        out.push(Problem {
+                            path: format!("{at}/{}", key.replace('~', "~0").replace('/', "~1")),
+                            kind: "schema",
+                            message: format!("{key:?} does not apply with the other choices made here; remove it"),
+                        });
+                    }
+                    continue;
+                }
+            }
             out.push(Problem { path: at, kind: "schema", message: e.masked().to_string() });
         }
         out
@@ -138,15 +179,31 @@ impl Checker {
             else {
                 continue;
             };
+            let mut set = Vec::new();
             for field in &app.secrets {
                 match obj.remove(field) {
-                    Some(Value::String(s)) if !s.is_empty() => out.push(SecretValue {
-                        application: application.clone(),
-                        field: field.clone(),
-                        value: SecretString::from(s),
-                    }),
+                    Some(Value::String(s)) if !s.is_empty() => {
+                        set.push(field.clone());
+                        out.push(SecretValue {
+                            application: application.clone(),
+                            field: field.clone(),
+                            value: SecretString::from(s),
+                        })
+                    }
                     _ => {}
                 }
+            }
+            // `secretsSet` is read-only: the api derives it (the fields given
+            // a value now; the secret store's existing entries join it once
+            // the store is wired). `secretsClear` keeps only secret fields
+            // without a value: a value wins over a clear (seed 000).
+            if obj.contains_key(SECRETS_SET) {
+                obj.insert(SECRETS_SET.into(), Value::from(set.clone()));
+            }
+            if let Some(Value::Array(clear)) = obj.get_mut(SECRETS_CLEAR) {
+                clear.retain(|v| {
+                    v.as_str().is_some_and(|f| app.secrets.iter().any(|s| s == f) && !set.iter().any(|s| s == f))
+                });
             }
         }
         out

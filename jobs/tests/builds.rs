@@ -300,7 +300,64 @@ async fn a_running_build_cancelled_on_request_has_its_effect_killed(engine: Engi
     assert!(state == "gone" || state == "Z", "the cancelled effect's child {pid} still runs: {state}");
 }
 
+async fn a_process_that_leaves_the_effects_group_is_killed_at_the_deadline_too(engine: Engine) {
+    let w = world(engine, &[("DEPLOY_TIMEOUT", "1s")]).await;
+    let script = "#!/bin/sh\nsetsid sleep 600 &\necho $! > \"$STATE_DIR/escaped.pid\"\nsleep 600\n";
+    let source = source_with_deploy(&w.db.path("escape"), script);
+    let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
+    let started = std::time::Instant::now();
+    let report = w.run(&id).await;
+    assert_eq!(report.reason.as_deref(), Some("timeout"));
+    // The escaped process holds the log pipe open; the build must not wait for it.
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "took {:?}", started.elapsed());
+    let pid: i32 =
+        std::fs::read_to_string(w.ctx.provider_state_dir("demo").join("escaped.pid")).unwrap().trim().parse().unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()).unwrap_or("gone");
+    assert!(state == "gone" || state == "Z", "the escaped process {pid} survived: {state}");
+}
+
+async fn an_effect_that_exits_leaves_no_process_behind(engine: Engine) {
+    let w = world(engine, &[]).await;
+    let script = r#"#!/bin/sh
+setsid sleep 600 &
+echo $! > "$STATE_DIR/escaped.pid"
+echo '{"nodes": [{"name": "web", "dnsNames": [], "outcome": "deployed"}]}' > "$SBOM_OUT_DIR/nodes.json"
+echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SBOM_OUT_DIR/web.cdx.json"
+"#;
+    let source = source_with_deploy(&w.db.path("leaky"), script);
+    let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
+    let started = std::time::Instant::now();
+    let report = w.run(&id).await;
+    assert_eq!(report.status, BuildStatus::Succeeded, "{report:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "took {:?}", started.elapsed());
+    let pid: i32 =
+        std::fs::read_to_string(w.ctx.provider_state_dir("demo").join("escaped.pid")).unwrap().trim().parse().unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()).unwrap_or("gone");
+    assert!(state == "gone" || state == "Z", "the effect left {pid} running: {state}");
+}
+
+async fn a_huge_log_is_stored_up_to_its_limit_without_slowing_the_build(engine: Engine) {
+    let w = world(engine, &[]).await;
+    let script = "#!/bin/sh\nhead -c 12000000 /dev/zero | tr '\\0' 'x' | fold -w 100\nexit 1\n";
+    let source = source_with_deploy(&w.db.path("chatty"), script);
+    let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
+    let started = std::time::Instant::now();
+    let report = w.run(&id).await;
+    assert_eq!(report.exit_code, Some(1));
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "took {:?}", started.elapsed());
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let log = builds::log(&mut conn, &id).await.unwrap().unwrap();
+    let limit = slipway_jobs::jobs::build::LOG_LIMIT as usize;
+    assert!(log.len() > limit / 2 && log.len() < limit + 1024, "{} bytes stored", log.len());
+    assert!(log.contains("further output is not stored"));
+}
+
 slipway_jobs::on_both_engines!(
+    a_huge_log_is_stored_up_to_its_limit_without_slowing_the_build,
+    a_process_that_leaves_the_effects_group_is_killed_at_the_deadline_too,
+    an_effect_that_exits_leaves_no_process_behind,
     the_sweep_empties_old_logs_and_work_folders_and_keeps_the_rows,
     a_cancelled_queued_build_never_runs_and_hands_its_turn_to_the_next,
     a_running_build_cancelled_on_request_has_its_effect_killed,
@@ -327,7 +384,7 @@ async fn the_sweep_empties_old_logs_and_work_folders_and_keeps_the_rows(engine: 
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     let swept = loop {
         let swept = sweep::run(&ctx).await.unwrap();
-        if swept.logs > 0 || std::time::Instant::now() > deadline {
+        if swept != sweep::Swept::default() || std::time::Instant::now() > deadline {
             break swept;
         }
         tokio::task::yield_now().await;

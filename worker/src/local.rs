@@ -22,8 +22,13 @@ use std::sync::Arc;
 /// Exit code for input that was refused before anything ran.
 const INVALID_INPUT: u8 = 2;
 
-fn refuse(msg: impl std::fmt::Display) -> ExitCode {
+/// Refuses the run: a sentence on stderr, and with `--output json` also a
+/// JSON error on stdout (the shape of the api's errors), exit code 2.
+fn refuse(output: Output, msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("slipway-worker run: {msg}");
+    if output == Output::Json {
+        println!("{}", serde_json::json!({ "error": "invalid_input", "message": msg.to_string(), "details": null }));
+    }
     ExitCode::from(INVALID_INPUT)
 }
 
@@ -39,42 +44,42 @@ pub async fn run(
 ) -> ExitCode {
     let id = match DeploymentId::parse(deployment) {
         Ok(id) => id,
-        Err(e) => return refuse(e),
+        Err(e) => return refuse(output, e),
     };
     let dir = match ModuleSource::parse(source) {
         Ok(ModuleSource::Path(dir)) => dir,
-        Ok(other) => return refuse(format!("{other}: local runs take a path: source")),
-        Err(e) => return refuse(e),
+        Ok(other) => return refuse(output, format!("{other}: local runs take a path: source")),
+        Err(e) => return refuse(output, e),
     };
     let dir = match std::fs::canonicalize(&dir) {
         Ok(d) => d,
-        Err(e) => return refuse(format!("module source folder {}: {e}", dir.display())),
+        Err(e) => return refuse(output, format!("module source folder {}: {e}", dir.display())),
     };
     let configuration: serde_json::Value = match std::fs::read_to_string(file)
         .map_err(|e| e.to_string())
         .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("not JSON: {e}")))
     {
         Ok(v) => v,
-        Err(e) => return refuse(format!("configuration {}: {e}", file.display())),
+        Err(e) => return refuse(output, format!("configuration {}: {e}", file.display())),
     };
     let (nix_dir, deadline) = (dir.clone(), config.nix_timeout);
     let outputs = match tokio::task::spawn_blocking(move || slipway_jobs::nix::build_outputs(&nix_dir, deadline)).await
     {
         Ok(Ok(o)) => o,
-        Ok(Err(e)) => return refuse(format!("module source {}: {e}", dir.display())),
-        Err(e) => return refuse(e),
+        Ok(Err(e)) => return refuse(output, format!("module source {}: {e}", dir.display())),
+        Err(e) => return refuse(output, e),
     };
     let checker = match Checker::new(outputs) {
         Ok(c) => c,
-        Err(e) => return refuse(e),
+        Err(e) => return refuse(output, e),
     };
     let scratch = match tempfile::tempdir() {
         Ok(d) => d,
-        Err(e) => return refuse(format!("cannot create a scratch folder: {e}")),
+        Err(e) => return refuse(output, format!("cannot create a scratch folder: {e}")),
     };
     let db = match slipway_jobs::store::open_sqlite(&scratch.path().join("run.db")).await {
         Ok(db) => db,
-        Err(e) => return refuse(e),
+        Err(e) => return refuse(output, e),
     };
     let source_ref = format!("path:{}", dir.display());
     let secret_store =
@@ -88,19 +93,27 @@ pub async fn run(
             Ok(a) => a,
             Err(submit::SubmitError::InvalidConfiguration(problems)) => {
                 eprintln!("slipway-worker run: the configuration is not valid for {source}:");
-                for p in problems {
+                for p in &problems {
                     eprintln!("  {} ({}): {}", if p.path.is_empty() { "/" } else { &p.path }, p.kind, p.message);
+                }
+                if output == Output::Json {
+                    let body = serde_json::json!({
+                        "error": "invalid_configuration",
+                        "message": format!("the configuration has {} problems", problems.len()),
+                        "details": { "problems": problems },
+                    });
+                    println!("{body}");
                 }
                 return ExitCode::from(INVALID_INPUT);
             }
-            Err(e) => return refuse(e),
+            Err(e) => return refuse(output, e),
         };
     let build_id = accepted.build_id;
     let ctx = Ctx { db, config: Arc::new(config), worker: format!("local-{}", std::process::id()), echo_log: true };
     let report = match build::run(BuildJob { build_id }, &ctx).await {
         Ok(Ran::Finished(report)) => report,
-        Ok(other) => return refuse(format!("the build did not run: {other:?}")),
-        Err(e) => return refuse(e),
+        Ok(other) => return refuse(output, format!("the build did not run: {other:?}")),
+        Err(e) => return refuse(output, e),
     };
     match output {
         Output::Text => print!("{}", report.to_text()),

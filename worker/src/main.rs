@@ -72,6 +72,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info,sqlx=warn,apalis=warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let config = match Config::load() {
         Ok(c) => c,

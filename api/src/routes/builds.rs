@@ -3,8 +3,8 @@
 use super::rfc3339;
 use crate::app::{AppState, Auth};
 use crate::error::ApiError;
-use crate::extract::Json;
-use axum::extract::{Path, State};
+use crate::extract::{BuildIdPath, Json};
+use axum::extract::State;
 use serde::Serialize;
 use serde_json::Value;
 use slipway_jobs::source::Instance;
@@ -38,7 +38,7 @@ pub struct BuildView {
 pub async fn show(
     State(app): State<AppState>,
     auth: Auth,
-    Path(id): Path<String>,
+    BuildIdPath(id): BuildIdPath,
 ) -> Result<Json<BuildView>, ApiError> {
     let mut conn = app.db.acquire().await?;
     let missing = || ApiError::not_found(format!("no build {id}"));
@@ -75,7 +75,7 @@ pub async fn show(
 pub async fn cancel(
     State(app): State<AppState>,
     auth: Auth,
-    Path(id): Path<String>,
+    BuildIdPath(id): BuildIdPath,
 ) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
     use axum::http::StatusCode;
     use slipway_jobs::store::builds::Cancel;

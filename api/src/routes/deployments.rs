@@ -3,8 +3,8 @@
 use super::rfc3339;
 use crate::app::{AppState, Auth};
 use crate::error::ApiError;
-use crate::extract::Json;
-use axum::extract::{Path, Query, State};
+use crate::extract::{DeploymentIdPath, Json, Query};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -99,9 +99,8 @@ async fn view(conn: &mut Conn, row: DeploymentRow) -> Result<DeploymentView, Api
 pub async fn show(
     State(app): State<AppState>,
     auth: Auth,
-    Path(raw): Path<String>,
+    DeploymentIdPath(id): DeploymentIdPath,
 ) -> Result<Json<DeploymentView>, ApiError> {
-    let id = parse_id(&raw)?;
     auth.require(id.as_str())?;
     let mut conn = app.db.acquire().await?;
     let row = deployments::get(&mut conn, id.as_str())
@@ -109,6 +108,9 @@ pub async fn show(
         .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
     Ok(Json(view(&mut conn, row).await?))
 }
+
+/// The most ids one `GET /deployments?ids=` may name.
+pub const MAX_LIST: usize = 100;
 
 /// `?ids=a,b` of `GET /deployments`.
 #[derive(Debug, Deserialize)]
@@ -129,11 +131,16 @@ pub async fn list(
             "name the deployments to list: ?ids=a,b (Slipway does not know your tenancy)",
         )
     })?;
-    let mut ids = Vec::new();
+    let mut ids: Vec<String> = Vec::new();
     for part in raw.split(',').filter(|s| !s.is_empty()) {
         let id = parse_id(part)?;
         auth.require(id.as_str())?;
-        ids.push(id.to_string());
+        if !ids.contains(&id.to_string()) {
+            ids.push(id.to_string());
+        }
+    }
+    if ids.len() > MAX_LIST {
+        return Err(ApiError::bad_request("invalid_request", format!("list at most {MAX_LIST} ids at a time")));
     }
     let mut conn = app.db.acquire().await?;
     let mut out = Vec::new();
@@ -157,10 +164,9 @@ pub struct SubmitBody {
 pub async fn submit(
     State(app): State<AppState>,
     auth: Auth,
-    Path(raw): Path<String>,
+    DeploymentIdPath(id): DeploymentIdPath,
     Json(body): Json<SubmitBody>,
 ) -> Result<(StatusCode, Json<submit::Accepted>), ApiError> {
-    let id = parse_id(&raw)?;
     auth.require(id.as_str())?;
     let source = match app.sources.resolve(body.module_source.as_deref())? {
         Resolved::BuiltIn { pin } => pin,
@@ -184,10 +190,9 @@ pub struct DeleteBody {
 pub async fn delete(
     State(app): State<AppState>,
     auth: Auth,
-    Path(raw): Path<String>,
+    DeploymentIdPath(id): DeploymentIdPath,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let id = parse_id(&raw)?;
     auth.require(id.as_str())?;
     let body: DeleteBody = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteBody::default()
@@ -210,8 +215,11 @@ pub async fn delete(
 }
 
 /// `GET /deployments/{id}/builds`: the deployment's builds, newest first (at most 100).
-pub async fn builds(State(app): State<AppState>, auth: Auth, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&raw)?;
+pub async fn builds(
+    State(app): State<AppState>,
+    auth: Auth,
+    DeploymentIdPath(id): DeploymentIdPath,
+) -> Result<Json<Value>, ApiError> {
     auth.require(id.as_str())?;
     let mut conn = app.db.acquire().await?;
     if deployments::get(&mut conn, id.as_str()).await?.is_none() {

@@ -2,8 +2,8 @@
 
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::extract::Json;
-use axum::extract::{Query, State};
+use crate::extract::{Json, Query};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{json, Value};

@@ -1,12 +1,11 @@
 //! SBOM reads (seed 000 "SBOM of the deployed nodes"): `GET /sbom-list/{id}`
 //! and `GET /sbom/{id}?node=` (`application/vnd.cyclonedx+json`).
 
-use super::deployments::parse_id;
 use super::rfc3339;
 use crate::app::{AppState, Auth};
 use crate::error::ApiError;
-use crate::extract::Json;
-use axum::extract::{Path, Query, State};
+use crate::extract::{DeploymentIdPath, Json, Query};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -18,8 +17,11 @@ use slipway_jobs::store::sboms::{self, NodeSbom};
 pub const CYCLONEDX_JSON: &str = "application/vnd.cyclonedx+json";
 
 /// `GET /sbom-list/{id}`: each node's SBOM state, the build that gave it and when.
-pub async fn list(State(app): State<AppState>, auth: Auth, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&raw)?;
+pub async fn list(
+    State(app): State<AppState>,
+    auth: Auth,
+    DeploymentIdPath(id): DeploymentIdPath,
+) -> Result<Json<Value>, ApiError> {
     auth.require(id.as_str())?;
     let mut conn = app.db.acquire().await?;
     if deployments::get(&mut conn, id.as_str()).await?.is_none() {
@@ -48,10 +50,9 @@ pub struct NodeQuery {
 pub async fn document(
     State(app): State<AppState>,
     auth: Auth,
-    Path(raw): Path<String>,
+    DeploymentIdPath(id): DeploymentIdPath,
     Query(q): Query<NodeQuery>,
 ) -> Result<Response, ApiError> {
-    let id = parse_id(&raw)?;
     auth.require(id.as_str())?;
     let node = q
         .node

@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use std::path::PathBuf;
 use std::time::Instant;
+use tracing::Instrument;
 
 /// What a finished effect changes besides the build row.
 #[derive(Debug)]
@@ -51,8 +52,17 @@ pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
     let Some(build) = builds::claim(&ctx.db, &job.build_id, &ctx.worker).await? else {
         return Ok(Ran::AlreadyFinished);
     };
-    let span = tracing::info_span!("build", build.id = %build.id, deployment.id = %build.deployment_id, build.kind = build.kind.as_str(), build.attempt = build.attempts);
-    let _enter = span.enter();
+    let span = tracing::info_span!(
+        "build",
+        build.id = %build.id,
+        deployment.id = %build.deployment_id,
+        build.kind = build.kind.as_str(),
+        build.attempt = build.attempts
+    );
+    run_claimed(build, ctx).instrument(span).await
+}
+
+async fn run_claimed(build: BuildRow, ctx: &Ctx) -> Result<Ran, JobError> {
     tracing::info!("build started");
     let started = Instant::now();
     let mut outcome = match build.kind {
@@ -152,11 +162,24 @@ pub(crate) fn resolve_source(build: &BuildRow, ctx: &Ctx) -> Result<PathBuf, Str
     }
 }
 
-/// Appends effect output to the build's log in the database.
+/// The most a build's log keeps, in bytes; output beyond it is counted, not stored.
+pub const LOG_LIMIT: i64 = 8 * 1024 * 1024;
+
+/// Appends effect output to the build's log in the database, up to
+/// [`LOG_LIMIT`] bytes over all attempts of the build.
 pub(crate) struct DbLog {
-    pub(crate) db: Db,
-    pub(crate) build_id: String,
-    pub(crate) echo: bool,
+    db: Db,
+    build_id: String,
+    echo: bool,
+    /// Next chunk number and bytes stored so far.
+    end: std::sync::Mutex<(i64, i64)>,
+}
+
+impl DbLog {
+    pub(crate) async fn open(db: Db, build_id: String, echo: bool) -> Self {
+        let end = builds::log_end(&db, &build_id).await.unwrap_or((1, 0));
+        Self { db, build_id, echo, end: std::sync::Mutex::new(end) }
+    }
 }
 
 impl LogSink for DbLog {
@@ -165,7 +188,30 @@ impl LogSink for DbLog {
             if self.echo {
                 eprint!("{chunk}");
             }
-            if let Err(e) = builds::append_log(&self.db, &self.build_id, chunk).await {
+            let (seq, text) = {
+                let mut end = self.end.lock().expect("log position lock");
+                let (seq, bytes) = *end;
+                let room = LOG_LIMIT - bytes;
+                let text = if room <= 0 {
+                    None
+                } else if chunk.len() as i64 <= room {
+                    Some(chunk.to_owned())
+                } else {
+                    let mut cut = room as usize;
+                    while !chunk.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    Some(format!(
+                        "{}\nslipway: the log reached {} MiB; further output is not stored\n",
+                        &chunk[..cut],
+                        LOG_LIMIT / 1024 / 1024
+                    ))
+                };
+                *end = (seq + 1, bytes + chunk.len() as i64);
+                (seq, text)
+            };
+            let Some(text) = text else { return };
+            if let Err(e) = builds::append_log(&self.db, &self.build_id, seq, &text).await {
                 tracing::warn!(error = %e, "could not append to the build log");
             }
         }
@@ -186,8 +232,12 @@ pub(crate) async fn run_effect(
     let work = ctx.work_dir(&build.id);
     let state = ctx.provider_state_dir(&build.deployment_id);
     let prepare = || -> std::io::Result<PathBuf> {
-        // A worker that died left its effect running: stop it before re-running.
-        stop_stale_effect(&work.join(EFFECT_PGID_FILE));
+        // A worker that died on this host left its effect running: stop it
+        // before running again (Q-1; one build of a deployment at a time).
+        let stale = crate::effect::kill_marked(&build.id);
+        if stale > 0 {
+            tracing::warn!(processes = stale, "stopped the effect a dead worker left running");
+        }
         // A re-run after a crash starts from a clean work folder.
         if work.exists() {
             std::fs::remove_dir_all(&work)?;
@@ -211,14 +261,18 @@ pub(crate) async fn run_effect(
         ("PROVIDER".to_owned(), "local".to_owned()),
         ("NIX_CONFIG".to_owned(), "substituters =".to_owned()),
     ];
-    let spec = EffectSpec { program: source.join("core/effects").join(effect), dir: work.clone(), env, deadline };
-    let log = DbLog { db: ctx.db.clone(), build_id: build.id.clone(), echo: ctx.echo_log };
+    let spec = EffectSpec {
+        program: source.join("core/effects").join(effect),
+        dir: work.clone(),
+        env,
+        deadline,
+        marker: build.id.clone(),
+    };
+    let log = DbLog::open(ctx.db.clone(), build.id.clone(), ctx.echo_log).await;
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(build.cancel_requested);
     let watcher = tokio::spawn(watch_cancel(ctx.db.clone(), build.id.clone(), cancel_tx));
-    let pgid_file = work.join(EFFECT_PGID_FILE);
-    let outcome = crate::effect::run(&spec, &log, cancel_rx, |pgid| record_effect(&pgid_file, pgid)).await;
+    let outcome = crate::effect::run(&spec, &log, cancel_rx).await;
     watcher.abort();
-    let _ = std::fs::remove_file(&pgid_file);
     Ok((outcome.map_err(|e| e.to_string())?, work))
 }
 
@@ -234,41 +288,5 @@ async fn watch_cancel(db: Db, build_id: String, tx: tokio::sync::watch::Sender<b
             let _ = tx.send(true);
             return;
         }
-    }
-}
-
-/// The file in a build's work folder naming the host and process group of
-/// its running effect.
-const EFFECT_PGID_FILE: &str = "effect.pgid";
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default()
-}
-
-/// The start time of process `pid` (clock ticks since boot), to tell a
-/// recorded process from a later one that reused its id.
-fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')').next()?.split_whitespace().nth(19)?.parse().ok()
-}
-
-fn record_effect(file: &std::path::Path, pgid: i32) {
-    let line = format!("{} {pgid} {}\n", hostname(), start_time(pgid).unwrap_or(0));
-    if let Err(e) = std::fs::write(file, line) {
-        tracing::warn!(error = %e, "cannot record the effect's process group");
-    }
-}
-
-/// Kills the process group recorded in `file` when it runs on this host and
-/// is still the process that was recorded (Q-1: a build taken over after a
-/// worker died does not run twice at once on one host).
-fn stop_stale_effect(file: &std::path::Path) {
-    let Ok(text) = std::fs::read_to_string(file) else { return };
-    let mut parts = text.split_whitespace();
-    let (Some(host), Some(pgid), Some(started)) = (parts.next(), parts.next(), parts.next()) else { return };
-    let (Ok(pgid), Ok(started)) = (pgid.parse::<i32>(), started.parse::<u64>()) else { return };
-    if host == hostname() && pgid > 1 && start_time(pgid) == Some(started) {
-        tracing::warn!(pgid, "stopping the effect a dead worker left running");
-        crate::effect::kill_group(pgid);
     }
 }

@@ -20,13 +20,16 @@ pub struct Swept {
 /// Sweeps builds that finished before `now_ms - RETENTION`.
 pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
     let cutoff = now_ms() - ctx.config.retention.as_millis() as i64;
-    let logs = Q::new("UPDATE builds SET log = '' WHERE finished_at < $1 AND log <> ''")
+    let mut conn = ctx.db.acquire().await?;
+    let old = "SELECT id FROM builds WHERE finished_at < $1";
+    let logs = Q::new(format!("SELECT COUNT(DISTINCT build_id) AS n FROM build_log_chunks WHERE build_id IN ({old})"))
         .int(cutoff)
-        .execute_on(&ctx.db)
-        .await?;
+        .fetch_one(&mut conn)
+        .await?
+        .int("n")? as u64;
+    Q::new(format!("DELETE FROM build_log_chunks WHERE build_id IN ({old})")).int(cutoff).execute(&mut conn).await?;
     let mut work_dirs = 0;
     let root = ctx.config.state_dir.join("builds");
-    let mut conn = ctx.db.acquire().await?;
     for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
         let Some(build_id) = entry.file_name().to_str().map(str::to_owned) else { continue };
         let finished = Q::new("SELECT finished_at FROM builds WHERE id = $1")

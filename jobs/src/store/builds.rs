@@ -91,14 +91,32 @@ pub async fn get(conn: &mut Conn, id: &str) -> Result<Option<BuildRow>, StoreErr
     row.as_ref().map(from_row).transpose()
 }
 
-/// The build log so far (streamed in while the build runs, Q-4).
+/// The build log so far (streamed in while the build runs, Q-4); `None`
+/// when there is no such build.
 pub async fn log(conn: &mut Conn, id: &str) -> Result<Option<String>, StoreError> {
-    Q::new("SELECT log FROM builds WHERE id = $1")
-        .text(id)
-        .fetch_optional(conn)
-        .await?
-        .map(|r| r.text("log"))
-        .transpose()
+    if Q::new("SELECT id FROM builds WHERE id = $1").text(id).fetch_optional(conn).await?.is_none() {
+        return Ok(None);
+    }
+    let chunks =
+        Q::new("SELECT chunk FROM build_log_chunks WHERE build_id = $1 ORDER BY seq").text(id).fetch_all(conn).await?;
+    let mut log = String::new();
+    for c in chunks {
+        log.push_str(&c.text("chunk")?);
+    }
+    Ok(Some(log))
+}
+
+/// Where a build's log ends: the next chunk number and the bytes stored.
+pub async fn log_end(db: &Db, id: &str) -> Result<(i64, i64), StoreError> {
+    let mut conn = db.acquire().await?;
+    let row = Q::new(
+        "SELECT COALESCE(MAX(seq), 0) AS last, COALESCE(SUM(LENGTH(chunk)), 0) AS bytes
+         FROM build_log_chunks WHERE build_id = $1",
+    )
+    .text(id)
+    .fetch_one(&mut conn)
+    .await?;
+    Ok((row.int("last")? + 1, row.int("bytes")?))
 }
 
 /// The latest build of a deployment (ST-1 derives the state from it).
@@ -226,9 +244,14 @@ pub async fn claim(db: &Db, id: &str, worker: &str) -> Result<Option<BuildRow>, 
     Err(StoreError::Conflict("build"))
 }
 
-/// Appends to a running build's log (Q-4: readable while it runs).
-pub async fn append_log(db: &Db, id: &str, chunk: &str) -> Result<(), StoreError> {
-    Q::new("UPDATE builds SET log = log || $1 WHERE id = $2").text(chunk).text(id).execute_on(db).await?;
+/// Appends chunk number `seq` to a build's log (Q-4: readable while it runs).
+pub async fn append_log(db: &Db, id: &str, seq: i64, chunk: &str) -> Result<(), StoreError> {
+    Q::new("INSERT INTO build_log_chunks (build_id, seq, chunk) VALUES ($1, $2, $3)")
+        .text(id)
+        .int(seq)
+        .text(chunk)
+        .execute_on(db)
+        .await?;
     Ok(())
 }
 
