@@ -77,6 +77,13 @@ impl Drop for TestDatabase {
     }
 }
 
+/// True while process `pid` runs (a zombie waiting to be reaped does not run).
+pub fn process_runs(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()).unwrap_or("gone");
+    state != "gone" && state != "Z"
+}
+
 /// Turns each `async fn name(engine: Engine)` into the tests `name::sqlite`
 /// and `name::postgres`.
 #[macro_export]

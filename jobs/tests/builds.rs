@@ -11,7 +11,7 @@ use slipway_jobs::source::SourceOutputs;
 use slipway_jobs::state::{BuildKind, BuildStatus, DeploymentState};
 use slipway_jobs::store::{builds, sboms, Engine, Q};
 use slipway_jobs::submit::{self, SecretStore};
-use slipway_jobs::test_support::TestDatabase;
+use slipway_jobs::test_support::{process_runs, TestDatabase};
 use slipway_jobs::validate::Checker;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -209,9 +209,7 @@ async fn a_deploy_past_its_deadline_is_killed_with_its_whole_process_group(engin
     let pid: i32 =
         std::fs::read_to_string(w.ctx.provider_state_dir("demo").join("child.pid")).unwrap().trim().parse().unwrap();
     // The background `sleep` is gone (or a zombie waiting to be reaped): not running.
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()).unwrap_or("gone");
-    assert!(state == "gone" || state == "Z", "the effect's child {pid} survived its deadline: state {state}");
+    assert!(!process_runs(pid), "the effect's child {pid} survived its deadline");
     let mut conn = w.ctx.db.acquire().await.unwrap();
     let log = builds::log(&mut conn, &id).await.unwrap().unwrap();
     assert!(log.contains("started") && log.contains("deadline"), "{log}");
@@ -295,9 +293,7 @@ async fn a_running_build_cancelled_on_request_has_its_effect_killed(engine: Engi
     assert_eq!(report.status, BuildStatus::Cancelled);
     assert_eq!(w.state("demo").await, DeploymentState::Failed);
     let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()).unwrap_or("gone");
-    assert!(state == "gone" || state == "Z", "the cancelled effect's child {pid} still runs: {state}");
+    assert!(!process_runs(pid), "the cancelled effect's child {pid} still runs");
 }
 
 async fn a_process_that_leaves_the_effects_group_is_killed_at_the_deadline_too(engine: Engine) {
@@ -312,9 +308,7 @@ async fn a_process_that_leaves_the_effects_group_is_killed_at_the_deadline_too(e
     assert!(started.elapsed() < std::time::Duration::from_secs(20), "took {:?}", started.elapsed());
     let pid: i32 =
         std::fs::read_to_string(w.ctx.provider_state_dir("demo").join("escaped.pid")).unwrap().trim().parse().unwrap();
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()).unwrap_or("gone");
-    assert!(state == "gone" || state == "Z", "the escaped process {pid} survived: {state}");
+    assert!(!process_runs(pid), "the escaped process {pid} survived");
 }
 
 async fn an_effect_that_exits_leaves_no_process_behind(engine: Engine) {
@@ -333,9 +327,7 @@ echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SB
     assert!(started.elapsed() < std::time::Duration::from_secs(20), "took {:?}", started.elapsed());
     let pid: i32 =
         std::fs::read_to_string(w.ctx.provider_state_dir("demo").join("escaped.pid")).unwrap().trim().parse().unwrap();
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()).unwrap_or("gone");
-    assert!(state == "gone" || state == "Z", "the effect left {pid} running: {state}");
+    assert!(!process_runs(pid), "the effect left {pid} running");
 }
 
 async fn a_huge_log_is_stored_up_to_its_limit_without_slowing_the_build(engine: Engine) {

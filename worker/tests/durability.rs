@@ -6,7 +6,7 @@ mod common;
 
 use common::{binary, command, demo, free_port, start, wait_for, Api};
 use slipway_jobs::store::{Db, Engine, Q};
-use slipway_jobs::test_support::TestDatabase;
+use slipway_jobs::test_support::{process_runs, TestDatabase};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -118,9 +118,7 @@ async fn a_build_whose_worker_is_killed_is_run_again_by_another_worker(engine: E
     // The dead worker's effect did not keep running beside the new one.
     let pids = std::fs::read_to_string(db.path("state").join("provider/demo/pids")).unwrap();
     let first_effect: i32 = pids.lines().next().unwrap().parse().unwrap();
-    let stat = std::fs::read_to_string(format!("/proc/{first_effect}/stat")).unwrap_or_default();
-    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()).unwrap_or("gone");
-    assert!(state == "gone" || state == "Z", "the dead worker's effect {first_effect} still runs ({state})");
+    assert!(!process_runs(first_effect), "the dead worker's effect {first_effect} still runs");
 }
 
 slipway_jobs::on_both_engines!(

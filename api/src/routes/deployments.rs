@@ -21,6 +21,14 @@ pub fn parse_id(raw: &str) -> Result<DeploymentId, ApiError> {
     DeploymentId::parse(raw).map_err(|e| ApiError::bad_request("invalid_deployment_id", e.to_string()))
 }
 
+/// `404` unless deployment `id` exists.
+pub async fn require_exists(conn: &mut Conn, id: &DeploymentId) -> Result<(), ApiError> {
+    match deployments::get(conn, id.as_str()).await? {
+        Some(_) => Ok(()),
+        None => Err(ApiError::not_found(format!("no deployment {id}"))),
+    }
+}
+
 /// `/deployments/` with an empty id.
 pub async fn empty_id(_auth: Auth) -> ApiError {
     ApiError::bad_request("invalid_deployment_id", "the deployment id is empty")
@@ -222,9 +230,7 @@ pub async fn builds(
 ) -> Result<Json<Value>, ApiError> {
     auth.require(id.as_str())?;
     let mut conn = app.db.acquire().await?;
-    if deployments::get(&mut conn, id.as_str()).await?.is_none() {
-        return Err(ApiError::not_found(format!("no deployment {id}")));
-    }
+    require_exists(&mut conn, &id).await?;
     let rows = builds::list(&mut conn, id.as_str(), 100).await?;
     let list: Vec<BuildSummary> = rows.iter().map(BuildSummary::from).collect();
     Ok(Json(json!({ "builds": list })))

@@ -1,6 +1,7 @@
 //! SBOM reads (seed 000 "SBOM of the deployed nodes"): `GET /sbom-list/{id}`
 //! and `GET /sbom/{id}?node=` (`application/vnd.cyclonedx+json`).
 
+use super::deployments::require_exists;
 use super::rfc3339;
 use crate::app::{AppState, Auth};
 use crate::error::ApiError;
@@ -10,7 +11,6 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use slipway_jobs::store::deployments;
 use slipway_jobs::store::sboms::{self, NodeSbom};
 
 /// The CycloneDX JSON media type.
@@ -24,9 +24,7 @@ pub async fn list(
 ) -> Result<Json<Value>, ApiError> {
     auth.require(id.as_str())?;
     let mut conn = app.db.acquire().await?;
-    if deployments::get(&mut conn, id.as_str()).await?.is_none() {
-        return Err(ApiError::not_found(format!("no deployment {id}")));
-    }
+    require_exists(&mut conn, &id).await?;
     let nodes: Vec<Value> = sboms::list(&mut conn, id.as_str())
         .await?
         .into_iter()
@@ -59,9 +57,7 @@ pub async fn document(
         .filter(|n| !n.is_empty())
         .ok_or_else(|| ApiError::bad_request("invalid_request", "name the node: ?node=<name>"))?;
     let mut conn = app.db.acquire().await?;
-    if deployments::get(&mut conn, id.as_str()).await?.is_none() {
-        return Err(ApiError::not_found(format!("no deployment {id}")));
-    }
+    require_exists(&mut conn, &id).await?;
     match sboms::document(&mut conn, id.as_str(), &node).await? {
         Some(NodeSbom::Ready(doc)) => Ok(([(header::CONTENT_TYPE, CYCLONEDX_JSON)], doc.to_string()).into_response()),
         Some(NodeSbom::Unavailable(reason)) => {
