@@ -99,6 +99,11 @@ impl Auth {
 /// past `QUEUE_SIZE` queued builds a submit is refused with
 /// `503 queue_full` before its body is read.
 async fn admission(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    // Authentication first: the queue depth is not for anonymous callers.
+    let header = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if let Err(e) = app.verifier.verify(header) {
+        return e.into_response();
+    }
     let queued = async {
         let mut conn = app.db.acquire().await?;
         slipway_jobs::store::builds::queued_count(&mut conn).await

@@ -59,6 +59,7 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
     let heartbeat = config.heartbeat;
     let ctx = Ctx { db: db.clone(), config: Arc::new(config), worker: name.clone(), echo_log: false };
     let (ctx_for_sweep, name_for_sweep) = (ctx.clone(), name.clone());
+    let (ctx_db, name_for_alive) = (db.clone(), name.clone());
     tracing::info!(worker.name = %name, slots, engine = ?db.engine(), "worker started");
     let monitor = Monitor::new().should_restart(|_ctx, error| {
         // Supervision: a worker whose heartbeat or storage failed starts again.
@@ -100,8 +101,24 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
             .data(sweep_ctx.clone())
             .build(sweep_tick)
     });
-    monitor.run_with_signal(shutdown()).await.context("the worker stopped with an error")?;
+    let alive = tokio::spawn(keep_alive(ctx_db, name_for_alive, heartbeat));
+    let result = monitor.run_with_signal(shutdown()).await.context("the worker stopped with an error");
+    alive.abort();
+    result?;
     Ok(())
+}
+
+/// Beats for this worker every half heartbeat, also while all its slots are
+/// busy and apalis does not poll (otherwise its long builds would be taken
+/// over by another worker while it still runs them).
+async fn keep_alive(db: Db, name: String, heartbeat: Duration) {
+    let mut tick = tokio::time::interval(heartbeat / 2);
+    loop {
+        tick.tick().await;
+        if let Err(e) = slipway_jobs::store::db::keep_worker_alive(&db, &name).await {
+            tracing::warn!(error = %e, "could not record this worker's heartbeat");
+        }
+    }
 }
 
 /// How often each worker runs the retention sweep (§6 `sweep`, Q-6).

@@ -121,7 +121,42 @@ async fn a_build_whose_worker_is_killed_is_run_again_by_another_worker(engine: E
     assert!(!process_runs(first_effect), "the dead worker's effect {first_effect} still runs");
 }
 
+async fn a_busy_worker_keeps_its_long_build_while_another_worker_waits(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
+    let source = db.path("slow-source");
+    slow_source(&source, 5);
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    let worker = |slots: &str| {
+        let mut cmd = command(&binary("slipway-worker"), &db, port);
+        cmd.args(["work"])
+            .env("SLIPWAY_DEFAULT_SOURCE_DIR", &source)
+            .env("SLIPWAY_HEARTBEAT", "1")
+            .env("BUILD_SLOTS", slots);
+        cmd
+    };
+    let _busy = start(worker("1"), &db, "worker-1.log");
+    let api = Api::connect(&db, port).await;
+    let (_, accepted) = api.submit("demo", &demo()).await.unwrap();
+    let build_path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
+    wait_for("the deploy to run", Duration::from_secs(30), || async {
+        let (_, _, b) = api.get(&build_path).await;
+        (b["status"] == "running").then_some(())
+    })
+    .await;
+    // A second worker watches for dead workers while the first one's only slot is busy for 5 s (5 heartbeats).
+    let _idle = start(worker("4"), &db, "worker-2.log");
+    let done = wait_for("the build to finish", Duration::from_secs(60), || async {
+        let (_, _, b) = api.get(&build_path).await;
+        matches!(b["status"].as_str(), Some("succeeded" | "failed")).then_some(b)
+    })
+    .await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["attempts"], 1, "a live worker's build was taken over: {done}");
+}
+
 slipway_jobs::on_both_engines!(
+    a_busy_worker_keeps_its_long_build_while_another_worker_waits,
     an_api_that_dies_inside_a_submit_leaves_no_build_without_its_job,
     a_build_whose_worker_is_killed_is_run_again_by_another_worker,
 );

@@ -296,3 +296,14 @@ impl Row {
         get!(self, col, Option<String>)
     }
 }
+
+/// Marks apalis worker `name` alive now. apalis only beats while its worker
+/// polls for jobs, which a worker whose slots are all busy does not do; this
+/// keeps a busy, live worker from being taken for dead.
+pub async fn keep_worker_alive(db: &Db, name: &str) -> Result<u64, StoreError> {
+    let sql = match db.engine() {
+        Engine::Sqlite => "UPDATE Workers SET last_seen = strftime('%s', 'now') WHERE id = $1",
+        Engine::Postgres => "UPDATE apalis.workers SET last_seen = now() WHERE id = $1",
+    };
+    Q::new(sql).text(name).execute_on(db).await
+}

@@ -41,8 +41,9 @@ pub enum StoreError {
     /// ST-3: the row kept changing under us; the caller may try again.
     #[error("{0} changed concurrently; try again")]
     Conflict(&'static str),
-    /// `DATABASE_URL` is neither `sqlite://…` nor `postgres://…`.
-    #[error("DATABASE_URL {0:?}: expected sqlite://<file> or postgres://…")]
+    /// `DATABASE_URL` is neither `sqlite://…` nor `postgres://…` (only its
+    /// scheme is kept: the URL may hold a password).
+    #[error("DATABASE_URL with scheme {0:?}: expected sqlite://<file> or postgres://…")]
     UnsupportedUrl(String),
 }
 
@@ -63,7 +64,7 @@ pub async fn open(config: &Config) -> Result<Db, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return open_postgres(url).await;
     }
-    Err(StoreError::UnsupportedUrl(url.clone()))
+    Err(StoreError::UnsupportedUrl(url.split(':').next().unwrap_or_default().to_owned()))
 }
 
 /// Opens (and migrates) the SQLite database at `path`, creating the file and
