@@ -79,7 +79,9 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match &e {
-            StoreError::Database(sqlx::Error::PoolTimedOut) => {
+            StoreError::Database(
+                sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed,
+            ) => {
                 tracing::warn!(error = %e, "database unavailable");
                 Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,

@@ -66,8 +66,12 @@ async fn run_claimed(build: BuildRow, ctx: &Ctx) -> Result<Ran, JobError> {
     tracing::info!("build started");
     let started = Instant::now();
     let mut outcome = match build.kind {
-        // Cancelled while its worker was dead: it is not run again.
-        _ if build.cancel_requested => Outcome { report: cancelled(blank_report(&build)), sboms: SbomChange::None },
+        // Cancelled while its worker was dead: it is not run again, and what
+        // that worker left running on this host is stopped.
+        _ if build.cancel_requested => {
+            crate::effect::kill_marked(&build.id);
+            Outcome { report: cancelled(blank_report(&build)), sboms: SbomChange::None }
+        }
         BuildKind::Deploy => deploy::run(&build, ctx).await,
         BuildKind::Destroy => destroy::run(&build, ctx).await,
     };
