@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.join(ROOT, "target", "debug")
+BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "debug")
 ADMIN = os.environ.get("SLIPWAY_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/postgres")
 DB_NAME = "slipway_chaos"
 
@@ -135,7 +135,7 @@ def main():
         next_chaos = time.time() + rng.uniform(1.0, 2.5)
         if kills == args.kills // 2 and not pg_restarted:
             log("restarting PostgreSQL")
-            version = sorted(os.listdir("/etc/postgresql"))[-1]
+            version = max(os.listdir("/etc/postgresql"), key=lambda v: [int(x) for x in v.split(".") if x.isdigit()])
             subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True)
             pg_restarted = True
             return
