@@ -14,7 +14,7 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use slipway_jobs::config::Config;
 use slipway_jobs::store::Db;
-use slipway_jobs::submit::{SecretStore, SourcePolicy};
+use slipway_jobs::submit::{SecretStore, SourcePolicy, SubmitError};
 use slipway_jobs::validate::Checker;
 use std::sync::Arc;
 use tower_http::cors::{AllowOrigin, CorsLayer};
@@ -97,7 +97,9 @@ impl Auth {
 }
 
 /// past `QUEUE_SIZE` queued builds a submit is refused with
-/// `503 queue_full` before its body is read.
+/// `503 queue_full` before its body is read. This early check is a snapshot;
+/// the exact bound is kept by the submit's own transaction
+/// ([`slipway_jobs::submit::check_and_queue`]), which answers the same error.
 async fn admission(State(app): State<AppState>, request: Request, next: Next) -> Response {
     // Authentication first: the queue depth is not for anonymous callers.
     let header = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
@@ -109,12 +111,9 @@ async fn admission(State(app): State<AppState>, request: Request, next: Next) ->
         slipway_jobs::store::builds::queued_count(&mut conn).await
     };
     match queued.await {
-        Ok(n) if n >= i64::from(app.config.queue_size) => ApiError::new(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "queue_full",
-            format!("{n} builds are waiting for a worker (QUEUE_SIZE {}); try again later", app.config.queue_size),
-        )
-        .into_response(),
+        Ok(queued) if queued >= i64::from(app.config.queue_size) => {
+            ApiError::from(SubmitError::QueueFull { queued, limit: app.config.queue_size }).into_response()
+        }
         Ok(_) => next.run(request).await,
         Err(e) => ApiError::from(e).into_response(),
     }
@@ -130,6 +129,7 @@ pub fn app(state: AppState) -> Router {
         .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]);
     Router::new()
         .route("/healthz", get(routes::public::healthz))
+        .route("/readyz", get(routes::public::readyz))
         .route("/schema", get(routes::public::schema))
         .route("/labels", post(routes::public::labels))
         .route("/deployments", get(routes::deployments::list))

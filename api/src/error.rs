@@ -53,6 +53,11 @@ impl ApiError {
         Self::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
 
+    /// 503 `queue_full`.
+    pub fn queue_full(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "queue_full", message)
+    }
+
     /// 404 `not_found`.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
@@ -122,6 +127,7 @@ impl From<SubmitError> for ApiError {
             e @ SubmitError::ExplicitSourceUnsupported(_) => {
                 Self::new(StatusCode::NOT_IMPLEMENTED, "not_implemented", e.to_string())
             }
+            e @ SubmitError::QueueFull { .. } => Self::queue_full(e.to_string()),
             SubmitError::Store(s) => s.into(),
         }
     }

@@ -404,6 +404,37 @@ async fn past_queue_size_a_submit_is_refused_before_its_body_is_read(engine: Eng
     assert_eq!(h.count("builds").await, 2);
 }
 
+/// Q-3 with submits arriving together: the early check lets them all in,
+/// and the submit's own transaction still admits exactly `QUEUE_SIZE`.
+async fn concurrent_submits_are_admitted_up_to_the_queue_size_exactly(engine: Engine) {
+    let h = harness_with(engine, &[("QUEUE_SIZE", "2")]).await;
+    let h = &h;
+    let puts =
+        (0..10).map(|i| async move { h.put(&format!("together-{i}"), &json!({ "configuration": demo() })).await });
+    let answers = futures::future::join_all(puts).await;
+    let accepted = answers.iter().filter(|(s, _)| *s == StatusCode::ACCEPTED).count();
+    assert_eq!(accepted, 2, "{answers:?}");
+    for (status, body) in answers.iter().filter(|(s, _)| *s != StatusCode::ACCEPTED) {
+        assert_eq!(*status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_error_shape(body, "queue_full");
+    }
+    assert_eq!((h.count("deployments").await, h.count("builds").await, h.count("jobs").await), (2, 2, 2));
+}
+
+/// `/healthz` is liveness and never asks the database; `/readyz` does.
+async fn readyz_answers_503_when_the_database_is_gone(engine: Engine) {
+    let h = harness(engine).await;
+    let (status, body) = h.call(Method::GET, "/readyz", None, None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "ready");
+    h.db.close().await;
+    let (status, body) = h.call(Method::GET, "/readyz", None, None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_error_shape(&body, "service_unavailable");
+    let (status, _) = h.call(Method::GET, "/healthz", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
 async fn a_queued_build_can_be_cancelled_once(engine: Engine) {
     let h = harness(engine).await;
     let (_, accepted) = h.put("demo", &json!({ "configuration": demo() })).await;
@@ -540,6 +571,8 @@ async fn a_form_hint_refusal_names_the_key_that_does_not_apply(engine: Engine) {
 }
 
 slipway_jobs::on_both_engines!(
+    concurrent_submits_are_admitted_up_to_the_queue_size_exactly,
+    readyz_answers_503_when_the_database_is_gone,
     a_form_hint_refusal_names_the_key_that_does_not_apply,
     a_secret_value_is_listed_together_with_every_other_problem,
     the_secret_lists_are_derived_by_the_api_not_taken_from_the_client,

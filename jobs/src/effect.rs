@@ -66,6 +66,43 @@ pub const INHERITED_ENV: &[&str] =
 /// group, so [`kill_marked`] finds them all.
 pub const MARKER_ENV: &str = "SLIPWAY_EFFECT";
 
+/// The variable naming the worker process that started an effect:
+/// `<pid>.<start time in clock ticks>` (see [`owner`]), so a worker can tell
+/// the effects of a dead worker on its host (orphans) from those of a live one.
+pub const OWNER_ENV: &str = "SLIPWAY_EFFECT_OWNER";
+
+/// This process as an effect owner: its pid and its start time (field 22
+/// of `/proc/<pid>/stat`), which together never name another process.
+pub fn owner() -> &'static str {
+    static OWNER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    OWNER.get_or_init(|| {
+        let pid = std::process::id();
+        format!("{pid}.{}", start_time(pid).unwrap_or(0))
+    })
+}
+
+/// Start time of process `pid` in clock ticks since boot, if it runs.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; fields after it are plain.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // Field 3 (state) is the first after the name; field 22 is 19 later.
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// Whether the owner `<pid>.<start time>` still runs.
+fn owner_alive(owner: &str) -> bool {
+    let Some((pid, started)) = owner.split_once('.') else { return false };
+    match (pid.parse::<u32>(), started.parse::<u64>()) {
+        (Ok(pid), Ok(started)) => start_time(pid) == Some(started),
+        _ => false,
+    }
+}
+
 /// How long output may still arrive after the effect ended or was killed.
 const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
@@ -82,6 +119,7 @@ pub async fn run(
         INHERITED_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
     env.extend(spec.env.iter().cloned());
     env.push((MARKER_ENV.to_owned(), spec.marker.clone()));
+    env.push((OWNER_ENV.to_owned(), owner().to_owned()));
     let expression = duct::cmd(&spec.program, std::iter::empty::<&str>())
         .dir(&spec.dir)
         .full_env(env)
@@ -201,6 +239,33 @@ pub async fn run(
 /// `SLIPWAY_EFFECT=<marker>`: what an effect started, wherever it went.
 pub fn kill_marked(marker: &str) -> usize {
     let needle = format!("{MARKER_ENV}={marker}");
+    kill_where(|env| env.contains(&needle.as_bytes()))
+}
+
+/// Kills the effect processes on this host whose worker died: a
+/// worker killed with SIGKILL cannot stop its effects, so every worker does
+/// this when it starts and on each sweep. Effects of live workers (and of
+/// this process) are left alone. Returns how many processes were killed.
+pub fn kill_orphans() -> usize {
+    let prefix = format!("{OWNER_ENV}=");
+    kill_where(|env| {
+        env.iter().filter_map(|var| var.strip_prefix(prefix.as_bytes())).any(|owner| {
+            let owner = String::from_utf8_lossy(owner);
+            owner != self::owner() && !owner_alive(&owner)
+        })
+    })
+}
+
+/// Kills every effect process this process started (a worker told to stop
+/// at once).
+pub fn kill_own() -> usize {
+    let needle = format!("{OWNER_ENV}={}", owner());
+    kill_where(|env| env.contains(&needle.as_bytes()))
+}
+
+/// SIGKILLs every other process of this host whose environment (its
+/// `NAME=value` entries) satisfies `select`.
+fn kill_where(select: impl Fn(&[&[u8]]) -> bool) -> usize {
     let me = std::process::id();
     let mut killed = 0;
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -209,8 +274,9 @@ pub fn kill_marked(marker: &str) -> usize {
             continue;
         }
         let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
-        if environ.split(|b| *b == 0).any(|var| var == needle.as_bytes()) {
-            // SAFETY: signals a process that carries this effect's marker.
+        let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+        if select(&vars) {
+            // SAFETY: signals a process whose environment marks it as an effect's.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             killed += 1;
         }
@@ -229,5 +295,39 @@ pub fn kill_group(pgid: i32) {
     // gone) is harmless.
     unsafe {
         libc::kill(-pgid, libc::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn sleeper(owner: &str) -> std::process::Child {
+        std::process::Command::new("sleep")
+            .arg("60")
+            .env(MARKER_ENV, "orphan-test")
+            .env(OWNER_ENV, owner)
+            .spawn()
+            .expect("sleep starts")
+    }
+
+    #[test]
+    fn effects_of_a_dead_worker_are_killed_and_those_of_live_workers_are_not() {
+        // Linux pids never exceed 2^22, so this owner is certainly dead.
+        let mut orphan = sleeper("4194305.1");
+        let mut ours = sleeper(owner());
+        let init = format!("1.{}", start_time(1).expect("pid 1 runs"));
+        let mut live = sleeper(&init);
+        let mut reused = sleeper(&format!("1.{}", start_time(1).unwrap() + 1));
+        assert!(kill_orphans() >= 2);
+        assert_eq!(orphan.wait().unwrap().signal(), Some(libc::SIGKILL));
+        assert_eq!(reused.wait().unwrap().signal(), Some(libc::SIGKILL), "a reused pid is not the owner");
+        assert!(ours.try_wait().unwrap().is_none(), "this process's own effect was killed");
+        assert!(live.try_wait().unwrap().is_none(), "a live worker's effect was killed");
+        for mut child in [ours, live] {
+            child.kill().ok();
+            child.wait().ok();
+        }
     }
 }

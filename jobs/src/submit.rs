@@ -49,10 +49,34 @@ pub enum SubmitError {
     /// schema build (MS-6), which this release does not run.
     #[error("module source {0}: validating against an explicit module source needs its schema build (MS-6), which this release does not run yet; omit module_source to use the built-in source")]
     ExplicitSourceUnsupported(String),
+    /// `limit` builds already wait for a worker. Checked inside the
+    /// submit's transaction, serialised fleet-wide, so concurrent submits
+    /// through several apis never overshoot the bound.
+    #[error("{queued} builds are waiting for a worker (QUEUE_SIZE {limit}); try again later")]
+    QueueFull {
+        /// Builds waiting when the submit was refused.
+        queued: i64,
+        /// `QUEUE_SIZE`.
+        limit: u32,
+    },
     /// Storage failed.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+/// What a checked configuration is queued as, and under which bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Queueing {
+    /// The build kind to queue.
+    pub kind: BuildKind,
+    /// Q-3 `QUEUE_SIZE`: refuse when this many builds already wait; `None`
+    /// for a local run, which has no shared queue to protect.
+    pub limit: Option<u32>,
+}
+
+/// The advisory lock that serialises the Q-3 count of queued builds with
+/// the commit of the build it admits.
+const ADMISSION_LOCK: &str = "slipway.admission";
 
 /// A submit or delete that was accepted: its build and the state it implies.
 #[derive(Debug, Clone, Serialize)]
@@ -104,7 +128,7 @@ impl SourcePolicy {
 
 /// Checks a configuration with `checker` (the schema of `module_source`, or
 /// of the built-in source when it is `None` or the self-pin), stores it and
-/// queues its deploy (MG-7).
+/// queues its deploy (MG-7), unless `queue_size` builds already wait.
 pub async fn submit(
     db: &Db,
     checker: &Checker,
@@ -112,8 +136,10 @@ pub async fn submit(
     id: &DeploymentId,
     configuration: Value,
     module_source: Option<&str>,
+    queue_size: u32,
 ) -> Result<Accepted, SubmitError> {
-    check_and_queue(db, checker, secret_store, id, configuration, module_source, BuildKind::Deploy).await
+    let queueing = Queueing { kind: BuildKind::Deploy, limit: Some(queue_size) };
+    check_and_queue(db, checker, secret_store, id, configuration, module_source, queueing).await
 }
 
 /// [`submit`] for either kind of build: a local `run destroy` (§11) checks
@@ -125,8 +151,9 @@ pub async fn check_and_queue(
     id: &DeploymentId,
     configuration: Value,
     module_source: Option<&str>,
-    kind: BuildKind,
+    queueing: Queueing,
 ) -> Result<Accepted, SubmitError> {
+    let kind = queueing.kind;
     let stored_source = module_source.map(str::to_owned);
     let secret_values = match secret_store {
         SecretStore::NotConfigured => SecretValues::Refuse(
@@ -158,6 +185,17 @@ pub async fn check_and_queue(
         instances: &checked.instances,
     };
     builds::insert(&mut tx, new, now).await?;
+    if let Some(limit) = queueing.limit {
+        // Q-3, exactly: the count (which includes this build) and the commit
+        // happen under one fleet-wide lock, so two submits never both take
+        // the last place. The api also checks before reading the body.
+        tx.lock_name(ADMISSION_LOCK).await?;
+        let queued = builds::queued_count(&mut tx).await?;
+        if queued > i64::from(limit) {
+            tx.rollback().await?;
+            return Err(SubmitError::QueueFull { queued: queued - 1, limit });
+        }
+    }
     tx.commit().await?;
     crate::failpoint::hit("submit_committed");
     let state = DeploymentState::derive(Some((kind, BuildStatus::Queued)));

@@ -10,7 +10,7 @@ use slipway_jobs::jobs::{sweep, BuildJob, Ctx};
 use slipway_jobs::source::SourceOutputs;
 use slipway_jobs::state::{BuildKind, BuildStatus, DeploymentState};
 use slipway_jobs::store::{builds, sboms, Engine, Q};
-use slipway_jobs::submit::{self, SecretStore};
+use slipway_jobs::submit::{self, Queueing, SecretStore};
 use slipway_jobs::test_support::{process_runs, TestDatabase};
 use slipway_jobs::validate::Checker;
 use std::collections::BTreeMap;
@@ -64,10 +64,17 @@ fn source_with_deploy(root: &Path, script: &str) -> String {
 impl World {
     async fn queue(&self, id: &str, kind: BuildKind, source: Option<&str>) -> String {
         let id = DeploymentId::parse(id).unwrap();
-        let accepted =
-            submit::check_and_queue(&self.ctx.db, &checker(), SecretStore::NotConfigured, &id, demo(), source, kind)
-                .await
-                .unwrap();
+        let accepted = submit::check_and_queue(
+            &self.ctx.db,
+            &checker(),
+            SecretStore::NotConfigured,
+            &id,
+            demo(),
+            source,
+            Queueing { kind, limit: None },
+        )
+        .await
+        .unwrap();
         accepted.build_id
     }
 
@@ -347,6 +354,8 @@ async fn a_huge_log_is_stored_up_to_its_limit_without_slowing_the_build(engine: 
 }
 
 slipway_jobs::on_both_engines!(
+    a_worker_whose_build_was_taken_over_writes_no_more_log,
+    concurrent_submits_never_take_more_places_than_the_queue_has,
     a_huge_log_is_stored_up_to_its_limit_without_slowing_the_build,
     a_process_that_leaves_the_effects_group_is_killed_at_the_deadline_too,
     an_effect_that_exits_leaves_no_process_behind,
@@ -388,4 +397,52 @@ async fn the_sweep_empties_old_logs_and_work_folders_and_keeps_the_rows(engine: 
     assert_eq!(builds::get(&mut conn, &id).await.unwrap().unwrap().status, BuildStatus::Succeeded);
     drop(conn);
     assert_eq!(sweep::run(&ctx).await.unwrap(), sweep::Swept::default(), "a second sweep finds nothing");
+}
+
+/// Q-3 under concurrency: many submits at once (as through several apis)
+/// admit exactly `QUEUE_SIZE` builds; every other one is refused whole.
+async fn concurrent_submits_never_take_more_places_than_the_queue_has(engine: Engine) {
+    let w = world(engine, &[]).await;
+    const LIMIT: u32 = 3;
+    const SUBMITS: usize = 16;
+    let checker = checker();
+    let submits = (0..SUBMITS).map(|i| {
+        let (db, checker) = (w.ctx.db.clone(), &checker);
+        async move {
+            let id = DeploymentId::parse(&format!("bound-{i}")).unwrap();
+            submit::submit(&db, checker, SecretStore::NotConfigured, &id, demo(), None, LIMIT).await
+        }
+    });
+    let answers = futures::future::join_all(submits).await;
+    let accepted = answers.iter().filter(|a| a.is_ok()).count();
+    let refused = answers.iter().filter(|a| matches!(a, Err(submit::SubmitError::QueueFull { .. }))).count();
+    assert_eq!((accepted, refused), (LIMIT as usize, SUBMITS - LIMIT as usize), "{answers:?}");
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    assert_eq!(builds::queued_count(&mut conn).await.unwrap(), i64::from(LIMIT));
+    // A refused submit wrote nothing: no deployment row, no job.
+    let deployments = Q::new("SELECT COUNT(*) AS n FROM deployments").fetch_one(&mut conn).await.unwrap();
+    assert_eq!(deployments.int("n").unwrap(), i64::from(LIMIT));
+    drop(conn);
+    assert_eq!(w.jobs().await, i64::from(LIMIT));
+}
+
+/// Two attempts of one build that overlap (the first worker was taken for
+/// dead but still runs): their log chunks never collide, and once the build
+/// is taken over, only the new attempt writes.
+async fn a_worker_whose_build_was_taken_over_writes_no_more_log(engine: Engine) {
+    let w = world(engine, &[]).await;
+    let id = w.queue("demo", BuildKind::Deploy, None).await;
+    let first = builds::claim(&w.ctx.db, &id, "worker-a").await.unwrap().unwrap();
+    let (next, _) = builds::log_end(&w.ctx.db, &id, first.attempts).await.unwrap();
+    assert!(builds::append_log(&w.ctx.db, &first, next, "first attempt\n").await.unwrap());
+    let second = builds::claim(&w.ctx.db, &id, "worker-b").await.unwrap().unwrap();
+    assert_eq!(second.attempts, first.attempts + 1);
+    let (next_second, bytes) = builds::log_end(&w.ctx.db, &id, second.attempts).await.unwrap();
+    assert_eq!(bytes, "first attempt\n".len() as i64, "the limit counts every attempt's bytes");
+    // The stale worker's next chunk is refused; the new attempt's is stored.
+    assert!(!builds::append_log(&w.ctx.db, &first, next + 1, "stale\n").await.unwrap());
+    assert!(builds::append_log(&w.ctx.db, &second, next_second, "second attempt\n").await.unwrap());
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let log = builds::log(&mut conn, &id).await.unwrap().unwrap();
+    assert_eq!(log, "first attempt\nsecond attempt\n");
 }

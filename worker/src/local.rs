@@ -88,8 +88,11 @@ pub async fn run(
         LocalJob::Deploy => BuildKind::Deploy,
         LocalJob::Destroy => BuildKind::Destroy,
     };
+    let queueing = submit::Queueing { kind, limit: None };
     let accepted =
-        match submit::check_and_queue(&db, &checker, secret_store, &id, configuration, Some(&source_ref), kind).await {
+        match submit::check_and_queue(&db, &checker, secret_store, &id, configuration, Some(&source_ref), queueing)
+            .await
+        {
             Ok(a) => a,
             Err(submit::SubmitError::InvalidConfiguration(problems)) => {
                 eprintln!("slipway-worker run: the configuration is not valid for {source}:");

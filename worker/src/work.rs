@@ -61,6 +61,10 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
     let (ctx_for_sweep, name_for_sweep) = (ctx.clone(), name.clone());
     let (ctx_db, name_for_alive) = (db.clone(), name.clone());
     tracing::info!(worker.name = %name, slots, engine = ?db.engine(), "worker started");
+    let orphans = slipway_jobs::effect::kill_orphans();
+    if orphans > 0 {
+        tracing::warn!(processes = orphans, "stopped effects that a dead worker on this host left running");
+    }
     let monitor = Monitor::new().should_restart(|_ctx, error| {
         // Supervision: a worker whose heartbeat or storage failed starts again.
         tracing::warn!(%error, "worker stopped with an error; restarting it");
@@ -137,6 +141,10 @@ impl Schedule<Utc> for Every {
 
 /// The sweep job: a failed sweep waits for the next tick (§6: "next tick").
 async fn sweep_tick(_tick: Tick<Utc>, ctx: Data<Ctx>) -> Result<(), BoxDynError> {
+    let orphans = slipway_jobs::effect::kill_orphans();
+    if orphans > 0 {
+        tracing::warn!(processes = orphans, "stopped effects that a dead worker on this host left running");
+    }
     match sweep::run(&ctx).await {
         Ok(swept) => tracing::info!(logs = swept.logs, work_dirs = swept.work_dirs, "retention sweep"),
         Err(e) => tracing::warn!(error = %e, "retention sweep failed; the next tick tries again"),
@@ -144,12 +152,30 @@ async fn sweep_tick(_tick: Tick<Utc>, ctx: Data<Ctx>) -> Result<(), BoxDynError>
     Ok(())
 }
 
+/// Resolves on the first SIGTERM or SIGINT: the worker takes no new build
+/// and exits once its running builds have finished (a rolling restart
+/// re-runs nothing). A second signal stops it at once: its effects are
+/// killed and exit status is 1; another worker re-runs those builds.
 async fn shutdown() -> std::io::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
+        _ = int.recv() => {}
         _ = term.recv() => {}
     }
-    tracing::info!("shutting down: running builds finish first");
+    tracing::info!("shutting down: running builds finish first; a second SIGTERM or Ctrl-C stops them now");
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        let killed = slipway_jobs::effect::kill_own();
+        tracing::warn!(
+            processes = killed,
+            "stopping now: killed this worker's effects; its builds will run again on another worker"
+        );
+        std::process::exit(1);
+    });
     Ok(())
 }

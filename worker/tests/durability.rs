@@ -155,7 +155,89 @@ async fn a_busy_worker_keeps_its_long_build_while_another_worker_waits(engine: E
     assert_eq!(done["attempts"], 1, "a live worker's build was taken over: {done}");
 }
 
+/// A rolling restart: SIGTERM lets the worker's running build finish (no
+/// re-run elsewhere), takes no new build meanwhile, then the worker exits 0.
+async fn a_worker_stopped_with_sigterm_finishes_its_running_build_first(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
+    let source = db.path("slow-source");
+    slow_source(&source, 4);
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    let mut cmd = command(&binary("slipway-worker"), &db, port);
+    cmd.args(["work"]).env("SLIPWAY_DEFAULT_SOURCE_DIR", &source).env("SLIPWAY_HEARTBEAT", "1");
+    let mut worker = start(cmd, &db, "worker.log");
+    let api = Api::connect(&db, port).await;
+    let (_, accepted) = api.submit("demo", &demo()).await.unwrap();
+    let build_path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
+    wait_for("the deploy to run", Duration::from_secs(30), || async {
+        let (_, _, b) = api.get(&build_path).await;
+        (b["status"] == "running").then_some(())
+    })
+    .await;
+    // SAFETY: signals the worker this test started.
+    unsafe { libc::kill(worker.0.id() as i32, libc::SIGTERM) };
+    // A build submitted after the signal is left for another worker.
+    let (_, later) = api.submit("other", &demo()).await.unwrap();
+    let exit = tokio::task::spawn_blocking(move || worker.0.wait().unwrap()).await.unwrap();
+    assert!(exit.success(), "the worker exited with {exit:?}");
+    let (_, _, done) = api.get(&build_path).await;
+    assert_eq!(done["status"], "succeeded", "the worker stopped before its build ended: {done}");
+    assert_eq!(done["attempts"], 1, "{done}");
+    let (_, _, waiting) = api.get(&format!("/builds/{}", later["build_id"].as_str().unwrap())).await;
+    assert_eq!(waiting["status"], "queued", "a stopping worker took a new build: {waiting}");
+}
+
+/// A second SIGTERM stops the worker at once: its effect is killed with it,
+/// and another worker runs the build again.
+async fn a_second_sigterm_stops_the_worker_and_its_effect_at_once(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
+    let source = db.path("slow-source");
+    slow_source(&source, 6);
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    let worker = || {
+        let mut cmd = command(&binary("slipway-worker"), &db, port);
+        cmd.args(["work"]).env("SLIPWAY_DEFAULT_SOURCE_DIR", &source).env("SLIPWAY_HEARTBEAT", "1");
+        cmd
+    };
+    let mut first = start(worker(), &db, "worker-1.log");
+    let api = Api::connect(&db, port).await;
+    let (_, accepted) = api.submit("demo", &demo()).await.unwrap();
+    let build_path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
+    wait_for("the deploy to run", Duration::from_secs(30), || async {
+        let (_, _, b) = api.get(&build_path).await;
+        (b["status"] == "running").then_some(())
+    })
+    .await;
+    let pids = db.path("state").join("provider/demo/pids");
+    wait_for("the effect to start", Duration::from_secs(30), || async { pids.exists().then_some(()) }).await;
+    let pid = first.0.id() as i32;
+    // SAFETY: signals the worker this test started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let log = db.path("worker-1.log");
+    wait_for("the worker to start shutting down", Duration::from_secs(10), || async {
+        std::fs::read_to_string(&log).ok()?.contains("shutting down").then_some(())
+    })
+    .await;
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let exit = tokio::task::spawn_blocking(move || first.0.wait().unwrap()).await.unwrap();
+    assert_eq!(exit.code(), Some(1), "{exit:?}");
+    let effect: i32 = std::fs::read_to_string(&pids).unwrap().lines().next().unwrap().parse().unwrap();
+    assert!(!process_runs(effect), "the stopped worker's effect {effect} still runs");
+    let _second = start(worker(), &db, "worker-2.log");
+    let done = wait_for("another worker to finish the build", Duration::from_secs(60), || async {
+        let (_, _, b) = api.get(&build_path).await;
+        matches!(b["status"].as_str(), Some("succeeded" | "failed")).then_some(b)
+    })
+    .await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["attempts"], 2, "{done}");
+}
+
 slipway_jobs::on_both_engines!(
+    a_second_sigterm_stops_the_worker_and_its_effect_at_once,
+    a_worker_stopped_with_sigterm_finishes_its_running_build_first,
     a_busy_worker_keeps_its_long_build_while_another_worker_waits,
     an_api_that_dies_inside_a_submit_leaves_no_build_without_its_job,
     a_build_whose_worker_is_killed_is_run_again_by_another_worker,

@@ -180,8 +180,16 @@ pub async fn submit(
         Resolved::BuiltIn { pin } => pin,
         Resolved::Explicit(s) => return Err(SubmitError::ExplicitSourceUnsupported(s).into()),
     };
-    let accepted =
-        submit::submit(&app.db, &app.built_in, app.secret_store, &id, body.configuration, source.as_deref()).await?;
+    let accepted = submit::submit(
+        &app.db,
+        &app.built_in,
+        app.secret_store,
+        &id,
+        body.configuration,
+        source.as_deref(),
+        app.config.queue_size,
+    )
+    .await?;
     tracing::info!(deployment.id = %id, build.id = %accepted.build_id, "deploy queued");
     Ok((StatusCode::ACCEPTED, Json(accepted)))
 }

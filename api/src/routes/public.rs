@@ -8,9 +8,51 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-/// `GET /healthz`: the process serves.
+/// `GET /healthz`: liveness. The process serves HTTP; the database is not
+/// asked, so a database outage never gets every api restarted at once.
 pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
+}
+
+/// How long `GET /readyz` waits for the database.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `GET /readyz`: readiness. `200 {"status": "ready", "database": engine}`
+/// once the database answers a query within 2 s; otherwise
+/// `503 service_unavailable`, so a load balancer sends submits elsewhere.
+pub async fn readyz(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let probe = async {
+        let mut conn = app.db.acquire().await?;
+        slipway_jobs::store::Q::new("SELECT 1 AS one").fetch_one(&mut conn).await
+    };
+    let engine = match app.db.engine() {
+        slipway_jobs::store::Engine::Sqlite => "sqlite",
+        slipway_jobs::store::Engine::Postgres => "postgres",
+    };
+    match tokio::time::timeout(READY_TIMEOUT, probe).await {
+        Ok(Ok(_)) => Ok(Json(json!({ "status": "ready", "database": engine }))),
+        Ok(Err(e)) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            format!("not ready: the {engine} database does not answer ({})", why(&e)),
+        )),
+        Err(_) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            format!("not ready: the {engine} database did not answer within {}s", READY_TIMEOUT.as_secs()),
+        )),
+    }
+}
+
+/// Why the database did not answer, in words that never carry the URL.
+fn why(e: &slipway_jobs::store::StoreError) -> String {
+    use slipway_jobs::store::StoreError;
+    match e {
+        StoreError::Database(sqlx::Error::PoolTimedOut) => "no connection came free in time".to_owned(),
+        StoreError::Database(sqlx::Error::PoolClosed) => "its connection pool is closed".to_owned(),
+        StoreError::Database(sqlx::Error::Io(io)) => format!("connection: {}", io.kind()),
+        _ => "it answered with an error".to_owned(),
+    }
 }
 
 /// `?application=` of `GET /schema`.

@@ -171,18 +171,21 @@ pub const LOG_LIMIT: i64 = 8 * 1024 * 1024;
 
 /// Appends effect output to the build's log in the database, up to
 /// [`LOG_LIMIT`] bytes over all attempts of the build.
+/// Only the worker that holds the build's claim writes; each attempt
+/// numbers its chunks apart ([`builds::log_base`]).
 pub(crate) struct DbLog {
     db: Db,
-    build_id: String,
+    build: BuildRow,
     echo: bool,
     /// Next chunk number and bytes stored so far.
     end: std::sync::Mutex<(i64, i64)>,
 }
 
 impl DbLog {
-    pub(crate) async fn open(db: Db, build_id: String, echo: bool) -> Self {
-        let end = builds::log_end(&db, &build_id).await.unwrap_or((1, 0));
-        Self { db, build_id, echo, end: std::sync::Mutex::new(end) }
+    pub(crate) async fn open(db: Db, build: &BuildRow, echo: bool) -> Self {
+        let end =
+            builds::log_end(&db, &build.id, build.attempts).await.unwrap_or((builds::log_base(build.attempts) + 1, 0));
+        Self { db, build: build.clone(), echo, end: std::sync::Mutex::new(end) }
     }
 }
 
@@ -215,8 +218,10 @@ impl LogSink for DbLog {
                 (seq, text)
             };
             let Some(text) = text else { return };
-            if let Err(e) = builds::append_log(&self.db, &self.build_id, seq, &text).await {
-                tracing::warn!(error = %e, "could not append to the build log");
+            match builds::append_log(&self.db, &self.build, seq, &text).await {
+                Ok(true) => {}
+                Ok(false) => tracing::debug!("build log not appended: another worker holds the build now"),
+                Err(e) => tracing::warn!(error = %e, "could not append to the build log"),
             }
         }
         .boxed()
@@ -272,7 +277,7 @@ pub(crate) async fn run_effect(
         deadline,
         marker: build.id.clone(),
     };
-    let log = DbLog::open(ctx.db.clone(), build.id.clone(), ctx.echo_log).await;
+    let log = DbLog::open(ctx.db.clone(), build, ctx.echo_log).await;
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(build.cancel_requested);
     let watcher = tokio::spawn(watch_cancel(ctx.db.clone(), build.id.clone(), cancel_tx));
     let outcome = crate::effect::run(&spec, &log, cancel_rx).await;

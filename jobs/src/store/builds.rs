@@ -106,14 +106,23 @@ pub async fn log(conn: &mut Conn, id: &str) -> Result<Option<String>, StoreError
     Ok(Some(log))
 }
 
-/// Where a build's log ends: the next chunk number and the bytes stored.
-pub async fn log_end(db: &Db, id: &str) -> Result<(i64, i64), StoreError> {
+/// The first chunk number of `attempt`'s log: each attempt numbers its
+/// chunks from `attempt << 32`, so two attempts that overlap (a worker taken
+/// for dead that still runs) never collide, and chunks read in attempt order.
+pub fn log_base(attempt: i64) -> i64 {
+    attempt << 32
+}
+
+/// Where attempt `attempt` of a build's log ends: its next chunk number,
+/// and the bytes stored over all attempts (the limit is per build).
+pub async fn log_end(db: &Db, id: &str, attempt: i64) -> Result<(i64, i64), StoreError> {
     let mut conn = db.acquire().await?;
     let row = Q::new(
-        "SELECT COALESCE(MAX(seq), 0) AS last, COALESCE(SUM(LENGTH(chunk)), 0) AS bytes
+        "SELECT COALESCE(MAX(CASE WHEN seq >= $2 THEN seq END), $2) AS last, COALESCE(SUM(LENGTH(chunk)), 0) AS bytes
          FROM build_log_chunks WHERE build_id = $1",
     )
     .text(id)
+    .int(log_base(attempt))
     .fetch_one(&mut conn)
     .await?;
     Ok((row.int("last")? + 1, row.int("bytes")?))
@@ -244,15 +253,23 @@ pub async fn claim(db: &Db, id: &str, worker: &str) -> Result<Option<BuildRow>, 
     Err(StoreError::Conflict("build"))
 }
 
-/// Appends chunk number `seq` to a build's log (Q-4: readable while it runs).
-pub async fn append_log(db: &Db, id: &str, seq: i64, chunk: &str) -> Result<(), StoreError> {
-    Q::new("INSERT INTO build_log_chunks (build_id, seq, chunk) VALUES ($1, $2, $3)")
-        .text(id)
-        .int(seq)
-        .text(chunk)
-        .execute_on(db)
-        .await?;
-    Ok(())
+/// Appends chunk number `seq` to a build's log (Q-4: readable while it
+/// runs), only while `build`'s claim holds (same worker, same attempt, still
+/// running): a worker whose build was taken over writes nothing more.
+/// Returns whether the chunk was stored.
+pub async fn append_log(db: &Db, build: &BuildRow, seq: i64, chunk: &str) -> Result<bool, StoreError> {
+    let stored = Q::new(
+        "INSERT INTO build_log_chunks (build_id, seq, chunk)
+         SELECT id, $2, $3 FROM builds WHERE id = $1 AND status = 'running' AND worker = $4 AND attempts = $5",
+    )
+    .text(&build.id)
+    .int(seq)
+    .text(chunk)
+    .opt_text(build.worker.clone())
+    .int(build.attempts)
+    .execute_on(db)
+    .await?;
+    Ok(stored == 1)
 }
 
 /// How a build ended.
