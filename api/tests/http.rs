@@ -421,6 +421,43 @@ async fn concurrent_submits_are_admitted_up_to_the_queue_size_exactly(engine: En
     assert_eq!((h.count("deployments").await, h.count("builds").await, h.count("jobs").await), (2, 2, 2));
 }
 
+/// A deployment's builds come in pages, newest first, joined by `next`.
+async fn builds_are_listed_in_pages_joined_by_a_cursor(engine: Engine) {
+    let h = harness(engine).await;
+    for _ in 0..5 {
+        let (status, body) = h.put("paged", &json!({ "configuration": demo() })).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    }
+    let (_, whole) = h.call(Method::GET, "/deployments/paged/builds", Some(&all()), None).await;
+    let ids = |page: &Value| -> Vec<String> {
+        page["builds"].as_array().unwrap().iter().map(|b| b["id"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(ids(&whole).len(), 5);
+    assert_eq!(whole["next"], Value::Null);
+    let (mut paged, mut uri, mut sizes) = (Vec::new(), "/deployments/paged/builds?limit=2".to_owned(), Vec::new());
+    loop {
+        let (status, page) = h.call(Method::GET, &uri, Some(&all()), None).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        sizes.push(ids(&page).len());
+        paged.extend(ids(&page));
+        match page["next"].as_str() {
+            Some(next) => uri = format!("/deployments/paged/builds?limit=2&before={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(paged, ids(&whole), "pages joined give the whole list, newest first");
+    assert_eq!(sizes, [2, 2, 1]);
+    // A bad page size, or a cursor from another deployment, is refused.
+    h.put("other", &json!({ "configuration": demo() })).await;
+    let (_, other) = h.call(Method::GET, "/deployments/other/builds", Some(&all()), None).await;
+    let foreign = format!("/deployments/paged/builds?before={}", ids(&other)[0]);
+    for bad in ["/deployments/paged/builds?limit=0", "/deployments/paged/builds?limit=101", foreign.as_str()] {
+        let (status, body) = h.call(Method::GET, bad, Some(&all()), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        assert_error_shape(&body, "invalid_request");
+    }
+}
+
 /// `/healthz` is liveness and never asks the database; `/readyz` does.
 async fn readyz_answers_503_when_the_database_is_gone(engine: Engine) {
     let h = harness(engine).await;
@@ -571,6 +608,7 @@ async fn a_form_hint_refusal_names_the_key_that_does_not_apply(engine: Engine) {
 }
 
 slipway_jobs::on_both_engines!(
+    builds_are_listed_in_pages_joined_by_a_cursor,
     concurrent_submits_are_admitted_up_to_the_queue_size_exactly,
     readyz_answers_503_when_the_database_is_gone,
     a_form_hint_refusal_names_the_key_that_does_not_apply,

@@ -36,18 +36,37 @@ fn unique_name(prefix: &str) -> String {
     )
 }
 
-/// The apalis handler: adapts a queued [`BuildJob`] to [`build::run`]. When
-/// the job cannot record its outcome (the database is away), it waits its
-/// backoff before giving the attempt back, since apalis re-queues at once.
-async fn handle(job: BuildJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(), BoxDynError> {
-    match build::run(job, &ctx).await {
-        Ok(_) => Ok(()),
-        Err(e) => {
+/// The builds this process runs at most at once (`BUILD_SLOTS`), counted
+/// by the build tasks themselves rather than by apalis (see [`handle`]).
+#[derive(Clone)]
+struct Slots(Arc<tokio::sync::Semaphore>);
+
+/// The apalis handler: adapts a queued [`BuildJob`] to [`build::run`].
+///
+/// The build runs in a task of its own, holding one of the process's
+/// slots: when the database drops its connections (a restart, a failover)
+/// apalis ends the worker's stream and the monitor starts it again,
+/// dropping this future; the build task goes on, waits the outage out and
+/// records its end, so a database restart re-runs no effect. When the
+/// job cannot record its outcome at all, it waits its backoff before giving
+/// the attempt back, since apalis re-queues at once.
+async fn handle(job: BuildJob, ctx: Data<Ctx>, slots: Data<Slots>, attempt: Attempt) -> Result<(), BoxDynError> {
+    let permit = Arc::clone(&(*slots).0).acquire_owned().await.expect("the slot semaphore is never closed");
+    let ctx = (*ctx).clone();
+    let task = tokio::spawn(async move {
+        let result = build::run(job, &ctx).await;
+        drop(permit);
+        result
+    });
+    match task.await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => {
             let wait = retry_backoff(attempt.current());
             tracing::error!(error = %e, retry_in_s = wait.as_secs(), "build job could not record its outcome; it will be handed out again");
             tokio::time::sleep(wait).await;
             Err(Box::new(e))
         }
+        Err(e) => Err(Box::new(e)),
     }
 }
 
@@ -58,6 +77,8 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
     let name = unique_name(prefix);
     let heartbeat = config.heartbeat;
     let ctx = Ctx { db: db.clone(), config: Arc::new(config), worker: name.clone(), echo_log: false };
+    let build_slots = Slots(Arc::new(tokio::sync::Semaphore::new(slots)));
+    let all_slots = build_slots.clone();
     let (ctx_for_sweep, name_for_sweep) = (ctx.clone(), name.clone());
     let (ctx_db, name_for_alive) = (db.clone(), name.clone());
     tracing::info!(worker.name = %name, slots, engine = ?db.engine(), "worker started");
@@ -81,7 +102,12 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
             let storage = SqliteStorage::<BuildJob>::new(&pool)
                 .with_config(config)
                 .poll_with_strategy(Strategy::new().interval(POLL_EVERY));
-            WorkerBuilder::new(name.clone()).backend(storage).data(ctx.clone()).concurrency(slots).build(handle)
+            WorkerBuilder::new(name.clone())
+                .backend(storage)
+                .data(ctx.clone())
+                .data(build_slots.clone())
+                .concurrency(slots)
+                .build(handle)
         }),
         Db::Postgres(pool) => monitor.register(move |_restarts| {
             let config = apalis_postgres::Config::default()
@@ -94,7 +120,12 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
             let storage = PostgresStorage::<BuildJob>::new(&pool).with_config(config).poll_with_strategy(
                 Strategy::new().stream(Pubsub::new(pool.clone(), BUILDS_QUEUE.to_owned())).interval(PG_POLL_EVERY),
             );
-            WorkerBuilder::new(name.clone()).backend(storage).data(ctx.clone()).concurrency(slots).build(handle)
+            WorkerBuilder::new(name.clone())
+                .backend(storage)
+                .data(ctx.clone())
+                .data(build_slots.clone())
+                .concurrency(slots)
+                .build(handle)
         }),
     };
     let sweep_ctx = ctx_for_sweep;
@@ -107,6 +138,9 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
     });
     let alive = tokio::spawn(keep_alive(ctx_db, name_for_alive, heartbeat));
     let result = monitor.run_with_signal(shutdown()).await.context("the worker stopped with an error");
+    // Builds whose handler a restart of the apalis worker dropped still run:
+    // they finish (and beat) before the process exits.
+    let _all = all_slots.0.acquire_many(slots as u32).await;
     alive.abort();
     result?;
     Ok(())

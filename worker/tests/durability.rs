@@ -235,6 +235,59 @@ async fn a_second_sigterm_stops_the_worker_and_its_effect_at_once(engine: Engine
     assert_eq!(done["attempts"], 2, "{done}");
 }
 
+/// Q-1 "survives a database restart": PostgreSQL drops every connection
+/// of the fleet mid-build (as a restart or failover does). The running
+/// build is neither lost nor re-run: it ends once, as attempt 1, and the
+/// deployment's next build runs after it.
+#[tokio::test]
+async fn a_build_running_while_postgres_drops_every_connection_ends_once() {
+    let db = TestDatabase::new(Engine::Postgres).await;
+    let source = db.path("slow-source");
+    slow_source(&source, 4);
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    let mut cmd = command(&binary("slipway-worker"), &db, port);
+    cmd.args(["work"]).env("SLIPWAY_DEFAULT_SOURCE_DIR", &source).env("SLIPWAY_HEARTBEAT", "1");
+    let _worker = start(cmd, &db, "worker.log");
+    let api = Api::connect(&db, port).await;
+    let (_, first) = api.submit("demo", &demo()).await.unwrap();
+    let (_, second) = api.submit("demo", &demo()).await.unwrap();
+    let pids = db.path("state").join("provider/demo/pids");
+    wait_for("the effect to start", Duration::from_secs(30), || async { pids.exists().then_some(()) }).await;
+    // The database refuses connections and drops those it has, for longer
+    // than a poll interval and two heartbeats, then comes back.
+    let name = db.url.rsplit('/').next().unwrap().to_owned();
+    let admin = sqlx::PgPool::connect(&slipway_jobs::test_support::postgres_admin_url()).await.unwrap();
+    let sql = |s: String| sqlx::query(sqlx::AssertSqlSafe(s));
+    sql(format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false")).execute(&admin).await.unwrap();
+    let dropped = sql(format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+    ))
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert!(!dropped.is_empty(), "no connection of the fleet was dropped");
+    let log = db.path("worker.log");
+    wait_for("the worker to notice the outage", Duration::from_secs(30), || async {
+        std::fs::read_to_string(&log).ok()?.contains("restarting it").then_some(())
+    })
+    .await;
+    sql(format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true")).execute(&admin).await.unwrap();
+    admin.close().await;
+    for accepted in [&first, &second] {
+        let path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
+        let done = wait_for("the build to end", Duration::from_secs(60), || async {
+            let (_, _, b) = api.get(&path).await;
+            matches!(b["status"].as_str(), Some("succeeded" | "failed")).then_some(b)
+        })
+        .await;
+        assert_eq!(done["status"], "succeeded", "{done}");
+        assert_eq!(done["attempts"], 1, "the effect ran again after the connections dropped: {done}");
+    }
+    let effects = std::fs::read_to_string(&pids).unwrap().lines().count();
+    assert_eq!(effects, 2, "one effect per build, none re-run");
+}
+
 slipway_jobs::on_both_engines!(
     a_second_sigterm_stops_the_worker_and_its_effect_at_once,
     a_worker_stopped_with_sigterm_finishes_its_running_build_first,

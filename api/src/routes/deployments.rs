@@ -230,16 +230,49 @@ pub async fn delete(
     Ok((StatusCode::ACCEPTED, Json(answer)))
 }
 
-/// `GET /deployments/{id}/builds`: the deployment's builds, newest first (at most 100).
+/// `?limit=&before=` of `GET /deployments/{id}/builds`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuildsQuery {
+    /// Page size, 1–100 (default 100).
+    limit: Option<usize>,
+    /// A build id of this deployment: the page starts after it (older builds).
+    before: Option<String>,
+}
+
+/// `GET /deployments/{id}/builds?limit=&before=`: the deployment's builds,
+/// newest first, a page of at most `limit` (1–100, default 100).
+/// `{"builds": [...], "next": <build id> | null}`: pass `next` as `before`
+/// for the following page; `null` means this was the last.
 pub async fn builds(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
+    Query(q): Query<BuildsQuery>,
 ) -> Result<Json<Value>, ApiError> {
     auth.require(id.as_str())?;
+    let limit = q.limit.unwrap_or(MAX_LIST);
+    if !(1..=MAX_LIST).contains(&limit) {
+        return Err(ApiError::bad_request("invalid_request", format!("limit must be 1 to {MAX_LIST}, not {limit}")));
+    }
     let mut conn = app.db.acquire().await?;
     require_exists(&mut conn, &id).await?;
-    let rows = builds::list(&mut conn, id.as_str(), 100).await?;
+    let before = match q.before.as_deref() {
+        None => None,
+        Some(b) => match builds::get(&mut conn, b).await? {
+            Some(row) if row.deployment_id == id.as_str() => Some(row.seq),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "invalid_request",
+                    format!("before={b:?} is not a build of deployment {id}"),
+                ))
+            }
+        },
+    };
+    let mut rows = builds::list(&mut conn, id.as_str(), before, limit as i64 + 1).await?;
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let next = if more { rows.last().map(|r| r.id.clone()) } else { None };
     let list: Vec<BuildSummary> = rows.iter().map(BuildSummary::from).collect();
-    Ok(Json(json!({ "builds": list })))
+    Ok(Json(json!({ "builds": list, "next": next })))
 }

@@ -17,7 +17,7 @@ use std::time::Instant;
 use tracing::Instrument;
 
 /// What a finished effect changes besides the build row.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum SbomChange {
     /// Nothing (a failed build changes no SBOM).
     None,
@@ -84,20 +84,7 @@ async fn run_claimed(build: BuildRow, ctx: &Ctx) -> Result<Ran, JobError> {
         error: report.error.clone(),
         report: serde_json::to_value(&report).expect("report serialises"),
     };
-    let (deployment, build_id) = (build.deployment_id.clone(), build.id.clone());
-    let change = outcome.sboms;
-    let stored = builds::finish(&ctx.db, &build, &finish, move |conn| {
-        async move {
-            let now = now_ms();
-            match change {
-                SbomChange::None => Ok(()),
-                SbomChange::Replace(nodes) => sboms::replace(conn, &deployment, &build_id, &nodes, now).await,
-                SbomChange::RemoveAll => sboms::remove_all(conn, &deployment).await,
-            }
-        }
-        .boxed()
-    })
-    .await?;
+    let stored = record(ctx, &build, &finish, outcome.sboms).await?;
     if !stored {
         tracing::warn!("build was taken over by another worker; this run's outcome is discarded");
         return Ok(Ran::LostRace);
@@ -111,6 +98,45 @@ async fn run_claimed(build: BuildRow, ctx: &Ctx) -> Result<Ran, JobError> {
         ),
     }
     Ok(Ran::Finished(report))
+}
+
+/// How long a finished build keeps trying to record its end while the
+/// database is away, before it gives the job back (and the effect re-runs).
+const RECORD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Records a build's end with its SBOM change (see [`builds::finish`]). The
+/// effect has already run, so a database outage (a restart, a failover) is
+/// waited out with [`super::retry_backoff`] for up to [`RECORD_PATIENCE`]
+/// rather than re-running the effect. `Ok(false)`: another worker holds the
+/// build now.
+async fn record(ctx: &Ctx, build: &BuildRow, finish: &Finish, change: SbomChange) -> Result<bool, JobError> {
+    let started = Instant::now();
+    let mut attempt = 0;
+    loop {
+        let (deployment, build_id, change) = (build.deployment_id.clone(), build.id.clone(), change.clone());
+        let result = builds::finish(&ctx.db, build, finish, move |conn| {
+            async move {
+                let now = now_ms();
+                match change {
+                    SbomChange::None => Ok(()),
+                    SbomChange::Replace(nodes) => sboms::replace(conn, &deployment, &build_id, &nodes, now).await,
+                    SbomChange::RemoveAll => sboms::remove_all(conn, &deployment).await,
+                }
+            }
+            .boxed()
+        })
+        .await;
+        match result {
+            Ok(stored) => return Ok(stored),
+            Err(e @ crate::store::StoreError::Database(_)) if started.elapsed() < RECORD_PATIENCE => {
+                let wait = super::retry_backoff(attempt);
+                attempt += 1;
+                tracing::warn!(error = %e, retry_in_s = wait.as_secs(), "cannot record the build's end yet; trying again");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// A report to start from, filled in by the job bodies.

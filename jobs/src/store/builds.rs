@@ -322,13 +322,22 @@ where
     Ok(true)
 }
 
-/// A deployment's builds, newest first, at most `limit`.
-pub async fn list(conn: &mut Conn, deployment: &str, limit: i64) -> Result<Vec<BuildRow>, StoreError> {
-    let rows = Q::new(format!("SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 ORDER BY seq DESC LIMIT $2"))
-        .text(deployment)
-        .int(limit)
-        .fetch_all(conn)
-        .await?;
+/// A deployment's builds, newest first, at most `limit`; with `before`
+/// (a `seq`), only those submitted before it (keyset paging).
+pub async fn list(
+    conn: &mut Conn,
+    deployment: &str,
+    before: Option<i64>,
+    limit: i64,
+) -> Result<Vec<BuildRow>, StoreError> {
+    let rows = Q::new(format!(
+        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3"
+    ))
+    .text(deployment)
+    .int(before.unwrap_or(i64::MAX))
+    .int(limit)
+    .fetch_all(conn)
+    .await?;
     rows.iter().map(from_row).collect()
 }
 
