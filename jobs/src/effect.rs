@@ -263,11 +263,16 @@ pub fn kill_own() -> usize {
     kill_where(|env| env.contains(&needle.as_bytes()))
 }
 
+/// How long [`kill_where`] waits for the processes it killed to be gone.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
 /// SIGKILLs every other process of this host whose environment (its
-/// `NAME=value` entries) satisfies `select`.
+/// `NAME=value` entries) satisfies `select`, and returns once they are gone
+/// (exited or zombies, which hold no file, lock or port), or after
+/// [`KILL_WAIT`]: a re-run never starts beside its killed predecessor.
 fn kill_where(select: impl Fn(&[&[u8]]) -> bool) -> usize {
     let me = std::process::id();
-    let mut killed = 0;
+    let mut killed = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
         if pid == me {
@@ -278,10 +283,14 @@ fn kill_where(select: impl Fn(&[&[u8]]) -> bool) -> usize {
         if select(&vars) {
             // SAFETY: signals a process whose environment marks it as an effect's.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            killed += 1;
+            killed.push(pid);
         }
     }
-    killed
+    let deadline = std::time::Instant::now() + KILL_WAIT;
+    while killed.iter().any(|pid| start_time(*pid).is_some()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    killed.len()
 }
 
 fn exit_code(status: &std::process::ExitStatus) -> i32 {

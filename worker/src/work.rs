@@ -59,6 +59,9 @@ async fn handle(job: BuildJob, ctx: Data<Ctx>, slots: Data<Slots>, attempt: Atte
         result
     });
     match task.await {
+        // The process exits at once: the job must not be acknowledged, so
+        // that another worker takes the build over.
+        Ok(Ok(build::Ran::Abandoned)) => std::future::pending().await,
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => {
             let wait = retry_backoff(attempt.current());
@@ -204,6 +207,7 @@ async fn shutdown() -> std::io::Result<()> {
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
+        build::abandon_running_builds();
         let killed = slipway_jobs::effect::kill_own();
         tracing::warn!(
             processes = killed,

@@ -45,6 +45,19 @@ pub enum Ran {
     Finished(Report),
     /// Another worker took the build over while it ran; its outcome was discarded.
     LostRace,
+    /// This process is stopping at once ([`abandon_running_builds`]): the
+    /// outcome was not recorded and another worker runs the build again.
+    Abandoned,
+}
+
+static ABANDONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Called when the process stops at once (a worker's second SIGTERM), before
+/// it kills its effects: no build of this process records an outcome from
+/// then on, so an effect killed by the stop is never taken for a failure;
+/// the builds stay `running` and another worker takes them over.
+pub fn abandon_running_builds() {
+    ABANDONED.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
 /// Runs one `builds` job (§6 `deploy`/`destroy`).
@@ -75,6 +88,10 @@ async fn run_claimed(build: BuildRow, ctx: &Ctx) -> Result<Ran, JobError> {
         BuildKind::Deploy => deploy::run(&build, ctx).await,
         BuildKind::Destroy => destroy::run(&build, ctx).await,
     };
+    if ABANDONED.load(std::sync::atomic::Ordering::SeqCst) {
+        tracing::warn!("this worker is stopping at once; the build is left for another worker");
+        return Ok(Ran::Abandoned);
+    }
     outcome.report.duration_ms = started.elapsed().as_millis() as i64;
     outcome.report.summarise();
     let report = outcome.report;
