@@ -81,12 +81,25 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Whether a database error means "away for now" (answered `503`): no
+/// connection, or PostgreSQL refusing or dropping connections (SQLSTATE
+/// classes 08 connection exception, 53 insufficient resources, 57 operator
+/// intervention such as a shutdown, and 55000 for a database that does not
+/// accept connections at the moment).
+fn unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| {
+            c.starts_with("08") || c.starts_with("53") || c.starts_with("57") || c == "55000"
+        }),
+        _ => false,
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match &e {
-            StoreError::Database(
-                sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed,
-            ) => {
+            StoreError::Database(db) if unavailable(db) => {
                 tracing::warn!(error = %e, "database unavailable");
                 Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,

@@ -636,3 +636,25 @@ slipway_jobs::on_both_engines!(
     a_rename_whose_target_is_taken_is_named_in_the_errors_and_nothing_is_stored,
     past_queue_size_a_submit_is_refused_before_its_body_is_read,
 );
+
+/// While PostgreSQL refuses the database's connections (an outage), reads
+/// and submits answer `503 service_unavailable`, never `500`.
+#[tokio::test]
+async fn requests_during_a_database_outage_answer_503() {
+    let h = harness(Engine::Postgres).await;
+    let name = h._database.url.rsplit('/').next().unwrap().to_owned();
+    let admin = sqlx::PgPool::connect(&slipway_jobs::test_support::postgres_admin_url()).await.unwrap();
+    let sql = |s: String| sqlx::query(sqlx::AssertSqlSafe(s));
+    sql(format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false")).execute(&admin).await.unwrap();
+    sql(format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"))
+        .fetch_all(&admin)
+        .await
+        .unwrap();
+    let read = h.call(Method::GET, "/deployments/demo", Some(&all()), None).await;
+    let submit = h.put("demo", &json!({ "configuration": demo() })).await;
+    sql(format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true")).execute(&admin).await.unwrap();
+    for (status, body) in [read, submit] {
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_error_shape(&body, "service_unavailable");
+    }
+}
