@@ -89,9 +89,9 @@ impl IntoResponse for ApiError {
 fn unavailable(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(d) => d.code().is_some_and(|c| {
-            c.starts_with("08") || c.starts_with("53") || c.starts_with("57") || c == "55000"
-        }),
+        sqlx::Error::Database(d) => {
+            d.code().is_some_and(|c| c.starts_with("08") || c.starts_with("53") || c.starts_with("57") || c == "55000")
+        }
         _ => false,
     }
 }

@@ -14,7 +14,7 @@ use apalis_cron::{timezone::Utc, CronScheduler, Schedule, Tick};
 use apalis_postgres::{PostgresStorage, Pubsub};
 use apalis_sqlite::SqliteStorage;
 use slipway_jobs::config::Config;
-use slipway_jobs::jobs::{build, retry_backoff, sweep, BuildJob, Ctx, BUILDS_QUEUE};
+use slipway_jobs::jobs::{build, retry_backoff, sweep, BuildJob, Ctx, BUILDS_QUEUE, MISSED_HEARTBEATS};
 use slipway_jobs::store::Db;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,8 +23,6 @@ use std::time::Duration;
 const POLL_EVERY: Duration = Duration::from_millis(250);
 /// How often an idle PostgreSQL worker looks, besides LISTEN/NOTIFY.
 const PG_POLL_EVERY: Duration = Duration::from_secs(2);
-/// Heartbeats a worker may miss before its builds go to another worker.
-const MISSED_HEARTBEATS: usize = 2;
 
 /// A name no other process has: `<prefix>-<host>-<pid>-<random>`.
 fn unique_name(prefix: &str) -> String {
@@ -100,7 +98,7 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
                 .queue(BUILDS_QUEUE)
                 .batch_size(slots)
                 .heartbeat_interval(heartbeat)
-                .missed_heartbeats(MISSED_HEARTBEATS);
+                .missed_heartbeats(MISSED_HEARTBEATS as usize);
             // SQLite's update hook only sees this process's writes: poll.
             let storage = SqliteStorage::<BuildJob>::new(&pool)
                 .with_config(config)
@@ -117,7 +115,7 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
                 .queue(BUILDS_QUEUE)
                 .batch_size(slots)
                 .heartbeat_interval(heartbeat)
-                .missed_heartbeats(MISSED_HEARTBEATS);
+                .missed_heartbeats(MISSED_HEARTBEATS as usize);
             // LISTEN/NOTIFY wakes idle workers at once; the interval covers a
             // lost notification (for example across a database restart).
             let storage = PostgresStorage::<BuildJob>::new(&pool).with_config(config).poll_with_strategy(

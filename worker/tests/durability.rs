@@ -236,7 +236,8 @@ async fn a_second_sigterm_stops_the_worker_and_its_effect_at_once(engine: Engine
 }
 
 /// Q-1 "survives a database restart": PostgreSQL drops every connection
-/// of the fleet mid-build (as a restart or failover does). The running
+/// of the fleet mid-build and refuses new ones for longer than the
+/// missed-heartbeat window (as a restart or failover does). The running
 /// build is neither lost nor re-run: it ends once, as attempt 1, and the
 /// deployment's next build runs after it.
 #[tokio::test]
@@ -249,6 +250,11 @@ async fn a_build_running_while_postgres_drops_every_connection_ends_once() {
     let mut cmd = command(&binary("slipway-worker"), &db, port);
     cmd.args(["work"]).env("SLIPWAY_DEFAULT_SOURCE_DIR", &source).env("SLIPWAY_HEARTBEAT", "1");
     let _worker = start(cmd, &db, "worker.log");
+    // A second worker, which finds the build's job handed out again after
+    // the outage and must leave it to the live worker that runs it.
+    let mut cmd = command(&binary("slipway-worker"), &db, port);
+    cmd.args(["work"]).env("SLIPWAY_DEFAULT_SOURCE_DIR", &source).env("SLIPWAY_HEARTBEAT", "1").env("BUILD_SLOTS", "1");
+    let _other = start(cmd, &db, "worker.log");
     let api = Api::connect(&db, port).await;
     let (_, first) = api.submit("demo", &demo()).await.unwrap();
     let (_, second) = api.submit("demo", &demo()).await.unwrap();
@@ -267,9 +273,12 @@ async fn a_build_running_while_postgres_drops_every_connection_ends_once() {
     .await
     .unwrap();
     assert!(!dropped.is_empty(), "no connection of the fleet was dropped");
+    // The outage lasts until the first effect has ended and its worker waits
+    // to record it: longer than the missed-heartbeat window (2 × 1 s), so
+    // every worker's heartbeat looks stale when the database comes back.
     let log = db.path("worker.log");
-    wait_for("the worker to notice the outage", Duration::from_secs(30), || async {
-        std::fs::read_to_string(&log).ok()?.contains("restarting it").then_some(())
+    wait_for("the worker to wait out the outage", Duration::from_secs(30), || async {
+        std::fs::read_to_string(&log).ok()?.contains("cannot record the build's end yet").then_some(())
     })
     .await;
     sql(format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true")).execute(&admin).await.unwrap();

@@ -45,6 +45,9 @@ pub enum Ran {
     Finished(Report),
     /// Another worker took the build over while it ran; its outcome was discarded.
     LostRace,
+    /// The build runs on a live worker (its job was handed out again after
+    /// a database outage); a new job looks again later.
+    Deferred,
     /// This process is stopping at once ([`abandon_running_builds`]): the
     /// outcome was not recorded and another worker runs the build again.
     Abandoned,
@@ -62,6 +65,12 @@ pub fn abandon_running_builds() {
 
 /// Runs one `builds` job (§6 `deploy`/`destroy`).
 pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
+    let window = ctx.config.heartbeat * super::MISSED_HEARTBEATS;
+    if let Some(owner) = live_owner(&job.build_id, ctx).await? {
+        tracing::info!(build.id = %job.build_id, worker.name = %owner, "the build runs on a live worker; looking again later");
+        builds::push_recheck(&ctx.db, &job.build_id, window).await?;
+        return Ok(Ran::Deferred);
+    }
     let Some(build) = builds::claim(&ctx.db, &job.build_id, &ctx.worker).await? else {
         return Ok(Ran::AlreadyFinished);
     };
@@ -75,7 +84,61 @@ pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
     run_claimed(build, ctx).instrument(span).await
 }
 
+/// Builds this process runs now (their ids).
+static RUNNING_HERE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Removes a build from [`RUNNING_HERE`] when its run ends, however it ends.
+struct RunningHere(String);
+
+impl RunningHere {
+    fn enter(id: &str) -> Self {
+        RUNNING_HERE.lock().expect("running builds lock").push(id.to_owned());
+        Self(id.to_owned())
+    }
+}
+
+impl Drop for RunningHere {
+    fn drop(&mut self) {
+        RUNNING_HERE.lock().expect("running builds lock").retain(|b| *b != self.0);
+    }
+}
+
+/// The live worker that runs build `id`, if any. A build's job can be handed
+/// out again while its worker still runs it: after a database outage every
+/// worker's heartbeat looks stale at once. So a `running` build is taken over
+/// only when its worker is gone: not this process's own running build, and
+/// a heartbeat older than the missed-beat window, still so one heartbeat
+/// later (a live worker beats every half heartbeat once the database is back).
+async fn live_owner(id: &str, ctx: &Ctx) -> Result<Option<String>, JobError> {
+    let window_ms = (ctx.config.heartbeat * super::MISSED_HEARTBEATS).as_millis() as i64;
+    let owner = {
+        let mut conn = ctx.db.acquire().await?;
+        match builds::get(&mut conn, id).await? {
+            Some(b) if b.status == BuildStatus::Running => b.worker,
+            _ => None,
+        }
+    };
+    let Some(owner) = owner else { return Ok(None) };
+    if owner == ctx.worker {
+        let mine = RUNNING_HERE.lock().expect("running builds lock").iter().any(|b| b == id);
+        return Ok(mine.then_some(owner));
+    }
+    for look in 0..2 {
+        if look > 0 {
+            tokio::time::sleep(ctx.config.heartbeat).await;
+        }
+        match crate::store::db::worker_heartbeat_age_ms(&ctx.db, &owner).await? {
+            Some(age) if age < window_ms => return Ok(Some(owner)),
+            Some(_) => {}
+            // Not a registered worker at all (a local run's build): gone.
+            None => return Ok(None),
+        }
+    }
+    Ok(None)
+}
+
 async fn run_claimed(build: BuildRow, ctx: &Ctx) -> Result<Ran, JobError> {
+    let _here = RunningHere::enter(&build.id);
     tracing::info!("build started");
     let started = Instant::now();
     let mut outcome = match build.kind {

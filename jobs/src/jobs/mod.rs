@@ -26,6 +26,9 @@ pub const BUILDS_QUEUE: &str = "builds";
 /// and database outages: with [`retry_backoff`] about 15 minutes of outage.
 pub const BUILD_JOB_ATTEMPTS: usize = 20;
 
+/// Heartbeats a worker may miss before its builds go to another worker.
+pub const MISSED_HEARTBEATS: u32 = 2;
+
 /// How long a job waits before it gives its failed attempt back to the
 /// queue: 1 s, 2 s, 4 s, … capped at 60 s. apalis re-queues a failed job at
 /// once, so the backoff is ours (§6: deploy and destroy are resumed, never

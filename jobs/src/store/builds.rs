@@ -220,6 +220,21 @@ pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), Stor
     Ok(())
 }
 
+/// Queues another job for a dispatched build, to run after `delay`: a
+/// worker found the build held by a live worker and looks again later
+/// (the job it holds is then acknowledged).
+pub async fn push_recheck(db: &Db, id: &str, delay: std::time::Duration) -> Result<(), StoreError> {
+    let job_id = ulid::Ulid::generate();
+    let args = serde_json::to_vec(&BuildJob { build_id: id.to_owned() }).expect("job payload serialises");
+    let task =
+        TaskBuilder::new(args).task_id(TaskId::from(job_id)).max_attempts(BUILD_JOB_ATTEMPTS).run_after(delay).build();
+    let mut tx = db.begin_write().await?;
+    tx.push_job(BUILDS_QUEUE, task).await?;
+    Q::new("UPDATE builds SET job_id = $1 WHERE id = $2").text(job_id.to_string()).text(id).execute(&mut tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 /// Marks a dispatched build `running` for `worker` (a conditional update on
 /// the version read, ST-3). A build found `running` was started by a worker
 /// that died: it is taken over and its effect re-run. Returns `None`

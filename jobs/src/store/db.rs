@@ -307,3 +307,19 @@ pub async fn keep_worker_alive(db: &Db, name: &str) -> Result<u64, StoreError> {
     };
     Q::new(sql).text(name).execute_on(db).await
 }
+
+/// How long ago worker `name` last beat, in milliseconds; `None` when it
+/// never registered (apalis's worker table, fed by [`keep_worker_alive`]).
+pub async fn worker_heartbeat_age_ms(db: &Db, name: &str) -> Result<Option<i64>, StoreError> {
+    let sql = match db.engine() {
+        Engine::Sqlite => "SELECT (strftime('%s', 'now') - last_seen) * 1000 AS age_ms FROM Workers WHERE id = $1",
+        Engine::Postgres => {
+            "SELECT (EXTRACT(EPOCH FROM (now() - last_seen)) * 1000)::bigint AS age_ms FROM apalis.workers WHERE id = $1"
+        }
+    };
+    let mut conn = db.acquire().await?;
+    match Q::new(sql).text(name).fetch_optional(&mut conn).await? {
+        Some(row) => row.opt_int("age_ms"),
+        None => Ok(None),
+    }
+}
