@@ -312,13 +312,25 @@ mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
 
+    /// `sleep 60` carrying an effect's marker and `owner`, returned once its
+    /// environment is readable in `/proc` (the parent may resume while the
+    /// child's exec is still setting it up).
     fn sleeper(owner: &str) -> std::process::Child {
-        std::process::Command::new("sleep")
+        let child = std::process::Command::new("sleep")
             .arg("60")
             .env(MARKER_ENV, "orphan-test")
             .env(OWNER_ENV, owner)
             .spawn()
-            .expect("sleep starts")
+            .expect("sleep starts");
+        let needle = format!("{OWNER_ENV}={owner}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !std::fs::read(format!("/proc/{}/environ", child.id()))
+            .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == needle.as_bytes()))
+        {
+            assert!(std::time::Instant::now() < deadline, "the sleeper's environment never showed");
+            std::thread::yield_now();
+        }
+        child
     }
 
     #[test]

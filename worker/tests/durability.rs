@@ -79,37 +79,43 @@ echo '{{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}}' > "$
     }
 }
 
+/// `slipway-worker work` on `source` with a 1 s heartbeat.
+fn slow_worker(db: &TestDatabase, port: u16, source: &Path) -> std::process::Command {
+    let mut cmd = command(&binary("slipway-worker"), db, port);
+    cmd.args(["work"]).env("SLIPWAY_DEFAULT_SOURCE_DIR", source).env("SLIPWAY_HEARTBEAT", "1");
+    cmd
+}
+
+/// Polls build `path` until its status is one of `statuses`, up to 60 s; returns it.
+async fn wait_build(api: &Api, path: &str, what: &str, statuses: &[&str]) -> serde_json::Value {
+    wait_for(what, Duration::from_secs(60), || async {
+        let (_, _, b) = api.get(path).await;
+        b["status"].as_str().is_some_and(|s| statuses.contains(&s)).then_some(b)
+    })
+    .await
+}
+
+const ENDED: &[&str] = &["succeeded", "failed"];
+
 async fn a_build_whose_worker_is_killed_is_run_again_by_another_worker(engine: Engine) {
     let db = TestDatabase::new(engine).await;
     let source = db.path("slow-source");
     slow_source(&source, 3);
     let port = free_port();
     let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
-    let worker = || {
-        let mut cmd = command(&binary("slipway-worker"), &db, port);
-        cmd.args(["work"]).env("SLIPWAY_DEFAULT_SOURCE_DIR", &source).env("SLIPWAY_HEARTBEAT", "1");
-        cmd
-    };
+    let worker = || slow_worker(&db, port, &source);
     let mut first = start(worker(), &db, "worker-1.log");
     let api = Api::connect(&db, port).await;
     let (status, accepted) = api.submit("demo", &demo()).await.unwrap();
     assert_eq!(status, 202);
     let build_path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
-    let running = wait_for("the deploy to run", Duration::from_secs(30), || async {
-        let (_, _, b) = api.get(&build_path).await;
-        (b["status"] == "running").then_some(b)
-    })
-    .await;
+    let running = wait_build(&api, &build_path, "the deploy to run", &["running"]).await;
     let first_name = running["worker"].as_str().unwrap().to_owned();
 
     first.kill();
     let killed_at = Instant::now();
     let _second = start(worker(), &db, "worker-2.log");
-    let done = wait_for("another worker to finish the build", Duration::from_secs(60), || async {
-        let (_, _, b) = api.get(&build_path).await;
-        matches!(b["status"].as_str(), Some("succeeded" | "failed")).then_some(b)
-    })
-    .await;
+    let done = wait_build(&api, &build_path, "another worker to finish the build", ENDED).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_eq!(done["attempts"], 2, "{done}");
     assert_ne!(done["worker"].as_str().unwrap(), first_name);
@@ -128,29 +134,18 @@ async fn a_busy_worker_keeps_its_long_build_while_another_worker_waits(engine: E
     let port = free_port();
     let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
     let worker = |slots: &str| {
-        let mut cmd = command(&binary("slipway-worker"), &db, port);
-        cmd.args(["work"])
-            .env("SLIPWAY_DEFAULT_SOURCE_DIR", &source)
-            .env("SLIPWAY_HEARTBEAT", "1")
-            .env("BUILD_SLOTS", slots);
+        let mut cmd = slow_worker(&db, port, &source);
+        cmd.env("BUILD_SLOTS", slots);
         cmd
     };
     let _busy = start(worker("1"), &db, "worker-1.log");
     let api = Api::connect(&db, port).await;
     let (_, accepted) = api.submit("demo", &demo()).await.unwrap();
     let build_path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
-    wait_for("the deploy to run", Duration::from_secs(30), || async {
-        let (_, _, b) = api.get(&build_path).await;
-        (b["status"] == "running").then_some(())
-    })
-    .await;
+    wait_build(&api, &build_path, "the deploy to run", &["running"]).await;
     // A second worker watches for dead workers while the first one's only slot is busy for 5 s (5 heartbeats).
     let _idle = start(worker("4"), &db, "worker-2.log");
-    let done = wait_for("the build to finish", Duration::from_secs(60), || async {
-        let (_, _, b) = api.get(&build_path).await;
-        matches!(b["status"].as_str(), Some("succeeded" | "failed")).then_some(b)
-    })
-    .await;
+    let done = wait_build(&api, &build_path, "the build to finish", ENDED).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_eq!(done["attempts"], 1, "a live worker's build was taken over: {done}");
 }
@@ -163,17 +158,11 @@ async fn a_worker_stopped_with_sigterm_finishes_its_running_build_first(engine: 
     slow_source(&source, 4);
     let port = free_port();
     let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
-    let mut cmd = command(&binary("slipway-worker"), &db, port);
-    cmd.args(["work"]).env("SLIPWAY_DEFAULT_SOURCE_DIR", &source).env("SLIPWAY_HEARTBEAT", "1");
-    let mut worker = start(cmd, &db, "worker.log");
+    let mut worker = start(slow_worker(&db, port, &source), &db, "worker.log");
     let api = Api::connect(&db, port).await;
     let (_, accepted) = api.submit("demo", &demo()).await.unwrap();
     let build_path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
-    wait_for("the deploy to run", Duration::from_secs(30), || async {
-        let (_, _, b) = api.get(&build_path).await;
-        (b["status"] == "running").then_some(())
-    })
-    .await;
+    wait_build(&api, &build_path, "the deploy to run", &["running"]).await;
     // SAFETY: signals the worker this test started.
     unsafe { libc::kill(worker.0.id() as i32, libc::SIGTERM) };
     // A build submitted after the signal is left for another worker.
@@ -195,20 +184,12 @@ async fn a_second_sigterm_stops_the_worker_and_its_effect_at_once(engine: Engine
     slow_source(&source, 6);
     let port = free_port();
     let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
-    let worker = || {
-        let mut cmd = command(&binary("slipway-worker"), &db, port);
-        cmd.args(["work"]).env("SLIPWAY_DEFAULT_SOURCE_DIR", &source).env("SLIPWAY_HEARTBEAT", "1");
-        cmd
-    };
+    let worker = || slow_worker(&db, port, &source);
     let mut first = start(worker(), &db, "worker-1.log");
     let api = Api::connect(&db, port).await;
     let (_, accepted) = api.submit("demo", &demo()).await.unwrap();
     let build_path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
-    wait_for("the deploy to run", Duration::from_secs(30), || async {
-        let (_, _, b) = api.get(&build_path).await;
-        (b["status"] == "running").then_some(())
-    })
-    .await;
+    wait_build(&api, &build_path, "the deploy to run", &["running"]).await;
     let pids = db.path("state").join("provider/demo/pids");
     wait_for("the effect to start", Duration::from_secs(30), || async { pids.exists().then_some(()) }).await;
     let pid = first.0.id() as i32;
@@ -226,11 +207,7 @@ async fn a_second_sigterm_stops_the_worker_and_its_effect_at_once(engine: Engine
     let effect: i32 = std::fs::read_to_string(&pids).unwrap().lines().next().unwrap().parse().unwrap();
     assert!(!process_runs(effect), "the stopped worker's effect {effect} still runs");
     let _second = start(worker(), &db, "worker-2.log");
-    let done = wait_for("another worker to finish the build", Duration::from_secs(60), || async {
-        let (_, _, b) = api.get(&build_path).await;
-        matches!(b["status"].as_str(), Some("succeeded" | "failed")).then_some(b)
-    })
-    .await;
+    let done = wait_build(&api, &build_path, "another worker to finish the build", ENDED).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_eq!(done["attempts"], 2, "{done}");
 }
@@ -247,13 +224,11 @@ async fn a_build_running_while_postgres_drops_every_connection_ends_once() {
     slow_source(&source, 4);
     let port = free_port();
     let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
-    let mut cmd = command(&binary("slipway-worker"), &db, port);
-    cmd.args(["work"]).env("SLIPWAY_DEFAULT_SOURCE_DIR", &source).env("SLIPWAY_HEARTBEAT", "1");
-    let _worker = start(cmd, &db, "worker.log");
+    let _worker = start(slow_worker(&db, port, &source), &db, "worker.log");
     // A second worker, which finds the build's job handed out again after
     // the outage and must leave it to the live worker that runs it.
-    let mut cmd = command(&binary("slipway-worker"), &db, port);
-    cmd.args(["work"]).env("SLIPWAY_DEFAULT_SOURCE_DIR", &source).env("SLIPWAY_HEARTBEAT", "1").env("BUILD_SLOTS", "1");
+    let mut cmd = slow_worker(&db, port, &source);
+    cmd.env("BUILD_SLOTS", "1");
     let _other = start(cmd, &db, "worker.log");
     let api = Api::connect(&db, port).await;
     let (_, first) = api.submit("demo", &demo()).await.unwrap();
@@ -285,11 +260,7 @@ async fn a_build_running_while_postgres_drops_every_connection_ends_once() {
     admin.close().await;
     for accepted in [&first, &second] {
         let path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
-        let done = wait_for("the build to end", Duration::from_secs(60), || async {
-            let (_, _, b) = api.get(&path).await;
-            matches!(b["status"].as_str(), Some("succeeded" | "failed")).then_some(b)
-        })
-        .await;
+        let done = wait_build(&api, &path, "the build to end", ENDED).await;
         assert_eq!(done["status"], "succeeded", "{done}");
         assert_eq!(done["attempts"], 1, "the effect ran again after the connections dropped: {done}");
     }
