@@ -58,6 +58,11 @@ impl ApiError {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "queue_full", message)
     }
 
+    /// 503 `service_unavailable`.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", message)
+    }
+
     /// 404 `not_found`.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
@@ -101,13 +106,9 @@ impl From<StoreError> for ApiError {
         match &e {
             StoreError::Database(db) if unavailable(db) => {
                 tracing::warn!(error = %e, "database unavailable");
-                Self::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "service_unavailable",
-                    "the database is busy or unreachable; try again",
-                )
+                Self::unavailable("the database is busy or unreachable; try again")
             }
-            StoreError::Conflict(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", e.to_string()),
+            StoreError::Conflict(_) => Self::unavailable(e.to_string()),
             _ => Self::internal(e),
         }
     }

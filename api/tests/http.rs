@@ -33,7 +33,7 @@ fn demo() -> Value {
 struct Harness {
     router: Router,
     db: slipway_jobs::store::Db,
-    _database: TestDatabase,
+    database: TestDatabase,
 }
 
 async fn harness(engine: Engine) -> Harness {
@@ -51,7 +51,7 @@ async fn harness_with(engine: Engine, extra: &[(&str, &str)]) -> Harness {
     let config = Config::from_keys(&keys).unwrap();
     let db = slipway_jobs::store::open(&config).await.unwrap();
     let state = AppState::new(config, db.clone()).unwrap();
-    Harness { router: app(state), db, _database: database }
+    Harness { router: app(state), db, database }
 }
 
 fn token(deployments: &[&str], exp_offset: i64, secret: &str) -> String {
@@ -642,17 +642,10 @@ slipway_jobs::on_both_engines!(
 #[tokio::test]
 async fn requests_during_a_database_outage_answer_503() {
     let h = harness(Engine::Postgres).await;
-    let name = h._database.url.rsplit('/').next().unwrap().to_owned();
-    let admin = sqlx::PgPool::connect(&slipway_jobs::test_support::postgres_admin_url()).await.unwrap();
-    let sql = |s: String| sqlx::query(sqlx::AssertSqlSafe(s));
-    sql(format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false")).execute(&admin).await.unwrap();
-    sql(format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"))
-        .fetch_all(&admin)
-        .await
-        .unwrap();
+    h.database.accept_connections(false).await;
     let read = h.call(Method::GET, "/deployments/demo", Some(&all()), None).await;
     let submit = h.put("demo", &json!({ "configuration": demo() })).await;
-    sql(format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true")).execute(&admin).await.unwrap();
+    h.database.accept_connections(true).await;
     for (status, body) in [read, submit] {
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
         assert_error_shape(&body, "service_unavailable");

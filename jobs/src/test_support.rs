@@ -52,6 +52,29 @@ impl TestDatabase {
         }
     }
 
+    /// PostgreSQL only: simulates an outage of this database. `false` makes
+    /// the server refuse new connections to it and drops those it has (as a
+    /// restart or a failover does) and returns how many were dropped; `true`
+    /// lets connections in again.
+    pub async fn accept_connections(&self, accept: bool) -> usize {
+        use sqlx::Connection;
+        let name = self.postgres_name.as_deref().expect("an outage needs a PostgreSQL test database");
+        let mut admin = sqlx::PgConnection::connect(&postgres_admin_url()).await.expect("admin connection");
+        let sql = |s: String| sqlx::query(sqlx::AssertSqlSafe(s));
+        sql(format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS {accept}")).execute(&mut admin).await.unwrap();
+        let dropped = if accept {
+            0
+        } else {
+            sql(format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"))
+                .fetch_all(&mut admin)
+                .await
+                .unwrap()
+                .len()
+        };
+        let _ = admin.close().await;
+        dropped
+    }
+
     /// A path inside this test's temporary folder.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)

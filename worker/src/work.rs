@@ -83,10 +83,7 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
     let (ctx_for_sweep, name_for_sweep) = (ctx.clone(), name.clone());
     let (ctx_db, name_for_alive) = (db.clone(), name.clone());
     tracing::info!(worker.name = %name, slots, engine = ?db.engine(), "worker started");
-    let orphans = slipway_jobs::effect::kill_orphans();
-    if orphans > 0 {
-        tracing::warn!(processes = orphans, "stopped effects that a dead worker on this host left running");
-    }
+    stop_orphans();
     let monitor = Monitor::new().should_restart(|_ctx, error| {
         // Supervision: a worker whose heartbeat or storage failed starts again.
         tracing::warn!(%error, "worker stopped with an error; restarting it");
@@ -174,12 +171,18 @@ impl Schedule<Utc> for Every {
     }
 }
 
-/// The sweep job: a failed sweep waits for the next tick (§6: "next tick").
-async fn sweep_tick(_tick: Tick<Utc>, ctx: Data<Ctx>) -> Result<(), BoxDynError> {
+/// Kills the effects that dead workers left running on this host (at start
+/// and on every sweep tick).
+fn stop_orphans() {
     let orphans = slipway_jobs::effect::kill_orphans();
     if orphans > 0 {
         tracing::warn!(processes = orphans, "stopped effects that a dead worker on this host left running");
     }
+}
+
+/// The sweep job: a failed sweep waits for the next tick (§6: "next tick").
+async fn sweep_tick(_tick: Tick<Utc>, ctx: Data<Ctx>) -> Result<(), BoxDynError> {
+    stop_orphans();
     match sweep::run(&ctx).await {
         Ok(swept) => tracing::info!(logs = swept.logs, work_dirs = swept.work_dirs, "retention sweep"),
         Err(e) => tracing::warn!(error = %e, "retention sweep failed; the next tick tries again"),

@@ -235,29 +235,17 @@ async fn a_build_running_while_postgres_drops_every_connection_ends_once() {
     let (_, second) = api.submit("demo", &demo()).await.unwrap();
     let pids = db.path("state").join("provider/demo/pids");
     wait_for("the effect to start", Duration::from_secs(30), || async { pids.exists().then_some(()) }).await;
-    // The database refuses connections and drops those it has, for longer
-    // than a poll interval and two heartbeats, then comes back.
-    let name = db.url.rsplit('/').next().unwrap().to_owned();
-    let admin = sqlx::PgPool::connect(&slipway_jobs::test_support::postgres_admin_url()).await.unwrap();
-    let sql = |s: String| sqlx::query(sqlx::AssertSqlSafe(s));
-    sql(format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false")).execute(&admin).await.unwrap();
-    let dropped = sql(format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()"
-    ))
-    .fetch_all(&admin)
-    .await
-    .unwrap();
-    assert!(!dropped.is_empty(), "no connection of the fleet was dropped");
-    // The outage lasts until the first effect has ended and its worker waits
-    // to record it: longer than the missed-heartbeat window (2 × 1 s), so
-    // every worker's heartbeat looks stale when the database comes back.
+    // The database refuses connections and drops those it has until the
+    // first effect has ended and its worker waits to record it: longer than
+    // the missed-heartbeat window (2 × 1 s), so every worker's heartbeat
+    // looks stale when the database comes back.
+    assert!(db.accept_connections(false).await > 0, "no connection of the fleet was dropped");
     let log = db.path("worker.log");
     wait_for("the worker to wait out the outage", Duration::from_secs(30), || async {
         std::fs::read_to_string(&log).ok()?.contains("cannot record the build's end yet").then_some(())
     })
     .await;
-    sql(format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true")).execute(&admin).await.unwrap();
-    admin.close().await;
+    db.accept_connections(true).await;
     for accepted in [&first, &second] {
         let path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
         let done = wait_build(&api, &path, "the build to end", ENDED).await;

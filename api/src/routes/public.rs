@@ -31,16 +31,13 @@ pub async fn readyz(State(app): State<AppState>) -> Result<Json<Value>, ApiError
     };
     match tokio::time::timeout(READY_TIMEOUT, probe).await {
         Ok(Ok(_)) => Ok(Json(json!({ "status": "ready", "database": engine }))),
-        Ok(Err(e)) => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "service_unavailable",
-            format!("not ready: the {engine} database does not answer ({})", why(&e)),
-        )),
-        Err(_) => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "service_unavailable",
-            format!("not ready: the {engine} database did not answer within {}s", READY_TIMEOUT.as_secs()),
-        )),
+        Ok(Err(e)) => {
+            Err(ApiError::unavailable(format!("not ready: the {engine} database does not answer ({})", why(&e))))
+        }
+        Err(_) => Err(ApiError::unavailable(format!(
+            "not ready: the {engine} database did not answer within {}s",
+            READY_TIMEOUT.as_secs()
+        ))),
     }
 }
 

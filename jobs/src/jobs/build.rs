@@ -65,10 +65,9 @@ pub fn abandon_running_builds() {
 
 /// Runs one `builds` job (§6 `deploy`/`destroy`).
 pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
-    let window = ctx.config.heartbeat * super::MISSED_HEARTBEATS;
     if let Some(owner) = live_owner(&job.build_id, ctx).await? {
         tracing::info!(build.id = %job.build_id, worker.name = %owner, "the build runs on a live worker; looking again later");
-        builds::push_recheck(&ctx.db, &job.build_id, window).await?;
+        builds::push_recheck(&ctx.db, &job.build_id, takeover_window(ctx)).await?;
         return Ok(Ran::Deferred);
     }
     let Some(build) = builds::claim(&ctx.db, &job.build_id, &ctx.worker).await? else {
@@ -82,6 +81,11 @@ pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
         build.attempt = build.attempts
     );
     run_claimed(build, ctx).instrument(span).await
+}
+
+/// How stale a worker's heartbeat must be before its builds are taken over.
+fn takeover_window(ctx: &Ctx) -> std::time::Duration {
+    ctx.config.heartbeat * super::MISSED_HEARTBEATS
 }
 
 /// Builds this process runs now (their ids).
@@ -110,7 +114,7 @@ impl Drop for RunningHere {
 /// a heartbeat older than the missed-beat window, still so one heartbeat
 /// later (a live worker beats every half heartbeat once the database is back).
 async fn live_owner(id: &str, ctx: &Ctx) -> Result<Option<String>, JobError> {
-    let window_ms = (ctx.config.heartbeat * super::MISSED_HEARTBEATS).as_millis() as i64;
+    let window_ms = takeover_window(ctx).as_millis() as i64;
     let owner = {
         let mut conn = ctx.db.acquire().await?;
         match builds::get(&mut conn, id).await? {

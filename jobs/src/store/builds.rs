@@ -207,30 +207,36 @@ pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), Stor
     .await?;
     let Some(next) = next else { return Ok(()) };
     let build_id = next.text("id")?;
-    let job_id = ulid::Ulid::generate();
-    let args = serde_json::to_vec(&BuildJob { build_id: build_id.clone() }).expect("job payload serialises");
-    let task = TaskBuilder::new(args).task_id(TaskId::from(job_id)).max_attempts(BUILD_JOB_ATTEMPTS).build();
-    conn.push_job(BUILDS_QUEUE, task).await?;
+    let job_id = push_job(conn, &build_id, None).await?;
     crate::failpoint::hit("job_pushed");
     Q::new("UPDATE builds SET dispatched = 1, job_id = $1, version = version + 1 WHERE id = $2")
-        .text(job_id.to_string())
+        .text(job_id)
         .text(&build_id)
         .execute(conn)
         .await?;
     Ok(())
 }
 
+/// Pushes a [`BuildJob`] for `build_id` into the `builds` queue (in `conn`'s
+/// transaction), to run at once or after `delay`. Returns the job's id.
+async fn push_job(conn: &mut Conn, build_id: &str, delay: Option<std::time::Duration>) -> Result<String, StoreError> {
+    let job_id = ulid::Ulid::generate();
+    let args = serde_json::to_vec(&BuildJob { build_id: build_id.to_owned() }).expect("job payload serialises");
+    let mut task = TaskBuilder::new(args).task_id(TaskId::from(job_id)).max_attempts(BUILD_JOB_ATTEMPTS);
+    if let Some(delay) = delay {
+        task = task.run_after(delay);
+    }
+    conn.push_job(BUILDS_QUEUE, task.build()).await?;
+    Ok(job_id.to_string())
+}
+
 /// Queues another job for a dispatched build, to run after `delay`: a
 /// worker found the build held by a live worker and looks again later
 /// (the job it holds is then acknowledged).
 pub async fn push_recheck(db: &Db, id: &str, delay: std::time::Duration) -> Result<(), StoreError> {
-    let job_id = ulid::Ulid::generate();
-    let args = serde_json::to_vec(&BuildJob { build_id: id.to_owned() }).expect("job payload serialises");
-    let task =
-        TaskBuilder::new(args).task_id(TaskId::from(job_id)).max_attempts(BUILD_JOB_ATTEMPTS).run_after(delay).build();
     let mut tx = db.begin_write().await?;
-    tx.push_job(BUILDS_QUEUE, task).await?;
-    Q::new("UPDATE builds SET job_id = $1 WHERE id = $2").text(job_id.to_string()).text(id).execute(&mut tx).await?;
+    let job_id = push_job(&mut tx, id, Some(delay)).await?;
+    Q::new("UPDATE builds SET job_id = $1 WHERE id = $2").text(job_id).text(id).execute(&mut tx).await?;
     tx.commit().await?;
     Ok(())
 }
