@@ -105,6 +105,7 @@ impl Verifier {
             use jsonwebtoken::errors::ErrorKind::*;
             let why = match e.kind() {
                 ExpiredSignature => "the token has expired",
+                ImmatureSignature => "the token is not valid yet (nbf is in the future)",
                 InvalidAudience => "the token is for another audience",
                 InvalidIssuer => "the token is from an issuer this service does not trust",
                 InvalidSignature | InvalidAlgorithm | InvalidKeyFormat => "the token's signature does not verify",

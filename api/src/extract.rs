@@ -6,41 +6,48 @@ use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 
 /// `axum::Json` with §3 errors: a malformed body is `400 malformed_json`
-/// naming where it broke, not axum's plain-text rejection.
+/// naming where it broke, not axum's plain-text rejection; a body that is not
+/// a JSON object, or not of `T`'s shape, is `400 invalid_request` (serde
+/// alone would read a struct from an array too).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json<T>(pub T);
 
 impl<S, T> FromRequest<S> for Json<T>
 where
-    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    T: serde::de::DeserializeOwned,
     S: Send + Sync,
 {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(Self(v)),
-            Err(rejection) => Err(match rejection {
-                JsonRejection::JsonSyntaxError(e) => {
-                    ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {}", e.body_text()))
-                }
-                JsonRejection::JsonDataError(e) => ApiError::bad_request(
-                    "invalid_request",
-                    format!("the body is not of the expected shape: {}", e.body_text()),
-                ),
-                JsonRejection::MissingJsonContentType(_) => ApiError::new(
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    "unsupported_media_type",
-                    "send the body as JSON with Content-Type: application/json",
-                ),
-                JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
-                    format!("the body is larger than this service accepts ({} bytes)", crate::app::BODY_LIMIT),
-                ),
-                other => ApiError::bad_request("invalid_request", other.body_text()),
-            }),
+        let value = match axum::Json::<serde_json::Value>::from_request(req, state).await {
+            Ok(axum::Json(v)) => v,
+            Err(rejection) => {
+                return Err(match rejection {
+                    JsonRejection::JsonSyntaxError(e) => ApiError::bad_request(
+                        "malformed_json",
+                        format!("the body is not valid JSON: {}", e.body_text()),
+                    ),
+                    JsonRejection::MissingJsonContentType(_) => ApiError::new(
+                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                        "unsupported_media_type",
+                        "send the body as JSON with Content-Type: application/json",
+                    ),
+                    JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "payload_too_large",
+                        format!("the body is larger than this service accepts ({} bytes)", crate::app::BODY_LIMIT),
+                    ),
+                    other => ApiError::bad_request("invalid_request", other.body_text()),
+                })
+            }
+        };
+        if !value.is_object() {
+            return Err(ApiError::bad_request("invalid_request", "the body must be a JSON object"));
         }
+        serde_json::from_value(value).map(Self).map_err(|e| {
+            ApiError::bad_request("invalid_request", format!("the body is not of the expected shape: {e}"))
+        })
     }
 }
 

@@ -51,7 +51,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("slipway-api: {e:#}");
+            eprintln!("slipway-api: {}", slipway_jobs::error_line(e.chain()));
             ExitCode::FAILURE
         }
     }

@@ -281,6 +281,12 @@ async fn a_malformed_json_body_gets_the_json_error_shape(engine: Engine) {
         h.call(Method::PUT, "/deployments/demo", Some(&all()), Some(b"{\"config\": {}}".to_vec())).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_error_shape(&body, "invalid_request");
+    // A body must be an object: serde would read a struct from an array.
+    let array = json!([{ "configuration": demo() }]).to_string().into_bytes();
+    let (status, body) = h.call(Method::PUT, "/deployments/demo", Some(&all()), Some(array)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_error_shape(&body, "invalid_request");
+    assert_eq!((h.count("deployments").await, h.count("builds").await), (0, 0));
 }
 
 async fn a_submit_stores_the_build_and_its_job_together_and_a_second_waits_its_turn(engine: Engine) {
@@ -559,9 +565,10 @@ async fn a_token_just_expired_or_not_yet_valid_is_refused_and_a_list_audience_is
     };
     let just_expired = sign(json!({ "aud": "slipway", "exp": now - 5, "deployments": ["*"] }));
     let not_yet = sign(json!({ "aud": "slipway", "exp": now + 3600, "nbf": now + 3600, "deployments": ["*"] }));
-    for t in [&just_expired, &not_yet] {
+    for (t, why) in [(&just_expired, "expired"), (&not_yet, "not valid yet")] {
         let (status, body) = h.call(Method::GET, "/deployments/demo", Some(t), None).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+        assert!(body["message"].as_str().unwrap().contains(why), "{body}");
     }
     let listed = sign(json!({ "aud": ["other", "slipway"], "exp": now + 3600, "deployments": ["*"] }));
     let (status, body) = h.call(Method::GET, "/deployments/demo", Some(&listed), None).await;

@@ -14,3 +14,40 @@ pub mod store;
 pub mod submit;
 pub mod test_support;
 pub mod validate;
+
+/// An error and its causes on one line, `outer: cause: …`, skipping a cause
+/// whose text is already in the line (sqlx repeats a database's message in
+/// each layer). For the binaries' last words before they exit.
+pub fn error_line<'a>(chain: impl IntoIterator<Item = &'a (dyn std::error::Error + 'static)>) -> String {
+    let mut line = String::new();
+    for cause in chain {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_error_line_names_each_cause_once() {
+        let inner = std::io::Error::other("connection refused");
+        let outer = crate::store::StoreError::Database(sqlx::Error::Io(inner));
+        let chain: Vec<&(dyn std::error::Error + 'static)> = {
+            let mut v: Vec<&(dyn std::error::Error + 'static)> = vec![&outer];
+            while let Some(next) = v.last().unwrap().source() {
+                v.push(next);
+            }
+            v
+        };
+        assert!(chain.len() > 2, "the test needs a chain that repeats itself");
+        let line = super::error_line(chain);
+        assert_eq!(line.matches("connection refused").count(), 1, "{line}");
+    }
+}

@@ -87,7 +87,7 @@ fn main() -> ExitCode {
             Command::Work { name, slots } => match work::run(config, &name, slots).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("slipway-worker: {e:#}");
+                    eprintln!("slipway-worker: {}", slipway_jobs::error_line(e.chain()));
                     ExitCode::FAILURE
                 }
             },

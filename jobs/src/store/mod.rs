@@ -19,6 +19,7 @@ pub use db::{Conn, Db, Engine, Row, Q};
 use crate::config::Config;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::Connection as _;
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -43,7 +44,7 @@ pub enum StoreError {
     Conflict(&'static str),
     /// `DATABASE_URL` is neither `sqlite://…` nor `postgres://…` (only its
     /// scheme is kept: the URL may hold a password).
-    #[error("DATABASE_URL with scheme {0:?}: expected sqlite://<file> or postgres://…")]
+    #[error("DATABASE_URL with scheme {0}: expected sqlite://<file> or postgres://…")]
     UnsupportedUrl(String),
 }
 
@@ -64,7 +65,15 @@ pub async fn open(config: &Config) -> Result<Db, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return open_postgres(url).await;
     }
-    Err(StoreError::UnsupportedUrl(url.split(':').next().unwrap_or_default().to_owned()))
+    Err(StoreError::UnsupportedUrl(match url.split_once("://") {
+        // Only a scheme-like prefix is shown; anything else may be a secret.
+        Some((scheme, _))
+            if !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c)) =>
+        {
+            format!("{scheme}://")
+        }
+        _ => "(none)".to_owned(),
+    }))
 }
 
 /// Opens (and migrates) the SQLite database at `path`, creating the file and
@@ -98,6 +107,9 @@ pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
 /// wait for one another instead of racing.
 pub async fn open_postgres(url: &str) -> Result<Db, StoreError> {
     let options = PgConnectOptions::from_str(url)?;
+    // One plain connection first: a server that is down or a database that
+    // does not exist is reported at once and by name, not as a pool timeout.
+    sqlx::PgConnection::connect_with(&options).await?.close().await?;
     let pool = PgPoolOptions::new().max_connections(16).acquire_timeout(ACQUIRE_TIMEOUT).connect_with(options).await?;
     apalis_postgres::PostgresStorage::<()>::migrations().run(&pool).await?;
     let mut ours = sqlx::migrate!("../migrations/postgres");
@@ -131,4 +143,20 @@ async fn lock_file(path: &Path) -> Result<std::fs::File, StoreError> {
 
 pub(crate) fn json_col<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::open;
+    use crate::config::Config;
+
+    #[tokio::test]
+    async fn an_unsupported_database_url_is_named_by_its_scheme_only() {
+        for (url, shown) in [("mysql://admin:hunter2@db/slipway", "mysql://"), ("hunter2", "(none)")] {
+            let keys = std::collections::BTreeMap::from([("DATABASE_URL".to_owned(), url.to_owned())]);
+            let message = open(&Config::from_keys(&keys).unwrap()).await.unwrap_err().to_string();
+            assert!(message.contains(shown), "{message}");
+            assert!(!message.contains("hunter2"), "the URL leaked: {message}");
+        }
+    }
 }
