@@ -84,9 +84,14 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
     let (ctx_db, name_for_alive) = (db.clone(), name.clone());
     tracing::info!(worker.name = %name, slots, engine = ?db.engine(), "worker started");
     stop_orphans();
-    let monitor = Monitor::new().should_restart(|_ctx, error| {
-        // Supervision: a worker whose heartbeat or storage failed starts again.
-        tracing::warn!(%error, "worker stopped with an error; restarting it");
+    let restarts = std::sync::Mutex::new(Restarts::default());
+    let monitor = Monitor::new().should_restart(move |_ctx, error| {
+        // Supervision: a worker whose heartbeat or storage failed starts
+        // again, after a pause that grows while the failures go on (the
+        // database may be away for a while; builds keep running meanwhile).
+        let wait = restarts.lock().expect("restart backoff lock").next(std::time::Instant::now());
+        tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "worker stopped with an error; restarting it");
+        tokio::task::block_in_place(|| std::thread::sleep(wait));
         true
     });
     let monitor = match db {
@@ -168,6 +173,49 @@ impl Schedule<Utc> for Every {
     fn next_tick(&mut self, _: &Utc) -> Option<Tick<Utc>> {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Some(Tick::new((now + self.0).as_secs()))
+    }
+}
+
+/// The pause before the apalis worker is started again after an error:
+/// 100 ms, doubling with each failure that follows within a minute of the
+/// previous one, up to 5 s; a failure after a quiet minute starts over.
+#[derive(Debug, Default)]
+struct Restarts {
+    /// Failures in the current run of failures.
+    count: u32,
+    /// When the last one happened.
+    last: Option<std::time::Instant>,
+}
+
+impl Restarts {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MOST: Duration = Duration::from_secs(5);
+    const QUIET: Duration = Duration::from_secs(60);
+
+    /// Records a failure at `now` and returns how long to wait.
+    fn next(&mut self, now: std::time::Instant) -> Duration {
+        if self.last.is_some_and(|last| now.duration_since(last) > Self::QUIET) {
+            self.count = 0;
+        }
+        self.last = Some(now);
+        let wait = Self::FIRST.saturating_mul(1 << self.count.min(16)).min(Self::MOST);
+        self.count += 1;
+        wait
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Restarts;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn restarts_back_off_while_failures_go_on_and_start_over_after_a_quiet_minute() {
+        let mut r = Restarts::default();
+        let t = Instant::now();
+        let waits: Vec<u128> = (0..8).map(|i| r.next(t + Duration::from_secs(i)).as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        assert_eq!(r.next(t + Duration::from_secs(120)), Duration::from_millis(100));
     }
 }
 
