@@ -72,6 +72,12 @@ pub struct Config {
     pub nix_timeout: Duration,
     /// `BUILD_SLOTS`: concurrent builds per worker (§6).
     pub build_slots: u32,
+    /// `BUILD_PREFETCH`: build jobs a worker claims from the queue at once;
+    /// `None`: as many as it has slots. More than the slots makes a worker
+    /// with many short builds drain faster (one claim and one acknowledgement
+    /// per batch); the jobs it holds wait for one of its slots, not for
+    /// another worker.
+    pub build_prefetch: Option<u32>,
     /// `DEPLOY_TIMEOUT` (§6).
     pub deploy_timeout: Duration,
     /// `DESTROY_TIMEOUT` (§6).
@@ -120,6 +126,7 @@ pub const KEYS: &[&str] = &[
     "NIX_SLOTS",
     "NIX_TIMEOUT",
     "BUILD_SLOTS",
+    "BUILD_PREFETCH",
     "DEPLOY_TIMEOUT",
     "DESTROY_TIMEOUT",
     "DEPLOY_SBOM_TIMEOUT",
@@ -202,6 +209,10 @@ impl Config {
             nix_slots: number(keys, "NIX_SLOTS", 2)?,
             nix_timeout: duration(keys, "NIX_TIMEOUT", 300)?,
             build_slots: number(keys, "BUILD_SLOTS", 4)?,
+            build_prefetch: match keys.get("BUILD_PREFETCH").filter(|v| !v.is_empty()) {
+                None => None,
+                Some(_) => Some(number(keys, "BUILD_PREFETCH", 1)?),
+            },
             deploy_timeout: duration(keys, "DEPLOY_TIMEOUT", 3600)?,
             destroy_timeout: duration(keys, "DESTROY_TIMEOUT", 1800)?,
             deploy_sbom_timeout: duration(keys, "DEPLOY_SBOM_TIMEOUT", 600)?,
@@ -276,6 +287,7 @@ mod tests {
         assert_eq!(c.bind, "127.0.0.1:8080");
         assert_eq!(c.nix_slots, 2);
         assert_eq!(c.build_slots, 4);
+        assert_eq!(c.build_prefetch, None);
         assert_eq!(c.deploy_timeout, Duration::from_secs(3600));
         assert_eq!(c.retention, Duration::from_secs(14 * 86400));
         assert_eq!(c.jwt_audience, "slipway");

@@ -75,6 +75,9 @@ async fn handle(job: BuildJob, ctx: Data<Ctx>, slots: Data<Slots>, attempt: Atte
 pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Result<()> {
     let db = slipway_jobs::store::open(&config).await.context("opening the database")?;
     let slots = slots.unwrap_or(config.build_slots) as usize;
+    // apalis claims `prefetch` jobs at once and runs as many handlers; the
+    // slot semaphore keeps the builds themselves at `slots`.
+    let prefetch = config.build_prefetch.map_or(slots, |p| p as usize);
     let name = unique_name(prefix);
     let heartbeat = config.heartbeat;
     let ctx = Ctx { db: db.clone(), config: Arc::new(config), worker: name.clone(), echo_log: false };
@@ -82,7 +85,7 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
     let all_slots = build_slots.clone();
     let (ctx_for_sweep, name_for_sweep) = (ctx.clone(), name.clone());
     let (ctx_db, name_for_alive) = (db.clone(), name.clone());
-    tracing::info!(worker.name = %name, slots, engine = ?db.engine(), "worker started");
+    tracing::info!(worker.name = %name, slots, prefetch, engine = ?db.engine(), "worker started");
     stop_orphans();
     let restarts = std::sync::Mutex::new(Restarts::default());
     let monitor = Monitor::new().should_restart(move |_ctx, error| {
@@ -98,7 +101,7 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
         Db::Sqlite(pool) => monitor.register(move |_restarts| {
             let config = apalis_sqlite::Config::default()
                 .queue(BUILDS_QUEUE)
-                .batch_size(slots)
+                .batch_size(prefetch)
                 .heartbeat_interval(heartbeat)
                 .missed_heartbeats(MISSED_HEARTBEATS as usize);
             // SQLite's update hook only sees this process's writes: poll.
@@ -109,13 +112,13 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
                 .backend(storage)
                 .data(ctx.clone())
                 .data(build_slots.clone())
-                .concurrency(slots)
+                .concurrency(prefetch.max(slots))
                 .build(handle)
         }),
         Db::Postgres(pool) => monitor.register(move |_restarts| {
             let config = apalis_postgres::Config::default()
                 .queue(BUILDS_QUEUE)
-                .batch_size(slots)
+                .batch_size(prefetch)
                 .heartbeat_interval(heartbeat)
                 .missed_heartbeats(MISSED_HEARTBEATS as usize);
             // LISTEN/NOTIFY wakes idle workers at once; the interval covers a
@@ -127,7 +130,7 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
                 .backend(storage)
                 .data(ctx.clone())
                 .data(build_slots.clone())
-                .concurrency(slots)
+                .concurrency(prefetch.max(slots))
                 .build(handle)
         }),
     };

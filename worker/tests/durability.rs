@@ -66,6 +66,9 @@ fn slow_source(root: &Path, seconds: u32) {
     let deploy = format!(
         r#"#!/bin/sh
 echo $$ >> "$STATE_DIR/pids"
+# Records a deploy that runs beside another one on this host (all deployments share the lock).
+exec 9>"$STATE_DIR/../slot.lock"
+flock -n 9 || echo "$BUILD_ID" >> "$STATE_DIR/../overlaps"
 echo "deploying (attempt of $BUILD_ID)"
 sleep {seconds}
 echo '{{"nodes": [{{"name": "web", "dnsNames": [], "outcome": "deployed", "system": null, "error": null}}]}}' > "$SBOM_OUT_DIR/nodes.json"
@@ -256,7 +259,48 @@ async fn a_build_running_while_postgres_drops_every_connection_ends_once() {
     assert_eq!(effects, 2, "one effect per build, none re-run");
 }
 
+/// `BUILD_PREFETCH` above `BUILD_SLOTS`: the worker claims several build
+/// jobs at once, and still runs no more builds at a time than its slots.
+async fn a_worker_prefetches_more_jobs_than_it_has_slots_and_runs_one_at_a_time(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
+    let source = db.path("slow-source");
+    slow_source(&source, 2);
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    let api = Api::connect(&db, port).await;
+    let mut paths = Vec::new();
+    for id in ["p1", "p2", "p3"] {
+        let (_, accepted) = api.submit(id, &demo()).await.unwrap();
+        paths.push(format!("/builds/{}", accepted["build_id"].as_str().unwrap()));
+    }
+    let mut cmd = slow_worker(&db, port, &source);
+    cmd.env("BUILD_SLOTS", "1").env("BUILD_PREFETCH", "3");
+    let _worker = start(cmd, &db, "worker.log");
+    let pool = open(&db).await;
+    let jobs = match engine {
+        Engine::Sqlite => "Jobs",
+        Engine::Postgres => "apalis.jobs",
+    };
+    wait_for("the worker to claim all three jobs at once", Duration::from_secs(30), || async {
+        let mut conn = pool.acquire().await.ok()?;
+        let row = Q::new(format!("SELECT COUNT(*) AS n FROM {jobs} WHERE status = 'Running'"))
+            .fetch_one(&mut conn)
+            .await
+            .ok()?;
+        (row.int("n").ok()? == 3).then_some(())
+    })
+    .await;
+    for path in &paths {
+        let done = wait_build(&api, path, "the build to end", ENDED).await;
+        assert_eq!(done["status"], "succeeded", "{done}");
+        assert_eq!(done["attempts"], 1, "{done}");
+    }
+    let overlaps = std::fs::read_to_string(db.path("state").join("provider/overlaps")).unwrap_or_default();
+    assert_eq!(overlaps, "", "builds ran beside each other on a 1-slot worker");
+}
+
 slipway_jobs::on_both_engines!(
+    a_worker_prefetches_more_jobs_than_it_has_slots_and_runs_one_at_a_time,
     a_second_sigterm_stops_the_worker_and_its_effect_at_once,
     a_worker_stopped_with_sigterm_finishes_its_running_build_first,
     a_busy_worker_keeps_its_long_build_while_another_worker_waits,
