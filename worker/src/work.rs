@@ -207,21 +207,6 @@ impl Restarts {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::Restarts;
-    use std::time::{Duration, Instant};
-
-    #[test]
-    fn restarts_back_off_while_failures_go_on_and_start_over_after_a_quiet_minute() {
-        let mut r = Restarts::default();
-        let t = Instant::now();
-        let waits: Vec<u128> = (0..8).map(|i| r.next(t + Duration::from_secs(i)).as_millis()).collect();
-        assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
-        assert_eq!(r.next(t + Duration::from_secs(120)), Duration::from_millis(100));
-    }
-}
-
 /// Kills the effects that dead workers left running on this host (at start
 /// and on every sweep tick).
 fn stop_orphans() {
@@ -268,4 +253,19 @@ async fn shutdown() -> std::io::Result<()> {
         std::process::exit(1);
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Restarts;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn restarts_back_off_while_failures_go_on_and_start_over_after_a_quiet_minute() {
+        let mut r = Restarts::default();
+        let t = Instant::now();
+        let waits: Vec<u128> = (0..8).map(|i| r.next(t + Duration::from_secs(i)).as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        assert_eq!(r.next(t + Duration::from_secs(120)), Duration::from_millis(100));
+    }
 }
