@@ -108,7 +108,7 @@ async fn admission(State(app): State<AppState>, request: Request, next: Next) ->
     }
     let queued = async {
         let mut conn = app.db.acquire().await?;
-        slipway_jobs::store::builds::queued_count(&mut conn).await
+        slipway_jobs::store::builds::queued_up_to(&mut conn, i64::from(app.config.queue_size)).await
     };
     match queued.await {
         Ok(queued) if queued >= i64::from(app.config.queue_size) => {

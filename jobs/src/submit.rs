@@ -164,6 +164,50 @@ pub async fn check_and_queue(
         }
     };
     let checked = checker.check(configuration, secret_values).map_err(SubmitError::InvalidConfiguration)?;
+    let mut admission = Admission::Shared;
+    loop {
+        let stored = store(db, id, &checked, stored_source.as_deref(), kind, queueing.limit, admission).await?;
+        match stored {
+            Some(build_id) => {
+                crate::failpoint::hit("submit_committed");
+                let state = DeploymentState::derive(Some((kind, BuildStatus::Queued)));
+                return Ok(Accepted { deployment_id: id.to_string(), build_id, state });
+            }
+            // Near the bound: the exact count needs the exclusive lock.
+            None => admission = Admission::Exclusive,
+        }
+    }
+}
+
+/// How a submit's transaction takes [`ADMISSION_LOCK`].
+///
+/// A submit commits under the shared lock when the queued builds it sees,
+/// plus every transaction that could be writing unseen beside it (one per
+/// database connection, [`builds::queued_up_to_and_unseen`]), stay within
+/// `QUEUE_SIZE`: far from the bound, submits do not wait for each other.
+/// Otherwise it runs again under the exclusive lock, which waits for every
+/// shared holder to commit, so its count is complete. The bound is exact
+/// either way: of the submits that commit, the one that counted last saw
+/// every other build either committed or (on the shared path only) among
+/// those it allowed for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    Shared,
+    Exclusive,
+}
+
+/// One submit transaction (MG-7, Q-1): the deployment row, the build row and
+/// its job, committed together, within the Q-3 bound `limit`. `Ok(None)`:
+/// rolled back, to be run again under [`Admission::Exclusive`].
+async fn store(
+    db: &Db,
+    id: &DeploymentId,
+    checked: &crate::validate::Checked,
+    module_source: Option<&str>,
+    kind: BuildKind,
+    limit: Option<u32>,
+    admission: Admission,
+) -> Result<Option<String>, SubmitError> {
     let now = now_ms();
     let build_id = new_build_id(id, time::OffsetDateTime::now_utc());
     let mut tx = db.begin_write().await?;
@@ -171,7 +215,7 @@ pub async fn check_and_queue(
     let snapshot = deployments::Snapshot {
         id: id.as_str(),
         configuration: &checked.configuration,
-        module_source: stored_source.as_deref(),
+        module_source,
         domain: checked.domain.as_deref(),
         instances: &checked.instances,
     };
@@ -181,25 +225,35 @@ pub async fn check_and_queue(
         deployment_id: id.as_str(),
         kind,
         configuration: &checked.configuration,
-        module_source: stored_source.as_deref(),
+        module_source,
         instances: &checked.instances,
     };
     builds::insert(&mut tx, new, now).await?;
-    if let Some(limit) = queueing.limit {
-        // Q-3, exactly: the count (which includes this build) and the commit
-        // happen under one fleet-wide lock, so two submits never both take
-        // the last place. The api also checks before reading the body.
-        tx.lock_name(ADMISSION_LOCK).await?;
-        let queued = builds::queued_count(&mut tx).await?;
+    if let Some(limit) = limit {
+        // The count includes this build; the api also checked before it
+        // read the body.
+        let cap = i64::from(limit) + 1;
+        let (queued, unseen) = match admission {
+            Admission::Shared => {
+                tx.lock_name_shared(ADMISSION_LOCK).await?;
+                builds::queued_up_to_and_unseen(&mut tx, cap).await?
+            }
+            Admission::Exclusive => {
+                tx.lock_name(ADMISSION_LOCK).await?;
+                (builds::queued_up_to(&mut tx, cap).await?, 0)
+            }
+        };
         if queued > i64::from(limit) {
             tx.rollback().await?;
             return Err(SubmitError::QueueFull { queued: queued - 1, limit });
         }
+        if queued + unseen > i64::from(limit) {
+            tx.rollback().await?;
+            return Ok(None);
+        }
     }
     tx.commit().await?;
-    crate::failpoint::hit("submit_committed");
-    let state = DeploymentState::derive(Some((kind, BuildStatus::Queued)));
-    Ok(Accepted { deployment_id: id.to_string(), build_id, state })
+    Ok(Some(build_id))
 }
 
 /// Queues a destroy (DL-1). `None`: the deployment is unknown (a front-end

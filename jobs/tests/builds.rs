@@ -402,28 +402,32 @@ async fn the_sweep_empties_old_logs_and_work_folders_and_keeps_the_rows(engine: 
 /// Q-3 under concurrency: many submits at once (as through several apis)
 /// admit exactly `QUEUE_SIZE` builds; every other one is refused whole.
 async fn concurrent_submits_never_take_more_places_than_the_queue_has(engine: Engine) {
-    let w = world(engine, &[]).await;
-    const LIMIT: u32 = 3;
-    const SUBMITS: usize = 16;
-    let checker = checker();
-    let submits = (0..SUBMITS).map(|i| {
-        let (db, checker) = (w.ctx.db.clone(), &checker);
-        async move {
-            let id = DeploymentId::parse(&format!("bound-{i}")).unwrap();
-            submit::submit(&db, checker, SecretStore::NotConfigured, &id, demo(), None, LIMIT).await
-        }
-    });
-    let answers = futures::future::join_all(submits).await;
-    let accepted = answers.iter().filter(|a| a.is_ok()).count();
-    let refused = answers.iter().filter(|a| matches!(a, Err(submit::SubmitError::QueueFull { .. }))).count();
-    assert_eq!((accepted, refused), (LIMIT as usize, SUBMITS - LIMIT as usize), "{answers:?}");
-    let mut conn = w.ctx.db.acquire().await.unwrap();
-    assert_eq!(builds::queued_count(&mut conn).await.unwrap(), i64::from(LIMIT));
-    // A refused submit wrote nothing: no deployment row, no job.
-    let deployments = Q::new("SELECT COUNT(*) AS n FROM deployments").fetch_one(&mut conn).await.unwrap();
-    assert_eq!(deployments.int("n").unwrap(), i64::from(LIMIT));
-    drop(conn);
-    assert_eq!(w.jobs().await, i64::from(LIMIT));
+    // A small bound (every submit counts under the exclusive lock), and one
+    // above PostgreSQL's max_connections (100 here), so that the first
+    // submits commit under the shared lock and the last ones near the bound
+    // under the exclusive lock, all at once.
+    for (limit, submits) in [(3u32, 16usize), (120, 140)] {
+        let w = world(engine, &[]).await;
+        let checker = checker();
+        let submits = (0..submits).map(|i| {
+            let (db, checker) = (w.ctx.db.clone(), &checker);
+            async move {
+                let id = DeploymentId::parse(&format!("bound-{i}")).unwrap();
+                submit::submit(&db, checker, SecretStore::NotConfigured, &id, demo(), None, limit).await
+            }
+        });
+        let answers = futures::future::join_all(submits).await;
+        let accepted = answers.iter().filter(|a| a.is_ok()).count();
+        let refused = answers.iter().filter(|a| matches!(a, Err(submit::SubmitError::QueueFull { .. }))).count();
+        assert_eq!((accepted, refused), (limit as usize, answers.len() - limit as usize), "limit {limit}");
+        let mut conn = w.ctx.db.acquire().await.unwrap();
+        assert_eq!(builds::queued_up_to(&mut conn, 1000).await.unwrap(), i64::from(limit));
+        // A refused submit wrote nothing: no deployment row, no job.
+        let deployments = Q::new("SELECT COUNT(*) AS n FROM deployments").fetch_one(&mut conn).await.unwrap();
+        assert_eq!(deployments.int("n").unwrap(), i64::from(limit));
+        drop(conn);
+        assert_eq!(w.jobs().await, i64::from(limit));
+    }
 }
 
 /// Two attempts of one build that overlap (the first worker was taken for

@@ -7,7 +7,7 @@
 //! deployment runs at a time, fleet-wide, in submit order, without workers
 //! polling for their turn.
 
-use super::{json_col, now_ms, Conn, Db, Row, StoreError, Q};
+use super::{json_col, now_ms, Conn, Db, Engine, Row, StoreError, Q};
 use crate::jobs::{BuildJob, BUILDS_QUEUE, BUILD_JOB_ATTEMPTS};
 use crate::source::Instance;
 use crate::state::{BuildKind, BuildStatus};
@@ -362,9 +362,29 @@ pub async fn list(
     rows.iter().map(from_row).collect()
 }
 
-/// How many builds wait for a worker (Q-3 admission).
-pub async fn queued_count(conn: &mut Conn) -> Result<i64, StoreError> {
-    Q::new("SELECT COUNT(*) AS n FROM builds WHERE status = 'queued'").fetch_one(conn).await?.int("n")
+/// How many builds wait for a worker, counted up to `cap` (Q-3 admission
+/// only asks whether the queue is full, so a long queue costs no more to
+/// check than `cap` index entries).
+pub async fn queued_up_to(conn: &mut Conn, cap: i64) -> Result<i64, StoreError> {
+    Ok(queued_up_to_and_unseen(conn, cap).await?.0)
+}
+
+/// [`queued_up_to`], and at most how many other transactions may be
+/// writing beside this one, unseen by its count: PostgreSQL's
+/// `max_connections` (each needs a connection); 0 on SQLite, where
+/// `BEGIN IMMEDIATE` lets one writer in at a time. One statement.
+pub async fn queued_up_to_and_unseen(conn: &mut Conn, cap: i64) -> Result<(i64, i64), StoreError> {
+    let unseen = match conn.engine() {
+        Engine::Sqlite => "0",
+        Engine::Postgres => "current_setting('max_connections')::bigint",
+    };
+    let row = Q::new(format!(
+        "SELECT COUNT(*) AS n, {unseen} AS unseen FROM (SELECT 1 FROM builds WHERE status = 'queued' LIMIT $1) AS queued"
+    ))
+    .int(cap)
+    .fetch_one(conn)
+    .await?;
+    Ok((row.int("n")?, row.int("unseen")?))
 }
 
 /// What a cancel request did.

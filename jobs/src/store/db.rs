@@ -88,6 +88,14 @@ impl Db {
 }
 
 impl Conn {
+    /// The engine this connection talks to.
+    pub fn engine(&self) -> Engine {
+        match self {
+            Self::Sqlite(_) | Self::SqliteTx(_) => Engine::Sqlite,
+            Self::Postgres(_) | Self::PostgresTx(_) => Engine::Postgres,
+        }
+    }
+
     fn target(&mut self) -> Target<'_> {
         match self {
             Self::Sqlite(c) => Target::Sqlite(c),
@@ -135,6 +143,20 @@ impl Conn {
     pub async fn lock_name(&mut self, key: &str) -> Result<(), StoreError> {
         if let Target::Postgres(_) = self.target() {
             Q::new("SELECT pg_advisory_xact_lock(hashtext($1))::text AS locked").text(key).fetch_one(self).await?;
+        }
+        Ok(())
+    }
+
+    /// Like [`Conn::lock_name`], but shared: transactions that take `key`
+    /// shared run side by side, and one that takes it with
+    /// [`Conn::lock_name`] waits until none holds it (and new shared holders
+    /// wait for it). A no-op on SQLite, whose writers are serialised anyway.
+    pub async fn lock_name_shared(&mut self, key: &str) -> Result<(), StoreError> {
+        if let Target::Postgres(_) = self.target() {
+            Q::new("SELECT pg_advisory_xact_lock_shared(hashtext($1))::text AS locked")
+                .text(key)
+                .fetch_one(self)
+                .await?;
         }
         Ok(())
     }
