@@ -289,10 +289,10 @@ async fn a_malformed_json_body_gets_the_json_error_shape(engine: Engine) {
     assert_eq!((h.count("deployments").await, h.count("builds").await), (0, 0));
 }
 
-async fn a_submit_stores_the_build_and_its_job_together_and_a_second_waits_its_turn(engine: Engine) {
+async fn a_submit_stores_the_build_and_its_job_together_and_a_delete_waits_its_turn(engine: Engine) {
     let h = harness(engine).await;
     let (s1, first) = h.put("demo", &json!({ "configuration": demo() })).await;
-    let (s2, second) = h.put("demo", &json!({ "configuration": demo() })).await;
+    let (s2, second) = h.call(Method::DELETE, "/deployments/demo", Some(&all()), None).await;
     assert_eq!((s1, s2), (StatusCode::ACCEPTED, StatusCode::ACCEPTED));
     assert_ne!(first["build_id"], second["build_id"]);
     assert_eq!(h.count("builds").await, 2);
@@ -634,7 +634,7 @@ slipway_jobs::on_both_engines!(
     a_token_without_the_id_in_scope_is_forbidden,
     an_unknown_deployment_is_not_found_on_read_and_delete,
     a_malformed_json_body_gets_the_json_error_shape,
-    a_submit_stores_the_build_and_its_job_together_and_a_second_waits_its_turn,
+    a_submit_stores_the_build_and_its_job_together_and_a_delete_waits_its_turn,
     a_deployment_read_gives_domain_and_instances_from_the_source_meta,
     deleting_twice_answers_the_same_destroy,
     the_public_schema_serves_the_whole_schema_and_each_application,

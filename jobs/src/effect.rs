@@ -1,7 +1,27 @@
 //! Running an effect (MS-3, Q-2, Q-4): an executable of the module source,
-//! started through duct in a process group of its own, its stdout and stderr
-//! streamed into a log sink while it runs, and the whole group killed on its
-//! deadline so no stray `nix` process outlives the build.
+//! its stdout and stderr streamed into a log sink while it runs, and every
+//! process it started ended with it, whatever those processes do to their
+//! session, environment or parentage.
+//!
+//! Containment is the kernel's, not a scan: each effect runs as the first
+//! process of a PID namespace of its own (`unshare --pid --fork
+//! --kill-child`). When that process ends, or is killed, the kernel kills
+//! every other process of the namespace (Nix builders included, which start
+//! in a session of their own with a clean environment) and the namespace's
+//! first process only finishes exiting once they are all gone. The process
+//! holding the namespace (the *holder*, our direct child) gets `SIGKILL` when
+//! the worker process dies (`PR_SET_PDEATHSIG`), so a worker killed with
+//! `kill -9` takes its effects with it. The holder first takes an exclusive
+//! `flock` on the deployment's lock file and keeps it for the effect's life:
+//! two effects of one deployment never run at once on a host, even when a
+//! paused worker resumes after its build was taken over.
+//!
+//! The holder carries `SLIPWAY_EFFECT=<build id>`, `SLIPWAY_EFFECT_ATTEMPT=<n>`
+//! and `SLIPWAY_EFFECT_OWNER=<worker>` in its environment, so a worker that
+//! takes a build over finds the older attempts' effects on its host
+//! ([`kill_stale`]), and a stopping worker finds its own ([`kill_own`]). A
+//! worker only ever kills its own attempt's effect by process id, or older
+//! attempts' by marker: never a newer attempt's.
 
 use futures::future::BoxFuture;
 use std::io::{BufRead, BufReader};
@@ -21,15 +41,34 @@ pub trait LogSink: Send + Sync {
 pub struct EffectSpec {
     /// The executable (`<source>/core/effects/deploy`, …).
     pub program: PathBuf,
-    /// Working directory.
+    /// Working directory: the attempt's work folder.
     pub dir: PathBuf,
-    /// The whole environment the effect gets (nothing else is inherited, so
-    /// no credential of the worker leaks into it).
+    /// The environment the effect gets besides [`INHERITED_ENV`], the
+    /// markers and `TMPDIR` (nothing else of the worker's is inherited, so no
+    /// credential of the worker leaks into it).
     pub env: Vec<(String, String)>,
-    /// Wall-clock deadline.
+    /// Wall-clock deadline, counted from the start (waiting for the
+    /// deployment's lock included).
     pub deadline: Duration,
-    /// What identifies the effect's processes (`SLIPWAY_EFFECT`): the build id.
-    pub marker: String,
+    /// The build id (`SLIPWAY_EFFECT`).
+    pub build: String,
+    /// Which attempt of the build this is (`SLIPWAY_EFFECT_ATTEMPT`).
+    pub attempt: i64,
+    /// The deployment's lock file on this host, held by the effect for its life.
+    pub lock: PathBuf,
+    /// The effect's `TMPDIR`: created before it starts, removed with
+    /// everything in it once every process of the effect is gone.
+    pub scratch: PathBuf,
+}
+
+/// Why an effect was stopped before it ended on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Someone asked to cancel the build.
+    Cancel,
+    /// The worker no longer holds the build's claim (another worker took it
+    /// over): this attempt's effect must not go on.
+    ClaimLost,
 }
 
 /// How an effect ended.
@@ -37,10 +76,10 @@ pub struct EffectSpec {
 pub enum EffectOutcome {
     /// It exited on its own with this code (a signal counts as `-signal`).
     Exited(i32),
-    /// It ran past its deadline; its process group was killed.
+    /// It ran past its deadline; all its processes were killed.
     TimedOut,
-    /// It was cancelled on request; its process group was killed.
-    Cancelled,
+    /// It was stopped (see [`Stop`]); all its processes were killed.
+    Stopped(Stop),
 }
 
 /// The effect could not be started at all.
@@ -57,14 +96,30 @@ pub struct SpawnError {
 const FLUSH_EVERY: Duration = Duration::from_millis(200);
 
 /// The environment variables an effect inherits from the worker; everything
-/// else it gets is set explicitly in [`EffectSpec::env`].
-pub const INHERITED_ENV: &[&str] =
-    &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER", "NIX_REMOTE", "NIX_STATE_DIR", "NIX_STORE_DIR"];
+/// else it gets is set explicitly ([`EffectSpec::env`]). The operator's Nix
+/// settings (`NIX_CONFIG`, `NIX_PATH`, …) pass through unchanged.
+pub const INHERITED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "USER",
+    "NIX_REMOTE",
+    "NIX_STATE_DIR",
+    "NIX_STORE_DIR",
+    "NIX_CONFIG",
+    "NIX_CONF_DIR",
+    "NIX_USER_CONF_FILES",
+    "NIX_PATH",
+    "NIX_SSL_CERT_FILE",
+];
 
-/// The variable naming the build an effect process belongs to. Every
-/// process the effect starts inherits it, also those that leave its process
-/// group, so [`kill_marked`] finds them all.
+/// The variable naming the build an effect belongs to.
 pub const MARKER_ENV: &str = "SLIPWAY_EFFECT";
+
+/// The variable naming which attempt of the build the effect runs.
+pub const ATTEMPT_ENV: &str = "SLIPWAY_EFFECT_ATTEMPT";
 
 /// The variable naming the worker process that started an effect:
 /// `<pid>.<start time in clock ticks>` (see [`owner`]), so a worker can tell
@@ -77,68 +132,169 @@ pub fn owner() -> &'static str {
     static OWNER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     OWNER.get_or_init(|| {
         let pid = std::process::id();
-        format!("{pid}.{}", start_time(pid).unwrap_or(0))
+        format!("{pid}.{}", stat(pid).map_or(0, |s| s.start))
     })
 }
 
-/// Start time of process `pid` in clock ticks since boot, if it runs.
-fn start_time(pid: u32) -> Option<u64> {
+/// What Slipway reads of `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy)]
+struct Stat {
+    /// Parent process id.
+    ppid: u32,
+    /// Start time in clock ticks since boot.
+    start: u64,
+    /// A zombie: it has exited and holds nothing but its pid.
+    zombie: bool,
+}
+
+fn stat(pid: u32) -> Option<Stat> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces; fields after it are plain.
     let after_name = &stat[stat.rfind(')')? + 1..];
     let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // Field 3 (state) is the first after the name; field 22 is 19 later.
-    if fields.first() == Some(&"Z") {
-        return None;
-    }
-    fields.get(19)?.parse().ok()
+    // Field 3 (state) is the first after the name; field 4 the parent; field 22 is 19 later.
+    Some(Stat {
+        zombie: fields.first() == Some(&"Z"),
+        ppid: fields.get(1)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// Whether process `pid` runs (a zombie does not: it holds no file, lock or port).
+fn runs(pid: u32) -> bool {
+    stat(pid).is_some_and(|s| !s.zombie)
 }
 
 /// Whether the owner `<pid>.<start time>` still runs.
 fn owner_alive(owner: &str) -> bool {
     let Some((pid, started)) = owner.split_once('.') else { return false };
     match (pid.parse::<u32>(), started.parse::<u64>()) {
-        (Ok(pid), Ok(started)) => start_time(pid) == Some(started),
+        (Ok(pid), Ok(started)) => stat(pid).is_some_and(|s| !s.zombie && s.start == started),
         _ => false,
     }
+}
+
+/// The running children of process `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| stat(*child).is_some_and(|s| s.ppid == pid && !s.zombie))
+        .collect()
 }
 
 /// How long output may still arrive after the effect ended or was killed.
 const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
-/// Runs the effect to its end, its deadline, or until `cancel` turns true,
-/// streaming output to `log`. When it ends, or is killed, every process it
-/// started goes with it: its process group, and any process that left the
-/// group but still carries its marker (Q-2).
+/// The command line that contains `program`: the deployment's lock, then a
+/// PID namespace whose first process is the effect.
+fn contained(lock: &std::path::Path, program: &std::path::Path) -> (String, Vec<std::ffi::OsString>) {
+    let mut args: Vec<std::ffi::OsString> = vec!["--exclusive".into(), "--no-fork".into(), lock.into()];
+    args.extend(["unshare", "--pid", "--fork", "--kill-child", "--"].map(Into::into));
+    args.push(program.into());
+    ("flock".to_owned(), args)
+}
+
+/// Checks that this host can contain effects: `flock` and `unshare` from
+/// util-linux are on `PATH`, and this process may create PID namespaces
+/// (root, or `CAP_SYS_ADMIN`). The worker refuses to start otherwise.
+pub fn check_containment() -> Result<(), String> {
+    let out = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", "--", "flock", "--version"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run unshare (util-linux): {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "effects run in a PID namespace of their own, and this host refuses one: {} \
+             (run the worker as root or with CAP_SYS_ADMIN, with util-linux's unshare and flock on PATH)",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Runs `spawn` on a thread that lives as long as the process. The holder
+/// of an effect gets `SIGKILL` when the *thread* that started it ends
+/// (`PR_SET_PDEATHSIG` follows threads), so holders are started from a
+/// thread that never ends before the process does.
+fn on_keeper_thread<T: Send + 'static>(spawn: impl FnOnce() -> T + Send + 'static) -> T {
+    type Job = Box<dyn FnOnce() + Send>;
+    static KEEPER: std::sync::OnceLock<std::sync::mpsc::Sender<Job>> = std::sync::OnceLock::new();
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("slipway-effects".into())
+            .spawn(move || rx.into_iter().for_each(|job| job()))
+            .expect("the effect keeper thread starts");
+        tx
+    });
+    let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
+    keeper
+        .send(Box::new(move || {
+            let _ = done_tx.send(spawn());
+        }))
+        .expect("the effect keeper thread runs");
+    done_rx.recv().expect("the effect keeper thread answers")
+}
+
+/// Runs the effect to its end, its deadline, or until `stop` names a reason,
+/// streaming output to `log`. However it ends, every process it started is
+/// gone when this returns, and so is its scratch folder (Q-2).
 pub async fn run(
     spec: &EffectSpec,
     log: &dyn LogSink,
-    mut cancel: tokio::sync::watch::Receiver<bool>,
+    mut stop: tokio::sync::watch::Receiver<Option<Stop>>,
 ) -> Result<EffectOutcome, SpawnError> {
+    let spawn_error = |source| SpawnError { program: spec.program.display().to_string(), source };
+    let prepare = || -> std::io::Result<()> {
+        std::fs::create_dir_all(&spec.scratch)?;
+        if let Some(dir) = spec.lock.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        Ok(())
+    };
+    prepare().map_err(spawn_error)?;
     let mut env: Vec<(String, String)> =
         INHERITED_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
     env.extend(spec.env.iter().cloned());
-    env.push((MARKER_ENV.to_owned(), spec.marker.clone()));
+    env.push(("TMPDIR".to_owned(), spec.scratch.display().to_string()));
+    env.push((MARKER_ENV.to_owned(), spec.build.clone()));
+    env.push((ATTEMPT_ENV.to_owned(), spec.attempt.to_string()));
     env.push((OWNER_ENV.to_owned(), owner().to_owned()));
-    let expression = duct::cmd(&spec.program, std::iter::empty::<&str>())
-        .dir(&spec.dir)
-        .full_env(env)
-        .stdin_null()
-        .stderr_to_stdout()
-        .unchecked()
-        .before_spawn(|cmd| {
-            use std::os::unix::process::CommandExt;
-            cmd.process_group(0);
-            Ok(())
-        });
-    let reader = Arc::new(
-        expression.reader().map_err(|source| SpawnError { program: spec.program.display().to_string(), source })?,
-    );
-    let pgid = reader.pids().first().copied().expect("a spawned command has a pid") as i32;
+    let (program, args) = contained(&spec.lock, &spec.program);
+    let expression =
+        duct::cmd(program, args).dir(&spec.dir).full_env(env).stdin_null().stderr_to_stdout().unchecked().before_spawn(
+            |cmd| {
+                use std::os::unix::process::CommandExt;
+                let parent = std::process::id() as libc::pid_t;
+                cmd.process_group(0);
+                // SAFETY: only async-signal-safe calls between fork and exec.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        // The worker died between fork and prctl: go with it.
+                        if libc::getppid() != parent {
+                            libc::_exit(1);
+                        }
+                        Ok(())
+                    });
+                }
+                Ok(())
+            },
+        );
+    let reader = on_keeper_thread(move || expression.reader()).map_err(spawn_error)?;
+    let reader = Arc::new(reader);
+    let holder = reader.pids().first().copied().expect("a spawned command has a pid");
 
-    // A thread reads the pipe; it may stay blocked on a process that escaped
-    // and holds the pipe open, so the loop below never waits on it for more
-    // than DRAIN_GRACE once the effect is over.
+    // A thread reads the pipe. Every writer is in the namespace, so the pipe
+    // closes when the effect is gone; the grace below only bounds the wait
+    // for output still in flight.
     let (lines_tx, mut lines_rx) = mpsc::channel::<String>(1024);
     let pump_reader = Arc::clone(&reader);
     std::thread::spawn(move || {
@@ -167,11 +323,8 @@ pub async fn run(
     tokio::pin!(grace);
     let mut pending = String::new();
     let mut tick = tokio::time::interval(FLUSH_EVERY);
-    let (mut timed_out, mut cancelled, mut over) = (false, false, false);
-    let stop = |marker: &str| {
-        kill_group(pgid);
-        kill_marked(marker);
-    };
+    let (mut timed_out, mut stopped, mut exited) = (false, None, None);
+    let mut over = false;
     loop {
         tokio::select! {
             line = lines_rx.recv() => match line {
@@ -183,96 +336,150 @@ pub async fn run(
                     log.append(&pending).await;
                     pending.clear();
                 }
-                if !over && matches!(reader.try_wait(), Ok(Some(_))) {
-                    // The effect exited: whatever it left behind goes too.
-                    over = true;
-                    stop(&spec.marker);
-                    grace.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
+                if exited.is_none() {
+                    if let Ok(Some(out)) = reader.try_wait() {
+                        // The holder ends after the namespace is empty.
+                        exited = Some(exit_code(&out.status));
+                        over = true;
+                        grace.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
+                    }
                 }
             }
             _ = &mut deadline, if !over => {
                 (timed_out, over) = (true, true);
-                stop(&spec.marker);
+                kill_holder(holder);
                 grace.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
             }
-            changed = cancel.changed(), if !over => {
-                if changed.is_ok() && *cancel.borrow() {
-                    (cancelled, over) = (true, true);
-                    stop(&spec.marker);
+            changed = stop.changed(), if !over => {
+                let reason = if changed.is_ok() { *stop.borrow() } else { None };
+                if let Some(reason) = reason {
+                    (stopped, over) = (Some(reason), true);
+                    kill_holder(holder);
                     grace.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
                 }
             }
             _ = &mut grace => break,
         }
     }
-    stop(&spec.marker);
-    let code = match reader.try_wait() {
-        Ok(Some(out)) => exit_code(&out.status),
-        _ => {
-            // Killed above; reap it.
-            reader.kill().ok();
-            -9
+    let code = match exited {
+        Some(code) => code,
+        None => {
+            // Killed above (or the output closed first): make sure, and reap.
+            if !matches!(reader.try_wait(), Ok(Some(_))) {
+                kill_holder(holder);
+                reader.kill().ok();
+            }
+            match reader.try_wait() {
+                Ok(Some(out)) => exit_code(&out.status),
+                _ => -libc::SIGKILL,
+            }
         }
     };
+    if let Err(e) = std::fs::remove_dir_all(&spec.scratch) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            pending.push_str(&format!("slipway: could not remove the effect's scratch folder: {e}\n"));
+        }
+    }
     if timed_out {
         pending.push_str(&format!(
-            "slipway: the effect ran past its deadline of {}s; its processes were killed\n",
+            "slipway: the effect ran past its deadline of {}s; every process it started was killed\n",
             spec.deadline.as_secs()
         ));
     }
-    if cancelled {
-        pending.push_str("slipway: the build was cancelled; the effect's processes were killed\n");
+    match stopped {
+        Some(Stop::Cancel) => {
+            pending.push_str("slipway: the build was cancelled; every process the effect started was killed\n")
+        }
+        Some(Stop::ClaimLost) => {
+            pending.push_str("slipway: another worker took this build over; this attempt's effect was stopped\n")
+        }
+        None => {}
     }
     if !pending.is_empty() {
         log.append(&pending).await;
     }
-    Ok(if timed_out {
-        EffectOutcome::TimedOut
-    } else if cancelled {
-        EffectOutcome::Cancelled
-    } else {
-        EffectOutcome::Exited(code)
+    Ok(match (timed_out, stopped) {
+        (true, _) => EffectOutcome::TimedOut,
+        (false, Some(reason)) => EffectOutcome::Stopped(reason),
+        (false, None) => EffectOutcome::Exited(code),
     })
 }
 
-/// Kills every process of this host whose environment carries
-/// `SLIPWAY_EFFECT=<marker>`: what an effect started, wherever it went.
-pub fn kill_marked(marker: &str) -> usize {
-    let needle = format!("{MARKER_ENV}={marker}");
-    kill_where(|env| env.contains(&needle.as_bytes()))
+/// How long a kill waits for the processes it killed to be gone.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// Kills an effect's holder (our own child, not yet reaped, so its pid is
+/// still its own) and the first process of its namespace, and returns once
+/// that process is gone: the kernel ends it only after every other process
+/// of the namespace.
+fn kill_holder(holder: u32) {
+    kill_and_wait(&[holder]);
 }
 
-/// Kills the effect processes on this host whose worker died (Q-1, Q-2): a
-/// worker killed with SIGKILL cannot stop its effects, so every worker does
-/// this when it starts and on each sweep. Effects of live workers (and of
-/// this process) are left alone. Returns how many processes were killed.
-pub fn kill_orphans() -> usize {
-    let prefix = format!("{OWNER_ENV}=");
+/// SIGKILLs each of `pids` and its children (the first process of an
+/// effect's namespace is its holder's child), then waits up to [`KILL_WAIT`]
+/// until none of them runs. Returns how many processes were signalled.
+fn kill_and_wait(pids: &[u32]) -> usize {
+    let mut killed: Vec<u32> = Vec::new();
+    for &pid in pids {
+        killed.extend(children(pid));
+        killed.push(pid);
+    }
+    killed.sort_unstable();
+    killed.dedup();
+    for pid in &killed {
+        // SAFETY: signals a process we selected as part of an effect; ESRCH is harmless.
+        unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+    }
+    let deadline = std::time::Instant::now() + KILL_WAIT;
+    while killed.iter().any(|pid| runs(*pid)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    killed.len()
+}
+
+/// Kills the effects of build `build` on this host that belong to attempts
+/// before `attempt` (a worker that died or was taken for dead left them),
+/// and returns once they are gone. Never touches `attempt`'s own effect or
+/// a later one. Returns how many processes were killed.
+pub fn kill_stale(build: &str, attempt: i64) -> usize {
     kill_where(|env| {
-        env.iter().filter_map(|var| var.strip_prefix(prefix.as_bytes())).any(|owner| {
+        var(env, MARKER_ENV) == Some(build.as_bytes())
+            && var(env, ATTEMPT_ENV)
+                .and_then(|a| std::str::from_utf8(a).ok()?.parse::<i64>().ok())
+                .is_none_or(|a| a < attempt)
+    })
+}
+
+/// Kills the effect processes on this host whose worker died (Q-1, Q-2).
+/// Holders die with their worker, so this only finds what a worker started
+/// before that was so; every worker still does it when it starts and on
+/// each sweep. Effects of live workers (and of this process) are left alone.
+pub fn kill_orphans() -> usize {
+    kill_where(|env| {
+        var(env, OWNER_ENV).is_some_and(|owner| {
             let owner = String::from_utf8_lossy(owner);
             owner != self::owner() && !owner_alive(&owner)
         })
     })
 }
 
-/// Kills every effect process this process started (a worker told to stop
-/// at once).
+/// Kills every effect this process started (a worker told to stop at once)
+/// and returns once they are gone.
 pub fn kill_own() -> usize {
-    let needle = format!("{OWNER_ENV}={}", owner());
-    kill_where(|env| env.contains(&needle.as_bytes()))
+    kill_where(|env| var(env, OWNER_ENV) == Some(owner().as_bytes()))
 }
 
-/// How long [`kill_where`] waits for the processes it killed to be gone.
-const KILL_WAIT: Duration = Duration::from_secs(5);
+/// The value of `name` among `NAME=value` entries.
+fn var<'a>(env: &[&'a [u8]], name: &str) -> Option<&'a [u8]> {
+    env.iter().find_map(|entry| entry.strip_prefix(name.as_bytes())?.strip_prefix(b"="))
+}
 
-/// SIGKILLs every other process of this host whose environment (its
-/// `NAME=value` entries) satisfies `select`, and returns once they are gone
-/// (exited or zombies, which hold no file, lock or port), or after
-/// [`KILL_WAIT`]: a re-run never starts beside its killed predecessor.
+/// Kills every other process of this host whose environment satisfies
+/// `select`, with its children, and returns once they are gone.
 fn kill_where(select: impl Fn(&[&[u8]]) -> bool) -> usize {
     let me = std::process::id();
-    let mut killed = Vec::new();
+    let mut selected = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
         if pid == me {
@@ -281,16 +488,13 @@ fn kill_where(select: impl Fn(&[&[u8]]) -> bool) -> usize {
         let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
         let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
         if select(&vars) {
-            // SAFETY: signals a process whose environment marks it as an effect's.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            killed.push(pid);
+            selected.push(pid);
         }
     }
-    let deadline = std::time::Instant::now() + KILL_WAIT;
-    while killed.iter().any(|pid| start_time(*pid).is_some()) && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
+    if selected.is_empty() {
+        return 0;
     }
-    killed.len()
+    kill_and_wait(&selected)
 }
 
 fn exit_code(status: &std::process::ExitStatus) -> i32 {
@@ -298,27 +502,19 @@ fn exit_code(status: &std::process::ExitStatus) -> i32 {
     status.code().unwrap_or_else(|| -status.signal().unwrap_or(0))
 }
 
-/// Kills process group `pgid`.
-pub fn kill_group(pgid: i32) {
-    // SAFETY: sends a signal to the process group we created; ESRCH (already
-    // gone) is harmless.
-    unsafe {
-        libc::kill(-pgid, libc::SIGKILL);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
 
-    /// `sleep 60` carrying an effect's marker and `owner`, returned once its
+    /// `sleep 60` carrying an effect's markers, returned once its
     /// environment is readable in `/proc` (the parent may resume while the
     /// child's exec is still setting it up).
-    fn sleeper(owner: &str) -> std::process::Child {
+    fn sleeper(owner: &str, build: &str, attempt: i64) -> std::process::Child {
         let child = std::process::Command::new("sleep")
             .arg("60")
-            .env(MARKER_ENV, "orphan-test")
+            .env(MARKER_ENV, build)
+            .env(ATTEMPT_ENV, attempt.to_string())
             .env(OWNER_ENV, owner)
             .spawn()
             .expect("sleep starts");
@@ -336,17 +532,38 @@ mod tests {
     #[test]
     fn effects_of_a_dead_worker_are_killed_and_those_of_live_workers_are_not() {
         // Linux pids never exceed 2^22, so this owner is certainly dead.
-        let mut orphan = sleeper("4194305.1");
-        let mut ours = sleeper(owner());
-        let init = format!("1.{}", start_time(1).expect("pid 1 runs"));
-        let mut live = sleeper(&init);
-        let mut reused = sleeper(&format!("1.{}", start_time(1).unwrap() + 1));
+        let mut orphan = sleeper("4194305.1", "orphan-test", 1);
+        let mut ours = sleeper(owner(), "orphan-test", 1);
+        let init = format!("1.{}", stat(1).expect("pid 1 runs").start);
+        let mut live = sleeper(&init, "orphan-test", 1);
+        let mut reused = sleeper(&format!("1.{}", stat(1).unwrap().start + 1), "orphan-test", 1);
         assert!(kill_orphans() >= 2);
         assert_eq!(orphan.wait().unwrap().signal(), Some(libc::SIGKILL));
         assert_eq!(reused.wait().unwrap().signal(), Some(libc::SIGKILL), "a reused pid is not the owner");
         assert!(ours.try_wait().unwrap().is_none(), "this process's own effect was killed");
         assert!(live.try_wait().unwrap().is_none(), "a live worker's effect was killed");
         for mut child in [ours, live] {
+            child.kill().ok();
+            child.wait().ok();
+        }
+    }
+
+    #[test]
+    fn a_takeover_kills_older_attempts_of_the_build_and_never_its_own_or_a_later_one() {
+        // Owned by this process, so the orphan test beside it leaves them alone.
+        let build = format!("stale-test-{}", std::process::id());
+        let mut first = sleeper(owner(), &build, 1);
+        let mut second = sleeper(owner(), &build, 2);
+        let mut third = sleeper(owner(), &build, 3);
+        let mut other = sleeper(owner(), "another-build", 1);
+        assert_eq!(kill_stale(&build, 2), 1);
+        assert_eq!(first.wait().unwrap().signal(), Some(libc::SIGKILL));
+        for (child, what) in
+            [(&mut second, "its own attempt"), (&mut third, "a later attempt"), (&mut other, "another build")]
+        {
+            assert!(child.try_wait().unwrap().is_none(), "{what} was killed");
+        }
+        for mut child in [second, third, other] {
             child.kill().ok();
             child.wait().ok();
         }

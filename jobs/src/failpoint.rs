@@ -1,24 +1,52 @@
-//! Fault injection for durability tests: `SLIPWAY_FAILPOINTS=a,b`
-//! makes the process abort, as a crash would, when it reaches a named point.
-//! Read once from the environment; unset in production, where [`hit`] is a
-//! single comparison against an empty list.
+//! Fault injection for durability tests: `SLIPWAY_FAILPOINTS=a,b=stop`
+//! makes the process abort, as a crash would, when it reaches point `a`, and
+//! stop itself with `SIGSTOP`, as `kill -STOP` would, at point `b` (a test
+//! resumes it with `SIGCONT`). Read once from the environment; unset in
+//! production, where [`hit`] is a single comparison against an empty list.
 
 use std::sync::OnceLock;
 
-/// The points this process aborts at.
-fn armed() -> &'static [String] {
-    static POINTS: OnceLock<Vec<String>> = OnceLock::new();
+/// What the process does at an armed point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    /// Abort: no unwinding, no cleanup.
+    Abort,
+    /// Stop the whole process until someone sends `SIGCONT`.
+    Stop,
+}
+
+/// The points this process acts at.
+fn armed() -> &'static [(String, Action)] {
+    static POINTS: OnceLock<Vec<(String, Action)>> = OnceLock::new();
     POINTS.get_or_init(|| {
         std::env::var("SLIPWAY_FAILPOINTS")
-            .map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| match s.split_once('=') {
+                        Some((name, "stop")) => (name.to_owned(), Action::Stop),
+                        Some((name, _)) => (name.to_owned(), Action::Abort),
+                        None => (s.to_owned(), Action::Abort),
+                    })
+                    .collect()
+            })
             .unwrap_or_default()
     })
 }
 
-/// Aborts the process (no unwinding, no cleanup: a crash) when `name` is armed.
+/// Aborts the process, or stops it, when `name` is armed.
 pub fn hit(name: &str) {
-    if armed().iter().any(|p| p == name) {
-        eprintln!("slipway: failpoint {name}: aborting");
-        std::process::abort();
+    match armed().iter().find(|(p, _)| p == name).map(|(_, action)| *action) {
+        None => {}
+        Some(Action::Abort) => {
+            eprintln!("slipway: failpoint {name}: aborting");
+            std::process::abort();
+        }
+        Some(Action::Stop) => {
+            eprintln!("slipway: failpoint {name}: stopping (SIGSTOP) until SIGCONT");
+            // SAFETY: stops this process, as `kill -STOP` would; SIGCONT resumes it here.
+            unsafe { libc::kill(std::process::id() as libc::pid_t, libc::SIGSTOP) };
+        }
     }
 }

@@ -28,14 +28,14 @@ pub enum NixError {
 }
 
 /// Builds `core/default.nix` attribute `attribute` of the source at `dir` and
-/// returns its out path. Runs without substituters (offline), in its own
-/// process group, killed at `deadline`.
+/// returns its out path. Runs with the process's own Nix settings
+/// (`NIX_CONFIG` and the rest of the environment), in its own process
+/// group, killed at `deadline`.
 pub fn build(dir: &Path, attribute: &str, args: &[&str], deadline: Duration) -> Result<PathBuf, NixError> {
     let mut argv: Vec<String> =
         vec![dir.join("core").display().to_string(), "-A".into(), attribute.into(), "--no-out-link".into()];
     argv.extend(args.iter().map(|s| s.to_string()));
     let handle = duct::cmd("nix-build", &argv)
-        .env("NIX_CONFIG", "substituters =")
         .stdout_capture()
         .stderr_capture()
         .unchecked()

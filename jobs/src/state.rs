@@ -24,14 +24,17 @@ pub enum BuildStatus {
     Succeeded,
     /// The effect failed, timed out, or could not start; see the build's reason.
     Failed,
-    /// Stopped on request.
+    /// Stopped on request (before it ran, or while it ran).
     Cancelled,
+    /// A newer submit of the same deployment made it pointless before it
+    /// ran; it never runs.
+    Superseded,
 }
 
 impl BuildStatus {
     /// True once the build can no longer change.
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
+        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled | Self::Superseded)
     }
 }
 
@@ -52,10 +55,13 @@ pub enum DeploymentState {
 }
 
 impl DeploymentState {
-    /// ST-1: the state given the latest build (`None`: no build yet).
+    /// ST-1: the state given the build that decides it (`None`: no build
+    /// yet): the latest build that ran or may still run
+    /// ([`crate::store::builds::deciding`]); builds cancelled before they
+    /// started and superseded ones changed nothing and do not count.
     ///
-    /// A cancelled build counts as failed: the infrastructure is in an
-    /// unknown, partly changed condition and the operator must act.
+    /// A build cancelled while it ran counts as failed: the infrastructure
+    /// is in an unknown, partly changed condition and the operator must act.
     pub fn derive(latest: Option<(BuildKind, BuildStatus)>) -> Self {
         use BuildKind::*;
         use BuildStatus::*;
@@ -65,7 +71,7 @@ impl DeploymentState {
             Some((Deploy, Succeeded)) => Self::Active,
             Some((Destroy, Queued | Running)) => Self::Destroying,
             Some((Destroy, Succeeded)) => Self::Idle,
-            Some((_, Failed | Cancelled)) => Self::Failed,
+            Some((_, Failed | Cancelled | Superseded)) => Self::Failed,
         }
     }
 
@@ -99,6 +105,7 @@ text_enum!(BuildStatus {
     Succeeded => "succeeded",
     Failed => "failed",
     Cancelled => "cancelled",
+    Superseded => "superseded",
 });
 
 #[cfg(test)]

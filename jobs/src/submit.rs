@@ -4,7 +4,8 @@
 //! Submit order (MG-7): migrate → validate (all errors) → take secret values
 //! out → store → enqueue. A refusal at any step writes nothing; the
 //! deployment row, the build row and the build's job commit in one
-//! transaction.
+//! transaction. A submit's deploy supersedes the deployment's queued
+//! deploys that have not started.
 
 use crate::id::{new_build_id, DeploymentId};
 use crate::source::{ModuleSource, SourceError};
@@ -208,10 +209,12 @@ async fn store(
     limit: Option<u32>,
     admission: Admission,
 ) -> Result<Option<String>, SubmitError> {
-    let now = now_ms();
-    let build_id = new_build_id(id, time::OffsetDateTime::now_utc());
     let mut tx = db.begin_write().await?;
     tx.lock_deployment(id.as_str()).await?;
+    // The time is read holding the deployment's lock, so a deployment's
+    // builds are in the same order by submit (`seq`), id and `queued_at`.
+    let now = now_ms();
+    let build_id = new_build_id(id, time::OffsetDateTime::now_utc());
     let snapshot = deployments::Snapshot {
         id: id.as_str(),
         configuration: &checked.configuration,
@@ -228,6 +231,9 @@ async fn store(
         module_source,
         instances: &checked.instances,
     };
+    if kind == BuildKind::Deploy {
+        builds::supersede_queued_deploys(&mut tx, id.as_str(), &build_id, now).await?;
+    }
     builds::insert(&mut tx, new, now).await?;
     if let Some(limit) = limit {
         // The count includes this build; the api also checked before it

@@ -100,6 +100,55 @@ impl Drop for TestDatabase {
     }
 }
 
+/// The running processes of this host (other than this one) whose
+/// environment or command line contains `needle`, or whose working folder
+/// lies under it when it is a path: what is left of an effect, Nix builders
+/// included (they start with a clean environment, but with the
+/// derivation's attributes and their build folder).
+pub fn processes_with(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let found = |pid: u32| -> bool {
+        let read = |what: &str| std::fs::read(format!("/proc/{pid}/{what}")).unwrap_or_default();
+        let contains = |hay: &[u8]| hay.windows(needle.len()).any(|w| w == needle.as_bytes());
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).map(|p| p.display().to_string()).unwrap_or_default();
+        contains(&read("environ")) || contains(&read("cmdline")) || (needle.starts_with('/') && cwd.starts_with(needle))
+    };
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me && process_runs(*pid as i32) && found(*pid))
+        .collect()
+}
+
+/// A copy of the reference module source at `dest` whose node builders
+/// first sleep 30 s while the file `flag` exists: a real `nix-build`
+/// builder that outlives its `nix-build` unless it is contained. Every
+/// builder carries `token` in its environment (a derivation attribute,
+/// which also makes its derivations this copy's own, never built before),
+/// so [`processes_with`] finds it and whatever it started.
+pub fn sleepy_nix_source(dest: &std::path::Path, token: &str, flag: &std::path::Path) {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../nix");
+    let status = std::process::Command::new("cp").arg("-r").arg(&repo).arg(dest).status().expect("cp runs");
+    assert!(status.success(), "cannot copy {} to {}", repo.display(), dest.display());
+    let nodes = dest.join("core/nodes/default.nix");
+    let text = std::fs::read_to_string(&nodes).expect("nodes/default.nix");
+    let marked = text.replacen(
+        "system = lib.write.mkDerivation {",
+        &format!("system = lib.write.mkDerivation {{\n        slipwayTestToken = \"{token}\";"),
+        1,
+    );
+    assert_ne!(marked, text, "the reference source's node derivation moved; update this helper");
+    std::fs::write(&nodes, marked).expect("write nodes/default.nix");
+    let builder = dest.join("core/nodes/system-builder.sh");
+    let text = std::fs::read_to_string(&builder).expect("system-builder.sh");
+    let sleepy =
+        text.replacen("set -eu\n", &format!("set -eu\nif [ -e '{}' ]; then sleep 30; fi\n", flag.display()), 1);
+    assert_ne!(sleepy, text, "the reference source's system builder changed; update this helper");
+    std::fs::write(&builder, sleepy).expect("write system-builder.sh");
+}
+
 /// True while process `pid` runs (a zombie waiting to be reaped does not run).
 pub fn process_runs(pid: i32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -125,4 +174,151 @@ macro_rules! on_both_engines {
             }
         )*
     };
+}
+
+/// The repository's root folder.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `examples/demo.json`, the configuration of the quickstart's demo.
+pub fn demo() -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(repo().join("examples/demo.json")).expect("examples/demo.json"))
+        .expect("examples/demo.json is JSON")
+}
+
+/// A checker of the built-in source's baked outputs (`api/default-source`).
+pub fn checker() -> crate::validate::Checker {
+    let outputs = crate::source::SourceOutputs::read_dir(&repo().join("api/default-source")).expect("baked outputs");
+    crate::validate::Checker::new(outputs).expect("the baked schema compiles")
+}
+
+/// A module source at `root` whose deploy effect is the shell script
+/// `script` (and whose destroy succeeds); returns its `path:` reference.
+pub fn source_with_deploy(root: &std::path::Path, script: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let effects = root.join("core/effects");
+    std::fs::create_dir_all(&effects).expect("effects folder");
+    std::fs::write(root.join("core/default.nix"), "{ provider ? {} }: { }\n").expect("default.nix");
+    for (name, body) in [("deploy", script), ("destroy", "#!/bin/sh\nexit 0\n")] {
+        let path = effects.join(name);
+        std::fs::write(&path, body).expect("effect");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    format!("path:{}", root.display())
+}
+
+/// A job context on a fresh database of its own: what a worker's job
+/// bodies see, for tests that run builds in-process.
+pub struct World {
+    /// The context the job bodies run with (worker `test-worker`).
+    pub ctx: crate::jobs::Ctx,
+    /// The test's database and temporary folder (state under `state/`).
+    pub db: TestDatabase,
+}
+
+/// A [`World`] on `engine`, with the configuration keys `extra` on top of
+/// a state folder in the test's temporary folder and the reference source.
+pub async fn world(engine: Engine, extra: &[(&str, &str)]) -> World {
+    let db = TestDatabase::new(engine).await;
+    let mut keys = std::collections::BTreeMap::from([
+        ("DATABASE_URL".to_owned(), db.url.clone()),
+        ("SLIPWAY_STATE_DIR".to_owned(), db.path("state").display().to_string()),
+        ("SLIPWAY_DEFAULT_SOURCE_DIR".to_owned(), repo().join("nix").display().to_string()),
+    ]);
+    keys.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let config = crate::config::Config::from_keys(&keys).expect("test configuration");
+    let pool = crate::store::open(&config).await.expect("test database opens");
+    World { ctx: crate::jobs::Ctx::new(pool, std::sync::Arc::new(config), "test-worker", false), db }
+}
+
+impl World {
+    /// Checks the demo configuration and queues a build of `kind` for
+    /// deployment `id` (module source `source`, or the built-in one).
+    pub async fn queue(&self, id: &str, kind: crate::state::BuildKind, source: Option<&str>) -> String {
+        self.queue_configuration(id, kind, source, demo()).await
+    }
+
+    /// [`World::queue`] with another configuration.
+    pub async fn queue_configuration(
+        &self,
+        id: &str,
+        kind: crate::state::BuildKind,
+        source: Option<&str>,
+        configuration: serde_json::Value,
+    ) -> String {
+        let id = crate::id::DeploymentId::parse(id).expect("a valid deployment id");
+        let queueing = crate::submit::Queueing { kind, limit: None };
+        let secrets = crate::submit::SecretStore::NotConfigured;
+        crate::submit::check_and_queue(&self.ctx.db, &checker(), secrets, &id, configuration, source, queueing)
+            .await
+            .expect("the build is queued")
+            .build_id
+    }
+
+    /// Runs build `build_id` in-process to its end and returns its report.
+    pub async fn run(&self, build_id: &str) -> crate::jobs::report::Report {
+        let job = crate::jobs::BuildJob { build_id: build_id.into() };
+        match crate::jobs::build::run(job, &self.ctx).await.expect("the build job runs") {
+            crate::jobs::build::Ran::Finished(r) => r,
+            other => panic!("the build did not run: {other:?}"),
+        }
+    }
+
+    /// Deployment `id`'s state (ST-1).
+    pub async fn state(&self, id: &str) -> crate::state::DeploymentState {
+        let mut conn = self.ctx.db.acquire().await.expect("connection");
+        let deciding = crate::store::builds::deciding(&mut conn, id).await.expect("read");
+        crate::state::DeploymentState::derive(deciding.map(|b| (b.kind, b.status)))
+    }
+
+    /// A build row.
+    pub async fn build(&self, id: &str) -> crate::store::builds::BuildRow {
+        let mut conn = self.ctx.db.acquire().await.expect("connection");
+        crate::store::builds::get(&mut conn, id).await.expect("read").expect("the build exists")
+    }
+
+    /// Jobs pushed into apalis's table for any queue.
+    pub async fn jobs(&self) -> i64 {
+        let table = match self.ctx.db.engine() {
+            Engine::Sqlite => "Jobs",
+            Engine::Postgres => "apalis.jobs",
+        };
+        let mut conn = self.ctx.db.acquire().await.expect("connection");
+        crate::store::Q::new(format!("SELECT COUNT(*) AS n FROM {table}"))
+            .fetch_one(&mut conn)
+            .await
+            .expect("count")
+            .int("n")
+            .expect("n")
+    }
+
+    /// The builds whose job was pushed, in submit order.
+    pub async fn dispatched(&self) -> Vec<String> {
+        let mut conn = self.ctx.db.acquire().await.expect("connection");
+        let rows = crate::store::Q::new("SELECT id FROM builds WHERE dispatched = 1 ORDER BY seq")
+            .fetch_all(&mut conn)
+            .await
+            .expect("read");
+        rows.iter().map(|r| r.text("id").expect("id")).collect()
+    }
+}
+
+/// Polls `check` until it yields, backing off from 20 ms to 250 ms; panics
+/// naming `what` past `deadline`. What tests wait with instead of sleeping.
+pub async fn wait_for<F, Fut, T>(what: &str, deadline: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = std::time::Instant::now();
+    let mut every = std::time::Duration::from_millis(20);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        tokio::time::sleep(every).await;
+        every = (every * 2).min(std::time::Duration::from_millis(250));
+    }
 }

@@ -1,113 +1,14 @@
 //! Job bodies against a real SQLite database, real effects and real Nix
 //! builds of the reference module source (`nix/`).
 
-use serde_json::Value;
-use slipway_jobs::config::Config;
 use slipway_jobs::id::DeploymentId;
 use slipway_jobs::jobs::build::{self, Ran};
-use slipway_jobs::jobs::report::Report;
 use slipway_jobs::jobs::{sweep, BuildJob, Ctx};
-use slipway_jobs::source::SourceOutputs;
 use slipway_jobs::state::{BuildKind, BuildStatus, DeploymentState};
 use slipway_jobs::store::{builds, sboms, Engine, Q};
-use slipway_jobs::submit::{self, Queueing, SecretStore};
-use slipway_jobs::test_support::{process_runs, TestDatabase};
-use slipway_jobs::validate::Checker;
-use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use slipway_jobs::submit::{self, SecretStore};
+use slipway_jobs::test_support::{checker, demo, process_runs, source_with_deploy, world};
 use std::sync::Arc;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn demo() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(repo().join("examples/demo.json")).unwrap()).unwrap()
-}
-
-fn checker() -> Checker {
-    Checker::new(SourceOutputs::read_dir(&repo().join("api/default-source")).unwrap()).unwrap()
-}
-
-struct World {
-    ctx: Ctx,
-    db: TestDatabase,
-}
-
-async fn world(engine: Engine, extra: &[(&str, &str)]) -> World {
-    let db = TestDatabase::new(engine).await;
-    let mut keys = BTreeMap::from([
-        ("DATABASE_URL".to_owned(), db.url.clone()),
-        ("SLIPWAY_STATE_DIR".to_owned(), db.path("state").display().to_string()),
-        ("SLIPWAY_DEFAULT_SOURCE_DIR".to_owned(), repo().join("nix").display().to_string()),
-    ]);
-    keys.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let config = Config::from_keys(&keys).unwrap();
-    let pool = slipway_jobs::store::open(&config).await.unwrap();
-    World { ctx: Ctx { db: pool, config: Arc::new(config), worker: "test-worker".into(), echo_log: false }, db }
-}
-
-/// A module source whose deploy effect is `script` (and whose destroy succeeds).
-fn source_with_deploy(root: &Path, script: &str) -> String {
-    let effects = root.join("core/effects");
-    std::fs::create_dir_all(&effects).unwrap();
-    std::fs::write(root.join("core/default.nix"), "{ provider ? {} }: { }\n").unwrap();
-    for (name, body) in [("deploy", script), ("destroy", "#!/bin/sh\nexit 0\n")] {
-        let path = effects.join(name);
-        std::fs::write(&path, body).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    format!("path:{}", root.display())
-}
-
-impl World {
-    async fn queue(&self, id: &str, kind: BuildKind, source: Option<&str>) -> String {
-        let id = DeploymentId::parse(id).unwrap();
-        let accepted = submit::check_and_queue(
-            &self.ctx.db,
-            &checker(),
-            SecretStore::NotConfigured,
-            &id,
-            demo(),
-            source,
-            Queueing { kind, limit: None },
-        )
-        .await
-        .unwrap();
-        accepted.build_id
-    }
-
-    async fn run(&self, build_id: &str) -> Report {
-        match build::run(BuildJob { build_id: build_id.into() }, &self.ctx).await.unwrap() {
-            Ran::Finished(r) => r,
-            other => panic!("the build did not run: {other:?}"),
-        }
-    }
-
-    async fn state(&self, id: &str) -> DeploymentState {
-        let mut conn = self.ctx.db.acquire().await.unwrap();
-        let latest = builds::latest(&mut conn, id).await.unwrap();
-        DeploymentState::derive(latest.map(|b| (b.kind, b.status)))
-    }
-
-    /// Jobs pushed into apalis's table for any queue.
-    async fn jobs(&self) -> i64 {
-        let table = match self.ctx.db.engine() {
-            Engine::Sqlite => "Jobs",
-            Engine::Postgres => "apalis.jobs",
-        };
-        let mut conn = self.ctx.db.acquire().await.unwrap();
-        Q::new(format!("SELECT COUNT(*) AS n FROM {table}")).fetch_one(&mut conn).await.unwrap().int("n").unwrap()
-    }
-
-    async fn dispatched(&self) -> Vec<String> {
-        let mut conn = self.ctx.db.acquire().await.unwrap();
-        let rows =
-            Q::new("SELECT id FROM builds WHERE dispatched = 1 ORDER BY seq").fetch_all(&mut conn).await.unwrap();
-        rows.iter().map(|r| r.text("id").unwrap()).collect()
-    }
-}
 
 async fn a_deploy_stores_every_nodes_sbom_and_a_destroy_removes_them(engine: Engine) {
     let w = world(engine, &[]).await;
@@ -207,7 +108,7 @@ exit 1
 
 async fn a_deploy_past_its_deadline_is_killed_with_its_whole_process_group(engine: Engine) {
     let w = world(engine, &[("DEPLOY_TIMEOUT", "1s")]).await;
-    let script = "#!/bin/sh\nsleep 600 &\necho $! > \"$STATE_DIR/child.pid\"\necho started\nwait\n";
+    let script = "#!/bin/sh\nsh -c 'read -r pid _ < /proc/self/stat; echo $pid > \"$STATE_DIR/child.pid.tmp\"; mv \"$STATE_DIR/child.pid.tmp\" \"$STATE_DIR/child.pid\"; exec sleep 600' &\nwhile [ ! -e \"$STATE_DIR/child.pid\" ]; do sleep 0.01; done\necho started\nwait\n";
     let source = source_with_deploy(&w.db.path("slow"), script);
     let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
     let report = w.run(&id).await;
@@ -224,8 +125,9 @@ async fn a_deploy_past_its_deadline_is_killed_with_its_whole_process_group(engin
 
 async fn later_builds_of_a_deployment_wait_and_are_dispatched_in_submit_order(engine: Engine) {
     let w = world(engine, &[]).await;
+    // A deploy and then a destroy: neither supersedes the other (Q-7).
     let first = w.queue("demo", BuildKind::Deploy, None).await;
-    let second = w.queue("demo", BuildKind::Deploy, None).await;
+    let second = w.queue("demo", BuildKind::Destroy, None).await;
     let other = w.queue("other", BuildKind::Deploy, None).await;
     // One job per deployment at a time; other deployments are not held back.
     assert_eq!(w.jobs().await, 2);
@@ -264,7 +166,7 @@ async fn a_repeated_delivery_of_a_finished_build_runs_nothing(engine: Engine) {
 async fn a_cancelled_queued_build_never_runs_and_hands_its_turn_to_the_next(engine: Engine) {
     let w = world(engine, &[]).await;
     let first = w.queue("demo", BuildKind::Deploy, None).await;
-    let second = w.queue("demo", BuildKind::Deploy, None).await;
+    let second = w.queue("demo", BuildKind::Destroy, None).await;
     assert_eq!(builds::cancel(&w.ctx.db, &first).await.unwrap(), builds::Cancel::Cancelled);
     assert_eq!(w.dispatched().await, [first.clone(), second.clone()]);
     let again = build::run(BuildJob { build_id: first.clone() }, &w.ctx).await.unwrap();
@@ -278,7 +180,7 @@ async fn a_cancelled_queued_build_never_runs_and_hands_its_turn_to_the_next(engi
 
 async fn a_running_build_cancelled_on_request_has_its_effect_killed(engine: Engine) {
     let w = world(engine, &[]).await;
-    let script = "#!/bin/sh\nsleep 600 &\necho $! > \"$STATE_DIR/child.pid\"\necho started\nwait\n";
+    let script = "#!/bin/sh\nsh -c 'read -r pid _ < /proc/self/stat; echo $pid > \"$STATE_DIR/child.pid.tmp\"; mv \"$STATE_DIR/child.pid.tmp\" \"$STATE_DIR/child.pid\"; exec sleep 600' &\nwhile [ ! -e \"$STATE_DIR/child.pid\" ]; do sleep 0.01; done\necho started\nwait\n";
     let source = source_with_deploy(&w.db.path("slow"), script);
     let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
     let ctx = w.ctx.clone();
@@ -305,7 +207,7 @@ async fn a_running_build_cancelled_on_request_has_its_effect_killed(engine: Engi
 
 async fn a_process_that_leaves_the_effects_group_is_killed_at_the_deadline_too(engine: Engine) {
     let w = world(engine, &[("DEPLOY_TIMEOUT", "1s")]).await;
-    let script = "#!/bin/sh\nsetsid sleep 600 &\necho $! > \"$STATE_DIR/escaped.pid\"\nsleep 600\n";
+    let script = "#!/bin/sh\nsetsid sh -c 'read -r pid _ < /proc/self/stat; echo $pid > \"$STATE_DIR/escaped.pid.tmp\"; mv \"$STATE_DIR/escaped.pid.tmp\" \"$STATE_DIR/escaped.pid\"; exec sleep 600' &\nwhile [ ! -e \"$STATE_DIR/escaped.pid\" ]; do sleep 0.01; done\nsleep 600\n";
     let source = source_with_deploy(&w.db.path("escape"), script);
     let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
     let started = std::time::Instant::now();
@@ -321,8 +223,8 @@ async fn a_process_that_leaves_the_effects_group_is_killed_at_the_deadline_too(e
 async fn an_effect_that_exits_leaves_no_process_behind(engine: Engine) {
     let w = world(engine, &[]).await;
     let script = r#"#!/bin/sh
-setsid sleep 600 &
-echo $! > "$STATE_DIR/escaped.pid"
+setsid sh -c 'read -r pid _ < /proc/self/stat; echo $pid > "$STATE_DIR/escaped.pid.tmp"; mv "$STATE_DIR/escaped.pid.tmp" "$STATE_DIR/escaped.pid"; exec sleep 600' &
+while [ ! -e "$STATE_DIR/escaped.pid" ]; do sleep 0.01; done
 echo '{"nodes": [{"name": "web", "dnsNames": [], "outcome": "deployed"}]}' > "$SBOM_OUT_DIR/nodes.json"
 echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SBOM_OUT_DIR/web.cdx.json"
 "#;
@@ -390,7 +292,7 @@ async fn the_sweep_empties_old_logs_and_work_folders_and_keeps_the_rows(engine: 
         }
         tokio::task::yield_now().await;
     };
-    assert_eq!(swept, sweep::Swept { logs: 1, work_dirs: 1 });
+    assert_eq!(swept, sweep::Swept { logs: 1, work_dirs: 1, scratch_dirs: 0 });
     assert!(!w.ctx.work_dir(&id).exists());
     let mut conn = w.ctx.db.acquire().await.unwrap();
     assert_eq!(builds::log(&mut conn, &id).await.unwrap().as_deref(), Some(""));

@@ -112,7 +112,7 @@ pub async fn run(
             Err(e) => return refuse(output, e),
         };
     let build_id = accepted.build_id;
-    let ctx = Ctx { db, config: Arc::new(config), worker: format!("local-{}", std::process::id()), echo_log: true };
+    let ctx = Ctx::new(db, Arc::new(config), format!("local-{}", std::process::id()), true);
     let report = match build::run(BuildJob { build_id }, &ctx).await {
         Ok(Ran::Finished(report)) => report,
         Ok(other) => return refuse(output, format!("the build did not run: {other:?}")),

@@ -1,12 +1,14 @@
 //! `slipway-worker work`: the apalis adapter around `slipway_jobs::jobs`.
 //!
-//! apalis traps handled here (see `../shared/design/STACK-NOTES.md`): the queue
-//! name is set explicitly; every process gets a unique worker name; the
-//! heartbeat and missed-beat window are set explicitly so a dead worker's
-//! build is picked up again within `2 × SLIPWAY_HEARTBEAT`; idle workers poll
-//! every 250 ms (SQLite's update hook only sees its own process); no apalis
-//! timeout or catch-panic layer is used: deadlines live in the job body,
-//! which always records an outcome.
+//! apalis traps handled here: the queue name is set explicitly; every
+//! process gets a unique worker name; apalis looks for dead workers' jobs
+//! every half heartbeat and hands them out again once the worker has missed
+//! `MISSED_HEARTBEATS` heartbeats, so a dead worker's build is taken over
+//! within `2.5 × SLIPWAY_HEARTBEAT` plus a poll and a second of clock
+//! rounding; idle workers poll (every 250 ms on SQLite, whose update hook
+//! only sees its own process; every second besides LISTEN/NOTIFY on
+//! PostgreSQL); no apalis timeout or catch-panic layer is used: deadlines
+//! live in the job body, which always records an outcome.
 
 use anyhow::Context as _;
 use apalis::prelude::*;
@@ -21,8 +23,9 @@ use std::time::Duration;
 
 /// How often an idle SQLite worker looks for new builds.
 const POLL_EVERY: Duration = Duration::from_millis(250);
-/// How often an idle PostgreSQL worker looks, besides LISTEN/NOTIFY.
-const PG_POLL_EVERY: Duration = Duration::from_secs(2);
+/// How often an idle PostgreSQL worker looks, besides LISTEN/NOTIFY (a job
+/// handed out again after a worker died sends no notification).
+const PG_POLL_EVERY: Duration = Duration::from_secs(1);
 
 /// A name no other process has: `<prefix>-<host>-<pid>-<random>`.
 fn unique_name(prefix: &str) -> String {
@@ -73,6 +76,14 @@ async fn handle(job: BuildJob, ctx: Data<Ctx>, slots: Data<Slots>, attempt: Atte
 
 /// Runs the worker until SIGINT or SIGTERM.
 pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Result<()> {
+    slipway_jobs::effect::check_containment().map_err(|e| anyhow::anyhow!(e))?;
+    if !config.default_source_dir.join("core/default.nix").is_file() {
+        anyhow::bail!(
+            "SLIPWAY_DEFAULT_SOURCE_DIR {} holds no core/default.nix: point it at the built-in module source \
+             (the nix/ folder of Slipway's source tree), which deployments without a module source are deployed from",
+            config.default_source_dir.display()
+        );
+    }
     let db = slipway_jobs::store::open(&config).await.context("opening the database")?;
     let slots = slots.unwrap_or(config.build_slots) as usize;
     // apalis claims `prefetch` jobs at once and runs as many handlers; the
@@ -80,13 +91,14 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
     let prefetch = config.build_prefetch.map_or(slots, |p| p as usize);
     let name = unique_name(prefix);
     let heartbeat = config.heartbeat;
-    let ctx = Ctx { db: db.clone(), config: Arc::new(config), worker: name.clone(), echo_log: false };
+    let ctx = Ctx::new(db.clone(), Arc::new(config), name.clone(), false);
     let build_slots = Slots(Arc::new(tokio::sync::Semaphore::new(slots)));
     let all_slots = build_slots.clone();
-    let (ctx_for_sweep, name_for_sweep) = (ctx.clone(), name.clone());
-    let (ctx_db, name_for_alive) = (db.clone(), name.clone());
+    let (ctx_for_sweep, name_for_sweep, ctx_for_alive) = (ctx.clone(), name.clone(), ctx.clone());
+    let beats = Beats::default();
     tracing::info!(worker.name = %name, slots, prefetch, engine = ?db.engine(), "worker started");
     stop_orphans();
+    sweep_once(&ctx).await;
     let restarts = std::sync::Mutex::new(Restarts::default());
     let monitor = Monitor::new().should_restart(move |_ctx, error| {
         // Supervision: a worker whose heartbeat or storage failed starts
@@ -97,13 +109,16 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
         tokio::task::block_in_place(|| std::thread::sleep(wait));
         true
     });
+    // apalis looks for the jobs of dead workers on each of its heartbeats:
+    // every half heartbeat, after the same window of missed heartbeats.
+    let (apalis_beat, apalis_missed) = (heartbeat / 2, (MISSED_HEARTBEATS * 2) as usize);
     let monitor = match db {
         Db::Sqlite(pool) => monitor.register(move |_restarts| {
             let config = apalis_sqlite::Config::default()
                 .queue(BUILDS_QUEUE)
                 .batch_size(prefetch)
-                .heartbeat_interval(heartbeat)
-                .missed_heartbeats(MISSED_HEARTBEATS as usize);
+                .heartbeat_interval(apalis_beat)
+                .missed_heartbeats(apalis_missed);
             // SQLite's update hook only sees this process's writes: poll.
             let storage = SqliteStorage::<BuildJob>::new(&pool)
                 .with_config(config)
@@ -119,8 +134,8 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
             let config = apalis_postgres::Config::default()
                 .queue(BUILDS_QUEUE)
                 .batch_size(prefetch)
-                .heartbeat_interval(heartbeat)
-                .missed_heartbeats(MISSED_HEARTBEATS as usize);
+                .heartbeat_interval(apalis_beat)
+                .missed_heartbeats(apalis_missed);
             // LISTEN/NOTIFY wakes idle workers at once; the interval covers a
             // lost notification (for example across a database restart).
             let storage = PostgresStorage::<BuildJob>::new(&pool).with_config(config).poll_with_strategy(
@@ -142,8 +157,9 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
             .data(sweep_ctx.clone())
             .build(sweep_tick)
     });
-    let alive = tokio::spawn(keep_alive(ctx_db, name_for_alive, heartbeat));
-    let result = monitor.run_with_signal(shutdown()).await.context("the worker stopped with an error");
+    let alive = tokio::spawn(keep_alive(ctx_for_alive.clone(), beats.clone()));
+    let result =
+        monitor.run_with_signal(shutdown(ctx_for_alive, beats)).await.context("the worker stopped with an error");
     // Builds whose handler a restart of the apalis worker dropped still run:
     // they finish (and beat) before the process exits.
     let _all = all_slots.0.acquire_many(slots as u32).await;
@@ -152,15 +168,29 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
     Ok(())
 }
 
+/// Serialises this worker's heartbeats with the release of its claims on a
+/// forced stop, so no beat lands after the release.
+#[derive(Clone, Default)]
+struct Beats(Arc<tokio::sync::Mutex<()>>);
+
 /// Beats for this worker every half heartbeat, also while all its slots are
 /// busy and apalis does not poll (otherwise its long builds would be taken
-/// over by another worker while it still runs them).
-async fn keep_alive(db: Db, name: String, heartbeat: Duration) {
-    let mut tick = tokio::time::interval(heartbeat / 2);
+/// over by another worker while it still runs them), and tells the job
+/// bodies whether the database answers ([`slipway_jobs::jobs::Here::beat`]).
+async fn keep_alive(ctx: Ctx, beats: Beats) {
+    let mut tick = tokio::time::interval(ctx.config.heartbeat / 2);
     loop {
         tick.tick().await;
-        if let Err(e) = slipway_jobs::store::db::keep_worker_alive(&db, &name).await {
-            tracing::warn!(error = %e, "could not record this worker's heartbeat");
+        let _beat = beats.0.lock().await;
+        if ctx.here.abandoned() {
+            return;
+        }
+        match slipway_jobs::store::db::keep_worker_alive(&ctx.db, &ctx.worker).await {
+            Ok(_) => ctx.here.beat(true),
+            Err(e) => {
+                ctx.here.beat(false);
+                tracing::warn!(error = %e, "could not record this worker's heartbeat");
+            }
         }
     }
 }
@@ -216,21 +246,37 @@ fn stop_orphans() {
     }
 }
 
+/// One retention sweep (also of the scratch folders that attempts which can
+/// no longer run left on this host).
+async fn sweep_once(ctx: &Ctx) {
+    match sweep::run(ctx).await {
+        Ok(swept) => tracing::info!(
+            logs = swept.logs,
+            work_dirs = swept.work_dirs,
+            scratch_dirs = swept.scratch_dirs,
+            "retention sweep"
+        ),
+        Err(e) => tracing::warn!(error = %e, "retention sweep failed; the next tick tries again"),
+    }
+}
+
 /// The sweep job: a failed sweep waits for the next tick (§6: "next tick").
 async fn sweep_tick(_tick: Tick<Utc>, ctx: Data<Ctx>) -> Result<(), BoxDynError> {
     stop_orphans();
-    match sweep::run(&ctx).await {
-        Ok(swept) => tracing::info!(logs = swept.logs, work_dirs = swept.work_dirs, "retention sweep"),
-        Err(e) => tracing::warn!(error = %e, "retention sweep failed; the next tick tries again"),
-    }
+    sweep_once(&ctx).await;
     Ok(())
 }
+
+/// How long a worker stopping at once tries to hand its builds back before
+/// it exits anyway (their heartbeat then goes stale instead).
+const RELEASE_PATIENCE: Duration = Duration::from_secs(3);
 
 /// Resolves on the first SIGTERM or SIGINT: the worker takes no new build
 /// and exits once its running builds have finished (a rolling restart
 /// re-runs nothing). A second signal stops it at once: its effects are
-/// killed and exit status is 1; another worker re-runs those builds (Q-1).
-async fn shutdown() -> std::io::Result<()> {
+/// killed, its builds and claimed jobs are handed back so another worker
+/// takes them over right away (Q-1), and the exit status is 1.
+async fn shutdown(ctx: Ctx, beats: Beats) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -244,12 +290,22 @@ async fn shutdown() -> std::io::Result<()> {
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
-        build::abandon_running_builds();
-        let killed = slipway_jobs::effect::kill_own();
-        tracing::warn!(
-            processes = killed,
-            "stopping now: killed this worker's effects; its builds will run again on another worker"
-        );
+        let _no_more_beats = beats.0.lock().await;
+        ctx.here.abandon();
+        let running = ctx.here.running();
+        let killed = tokio::task::spawn_blocking(slipway_jobs::effect::kill_own).await.unwrap_or(0);
+        let released =
+            tokio::time::timeout(RELEASE_PATIENCE, slipway_jobs::store::db::release_worker(&ctx.db, &ctx.worker)).await;
+        match released {
+            Ok(Ok(jobs)) => tracing::warn!(
+                processes = killed,
+                builds = running.len(),
+                jobs,
+                "stopping now: killed this worker's effects and handed its builds back to the fleet"
+            ),
+            Ok(Err(e)) => tracing::warn!(processes = killed, error = %e, "stopping now: killed this worker's effects; could not hand its builds back, so another worker takes them over once its heartbeat is stale"),
+            Err(_) => tracing::warn!(processes = killed, "stopping now: killed this worker's effects; the database did not answer, so another worker takes its builds over once its heartbeat is stale"),
+        }
         std::process::exit(1);
     });
     Ok(())

@@ -58,14 +58,16 @@ async fn an_api_that_dies_inside_a_submit_leaves_no_build_without_its_job(engine
 }
 
 /// A module source whose deploy takes `seconds`, records each effect's pid
-/// in `$STATE_DIR/pids`, and reports one node with a tiny SBOM.
+/// (as this host numbers it: the effect is the first process of its own PID
+/// namespace) in `$STATE_DIR/pids`, and reports one node with a tiny SBOM.
 fn slow_source(root: &Path, seconds: u32) {
     let effects = root.join("core/effects");
     std::fs::create_dir_all(&effects).unwrap();
     std::fs::write(root.join("core/default.nix"), "{ provider ? {} }: { }\n").unwrap();
     let deploy = format!(
         r#"#!/bin/sh
-echo $$ >> "$STATE_DIR/pids"
+read -r pid _ < /proc/self/stat
+echo "$pid" >> "$STATE_DIR/pids"
 # Records a deploy that runs beside another one on this host (all deployments share the lock).
 exec 9>"$STATE_DIR/../slot.lock"
 flock -n 9 || echo "$BUILD_ID" >> "$STATE_DIR/../overlaps"

@@ -71,6 +71,10 @@ impl From<&BuildRow> for BuildSummary {
 pub struct DeploymentView {
     id: String,
     state: DeploymentState,
+    /// The build the state comes from: the latest that ran or may still
+    /// run. `last_build` may be newer: a build cancelled before it started,
+    /// or superseded, changed nothing (ST-1, Q-7).
+    state_build_id: Option<String>,
     module_source: Option<String>,
     domain: Option<String>,
     /// Instances of the last submit.
@@ -85,9 +89,11 @@ pub struct DeploymentView {
 
 async fn view(conn: &mut Conn, row: DeploymentRow) -> Result<DeploymentView, ApiError> {
     let latest = builds::latest(conn, &row.id).await?;
+    let deciding = builds::deciding(conn, &row.id).await?;
     let deployed = builds::latest_succeeded(conn, &row.id).await?;
     Ok(DeploymentView {
-        state: DeploymentState::derive(latest.as_ref().map(|b| (b.kind, b.status))),
+        state: DeploymentState::derive(deciding.as_ref().map(|b| (b.kind, b.status))),
+        state_build_id: deciding.map(|b| b.id),
         deployed_instances: match deployed {
             Some(b) if b.kind == BuildKind::Deploy => b.instances,
             _ => Vec::new(),

@@ -4,7 +4,7 @@
 
 use super::report::Report;
 use super::{deploy, destroy, BuildJob, Ctx, JobError};
-use crate::effect::{EffectOutcome, EffectSpec, LogSink};
+use crate::effect::{EffectOutcome, EffectSpec, LogSink, Stop};
 use crate::source::ModuleSource;
 use crate::state::{BuildKind, BuildStatus};
 use crate::store::builds::{self, BuildRow, Finish};
@@ -48,26 +48,16 @@ pub enum Ran {
     /// The build runs on a live worker (its job was handed out again after
     /// a database outage); a new job looks again later.
     Deferred,
-    /// This process is stopping at once ([`abandon_running_builds`]): the
+    /// This process is stopping at once ([`super::Here::abandon`]): the
     /// outcome was not recorded and another worker runs the build again.
     Abandoned,
 }
 
-static ABANDONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Called when the process stops at once (a worker's second SIGTERM), before
-/// it kills its effects: no build of this process records an outcome from
-/// then on, so an effect killed by the stop is never taken for a failure;
-/// the builds stay `running` and another worker takes them over.
-pub fn abandon_running_builds() {
-    ABANDONED.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
 /// Runs one `builds` job (§6 `deploy`/`destroy`).
 pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
-    if let Some(owner) = live_owner(&job.build_id, ctx).await? {
+    if let Some((owner, wait)) = live_owner(&job.build_id, ctx).await? {
         tracing::info!(build.id = %job.build_id, worker.name = %owner, "the build runs on a live worker; looking again later");
-        builds::push_recheck(&ctx.db, &job.build_id, takeover_window(ctx)).await?;
+        builds::push_recheck(&ctx.db, &job.build_id, wait).await?;
         return Ok(Ran::Deferred);
     }
     let Some(build) = builds::claim(&ctx.db, &job.build_id, &ctx.worker).await? else {
@@ -88,33 +78,16 @@ fn takeover_window(ctx: &Ctx) -> std::time::Duration {
     ctx.config.heartbeat * super::MISSED_HEARTBEATS
 }
 
-/// Builds this process runs now (their ids).
-static RUNNING_HERE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-
-/// Removes a build from [`RUNNING_HERE`] when its run ends, however it ends.
-struct RunningHere(String);
-
-impl RunningHere {
-    fn enter(id: &str) -> Self {
-        RUNNING_HERE.lock().expect("running builds lock").push(id.to_owned());
-        Self(id.to_owned())
-    }
-}
-
-impl Drop for RunningHere {
-    fn drop(&mut self) {
-        RUNNING_HERE.lock().expect("running builds lock").retain(|b| *b != self.0);
-    }
-}
-
-/// The live worker that runs build `id`, if any. A build's job can be handed
-/// out again while its worker still runs it: after a database outage every
-/// worker's heartbeat looks stale at once. So a `running` build is taken over
-/// only when its worker is gone: not this process's own running build, and
-/// a heartbeat older than the missed-beat window, still so one heartbeat
-/// later (a live worker beats every half heartbeat once the database is back).
-async fn live_owner(id: &str, ctx: &Ctx) -> Result<Option<String>, JobError> {
-    let window_ms = takeover_window(ctx).as_millis() as i64;
+/// The live worker that runs build `id`, if any, and when to look again. A
+/// build's job can be handed out again while its worker still runs it:
+/// after a database outage every worker's heartbeat looks stale at once. So
+/// a `running` build is taken over only when its worker is gone: not this
+/// process's own running build, and a heartbeat older than the missed-beat
+/// window while this process itself has reached the database for at least
+/// that window (a live owner would have beaten meanwhile: workers beat every
+/// half heartbeat).
+async fn live_owner(id: &str, ctx: &Ctx) -> Result<Option<(String, std::time::Duration)>, JobError> {
+    let window = takeover_window(ctx);
     let owner = {
         let mut conn = ctx.db.acquire().await?;
         match builds::get(&mut conn, id).await? {
@@ -124,41 +97,41 @@ async fn live_owner(id: &str, ctx: &Ctx) -> Result<Option<String>, JobError> {
     };
     let Some(owner) = owner else { return Ok(None) };
     if owner == ctx.worker {
-        let mine = RUNNING_HERE.lock().expect("running builds lock").iter().any(|b| b == id);
-        return Ok(mine.then_some(owner));
+        return Ok(ctx.here.runs(id).then_some((owner, window)));
     }
-    for look in 0..2 {
-        if look > 0 {
-            tokio::time::sleep(ctx.config.heartbeat).await;
+    match crate::store::db::worker_heartbeat_age_ms(&ctx.db, &owner).await? {
+        Some(age) if age < window.as_millis() as i64 => Ok(Some((owner, window))),
+        // Stale, but this process has not seen the database long enough to
+        // tell a dead worker from one that cannot reach it either.
+        Some(_) if ctx.here.reachable_for() < window => {
+            Ok(Some((owner, window.saturating_sub(ctx.here.reachable_for()).max(ctx.config.heartbeat / 2))))
         }
-        match crate::store::db::worker_heartbeat_age_ms(&ctx.db, &owner).await? {
-            Some(age) if age < window_ms => return Ok(Some(owner)),
-            Some(_) => {}
-            // Not a registered worker at all (a local run's build): gone.
-            None => return Ok(None),
-        }
+        Some(_) => Ok(None),
+        // Not a registered worker at all (a local run's build): gone.
+        None => Ok(None),
     }
-    Ok(None)
 }
 
 async fn run_claimed(build: BuildRow, ctx: &Ctx) -> Result<Ran, JobError> {
-    let _here = RunningHere::enter(&build.id);
+    let _here = ctx.here.enter(&build.id);
     tracing::info!("build started");
+    crate::failpoint::hit("build_claimed");
     let started = Instant::now();
     let mut outcome = match build.kind {
         // Cancelled while its worker was dead: it is not run again, and what
         // that worker left running on this host is stopped.
         _ if build.cancel_requested => {
-            crate::effect::kill_marked(&build.id);
+            crate::effect::kill_stale(&build.id, build.attempts);
             Outcome { report: cancelled(blank_report(&build)), sboms: SbomChange::None }
         }
         BuildKind::Deploy => deploy::run(&build, ctx).await,
         BuildKind::Destroy => destroy::run(&build, ctx).await,
     };
-    if ABANDONED.load(std::sync::atomic::Ordering::SeqCst) {
+    if ctx.here.abandoned() {
         tracing::warn!("this worker is stopping at once; the build is left for another worker");
         return Ok(Ran::Abandoned);
     }
+    crate::failpoint::hit("effect_ended");
     outcome.report.duration_ms = started.elapsed().as_millis() as i64;
     outcome.report.summarise();
     let report = outcome.report;
@@ -253,8 +226,14 @@ pub(crate) fn fail(mut report: Report, reason: &str, error: impl Into<String>) -
 pub(crate) fn cancelled(mut report: Report) -> Report {
     report.status = BuildStatus::Cancelled;
     report.reason = Some("cancelled".to_owned());
-    report.error = Some("cancelled on request; the effect's process group was killed".to_owned());
+    report.error = Some("cancelled on request; every process of the effect was killed".to_owned());
     report
+}
+
+/// Marks `report` as the run of an attempt whose claim another worker took
+/// (never stored: recording it fails on the claim).
+pub(crate) fn claim_lost(report: Report) -> Report {
+    fail(report, "claim_lost", "another worker took this build over; this attempt stopped")
 }
 
 /// The folder holding `core/` for a build's module source (MS-1). A build
@@ -282,21 +261,52 @@ pub const LOG_LIMIT: i64 = 8 * 1024 * 1024;
 /// Appends effect output to the build's log in the database, up to
 /// [`LOG_LIMIT`] bytes over all attempts of the build.
 /// Only the worker that holds the build's claim writes; each attempt
-/// numbers its chunks apart ([`builds::log_base`]).
+/// numbers its chunks apart ([`builds::log_base`]). Paths of this host are
+/// shown relative to the attempt's work folder (`./sbom/…`) or by the
+/// variable that names them (`$STATE_DIR/…`, `$MODULE_SOURCE_DIR/…`), so
+/// token holders never see the server's layout.
 pub(crate) struct DbLog {
     db: Db,
     build: BuildRow,
     echo: bool,
+    /// Host paths and what the log shows instead, longest first.
+    paths: Vec<(String, String)>,
     /// Next chunk number and bytes stored so far.
     end: std::sync::Mutex<(i64, i64)>,
 }
 
 impl DbLog {
-    pub(crate) async fn open(db: Db, build: &BuildRow, echo: bool) -> Self {
+    pub(crate) async fn open(db: Db, build: &BuildRow, echo: bool, paths: Vec<(String, String)>) -> Self {
         let end =
             builds::log_end(&db, &build.id, build.attempts).await.unwrap_or((builds::log_base(build.attempts) + 1, 0));
-        Self { db, build: build.clone(), echo, end: std::sync::Mutex::new(end) }
+        let mut paths = paths;
+        paths.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
+        Self { db, build: build.clone(), echo, paths, end: std::sync::Mutex::new(end) }
     }
+}
+
+/// Replaces each host path `from` in `text` by `to` where the path ends
+/// there (followed by `/`, the end, or a character that cannot continue a
+/// file name such as a space or quote).
+pub(crate) fn hide_paths(text: &str, paths: &[(String, String)]) -> String {
+    let mut out = text.to_owned();
+    for (from, to) in paths {
+        if from.is_empty() || !out.contains(from.as_str()) {
+            continue;
+        }
+        let mut result = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        while let Some(at) = rest.find(from.as_str()) {
+            let after = &rest[at + from.len()..];
+            let ends = after.chars().next().is_none_or(|c| !(c.is_alphanumeric() || "-_.+".contains(c)));
+            result.push_str(&rest[..at]);
+            result.push_str(if ends { to } else { from });
+            rest = after;
+        }
+        result.push_str(rest);
+        out = result;
+    }
+    out
 }
 
 impl LogSink for DbLog {
@@ -305,6 +315,7 @@ impl LogSink for DbLog {
             if self.echo {
                 eprint!("{chunk}");
             }
+            let chunk = hide_paths(chunk, &self.paths);
             let (seq, text) = {
                 let mut end = self.end.lock().expect("log position lock");
                 let (seq, bytes) = *end;
@@ -312,7 +323,7 @@ impl LogSink for DbLog {
                 let text = if room <= 0 {
                     None
                 } else if chunk.len() as i64 <= room {
-                    Some(chunk.to_owned())
+                    Some(chunk.clone())
                 } else {
                     let mut cut = room as usize;
                     while !chunk.is_char_boundary(cut) {
@@ -338,9 +349,16 @@ impl LogSink for DbLog {
     }
 }
 
-/// Prepares a build's work folder (with an empty `sbom/` folder, the
+/// Prepares the attempt's work folder (with an empty `sbom/` folder, the
 /// effect's `SBOM_OUT_DIR`) and runs one of the source's effects with the
-/// environment of Q-4. Returns how it ended and the work folder.
+/// environment of Q-4. Returns how it ended and the attempt's work folder.
+///
+/// Everything here is scoped to this attempt: it stops only older attempts'
+/// effects on this host, removes only older attempts' folders, and runs the
+/// effect only while this worker still holds the build's claim (checked
+/// before the start and every second while it runs; the deployment's lock,
+/// which the effect holds, keeps a late start from running beside the
+/// attempt that took over).
 pub(crate) async fn run_effect(
     build: &BuildRow,
     ctx: &Ctx,
@@ -348,16 +366,30 @@ pub(crate) async fn run_effect(
     effect: &str,
     deadline: std::time::Duration,
 ) -> Result<(EffectOutcome, PathBuf), String> {
-    let work = ctx.work_dir(&build.id);
+    let work = ctx.attempt_dir(&build.id, build.attempts);
     let state = ctx.provider_state_dir(&build.deployment_id);
+    // A worker that died (or was taken for dead) on this host may have left
+    // an older attempt's effect running: stop it before running again (Q-1;
+    // one build of a deployment at a time).
+    let stale = crate::effect::kill_stale(&build.id, build.attempts);
+    if stale > 0 {
+        tracing::warn!(processes = stale, "stopped an older attempt's effect left running on this host");
+    }
+    if !builds::claim_status(&ctx.db, build).await.map_err(|e| e.to_string())?.held {
+        return Ok((EffectOutcome::Stopped(Stop::ClaimLost), work));
+    }
     let prepare = || -> std::io::Result<PathBuf> {
-        // A worker that died on this host left its effect running: stop it
-        // before running again (Q-1; one build of a deployment at a time).
-        let stale = crate::effect::kill_marked(&build.id);
-        if stale > 0 {
-            tracing::warn!(processes = stale, "stopped the effect a dead worker left running");
+        // Older attempts' folders go; this attempt starts from a clean one.
+        for entry in std::fs::read_dir(ctx.work_dir(&build.id)).into_iter().flatten().flatten() {
+            let older = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("attempt-")?.parse::<i64>().ok())
+                .is_some_and(|n| n < build.attempts);
+            if older {
+                std::fs::remove_dir_all(entry.path())?;
+            }
         }
-        // A re-run after a crash starts from a clean work folder.
         if work.exists() {
             std::fs::remove_dir_all(&work)?;
         }
@@ -367,45 +399,63 @@ pub(crate) async fn run_effect(
         std::fs::write(&file, serde_json::to_vec_pretty(&build.configuration).expect("configuration serialises"))?;
         Ok(file)
     };
-    let config_file = prepare().map_err(|e| format!("cannot prepare the work folder {}: {e}", work.display()))?;
+    let config_file = prepare().map_err(|e| format!("cannot prepare the build's work folder: {e}"))?;
     let abs = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
+    let (work_abs, state_abs, source_abs) = (abs(&work), abs(&state), abs(source));
     let env = vec![
         ("DEPLOYMENT_ID".to_owned(), build.deployment_id.clone()),
         ("BUILD_ID".to_owned(), build.id.clone()),
         ("CONFIGURATION_FILE".to_owned(), abs(&config_file)),
-        ("MODULE_SOURCE_DIR".to_owned(), abs(source)),
-        ("STATE_DIR".to_owned(), abs(&state)),
+        ("MODULE_SOURCE_DIR".to_owned(), source_abs.clone()),
+        ("STATE_DIR".to_owned(), state_abs.clone()),
         ("SBOM_OUT_DIR".to_owned(), abs(&work.join("sbom"))),
         ("DEPLOY_SBOM_TIMEOUT".to_owned(), ctx.config.deploy_sbom_timeout.as_secs().to_string()),
         ("PROVIDER".to_owned(), "local".to_owned()),
-        ("NIX_CONFIG".to_owned(), "substituters =".to_owned()),
     ];
     let spec = EffectSpec {
         program: source.join("core/effects").join(effect),
         dir: work.clone(),
         env,
         deadline,
-        marker: build.id.clone(),
+        build: build.id.clone(),
+        attempt: build.attempts,
+        lock: ctx.deployment_lock(&build.deployment_id),
+        scratch: work.join("tmp"),
     };
-    let log = DbLog::open(ctx.db.clone(), build, ctx.echo_log).await;
-    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(build.cancel_requested);
-    let watcher = tokio::spawn(watch_cancel(ctx.db.clone(), build.id.clone(), cancel_tx));
-    let outcome = crate::effect::run(&spec, &log, cancel_rx).await;
+    // Each folder as the effect sees it, and as the worker's configuration names it.
+    let paths = [
+        (work_abs, &work, "."),
+        (state_abs, &state, "$STATE_DIR"),
+        (source_abs, &source.to_path_buf(), "$MODULE_SOURCE_DIR"),
+    ]
+    .into_iter()
+    .flat_map(|(canonical, given, to)| [(canonical, to.to_owned()), (given.display().to_string(), to.to_owned())])
+    .filter(|(from, _)| from.starts_with('/'))
+    .collect();
+    let log = DbLog::open(ctx.db.clone(), build, ctx.echo_log, paths).await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(build.cancel_requested.then_some(Stop::Cancel));
+    let watcher = tokio::spawn(watch_claim(ctx.db.clone(), build.clone(), stop_tx));
+    let outcome = crate::effect::run(&spec, &log, stop_rx).await;
     watcher.abort();
     Ok((outcome.map_err(|e| e.to_string())?, work))
 }
 
-/// How often a running build looks for a cancel request.
-const CANCEL_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often a running build looks for a cancel request and its claim.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Sends `true` once someone asked to cancel the build.
-async fn watch_cancel(db: Db, build_id: String, tx: tokio::sync::watch::Sender<bool>) {
-    let mut tick = tokio::time::interval(CANCEL_POLL);
+/// Sends why the effect must stop: someone asked to cancel the build, or
+/// this worker no longer holds its claim.
+async fn watch_claim(db: Db, build: BuildRow, tx: tokio::sync::watch::Sender<Option<Stop>>) {
+    let mut tick = tokio::time::interval(WATCH_EVERY);
     loop {
         tick.tick().await;
-        if let Ok(true) = builds::cancel_requested(&db, &build_id).await {
-            let _ = tx.send(true);
-            return;
-        }
+        let stop = match builds::claim_status(&db, &build).await {
+            Ok(status) if !status.held => Stop::ClaimLost,
+            Ok(status) if status.cancel_requested => Stop::Cancel,
+            // A database outage is not a reason to stop the effect.
+            _ => continue,
+        };
+        let _ = tx.send(Some(stop));
+        return;
     }
 }

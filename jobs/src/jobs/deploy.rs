@@ -10,10 +10,10 @@
 //!    the build succeeded). A failed build changes no SBOM, and its error
 //!    names each failed node.
 
-use super::build::{blank_report, cancelled, fail, resolve_source, run_effect, Outcome, SbomChange};
+use super::build::{blank_report, cancelled, claim_lost, fail, resolve_source, run_effect, Outcome, SbomChange};
 use super::report::NodeReport;
 use super::Ctx;
-use crate::effect::EffectOutcome;
+use crate::effect::{EffectOutcome, Stop};
 use crate::state::BuildStatus;
 use crate::store::builds::BuildRow;
 use crate::store::sboms::NodeSbom;
@@ -26,18 +26,19 @@ struct NodesFile {
     nodes: Vec<NodeEntry>,
 }
 
+/// One node of `nodes.json`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct NodeEntry {
-    name: String,
+pub(crate) struct NodeEntry {
+    pub(crate) name: String,
     #[serde(default)]
-    dns_names: Vec<String>,
+    pub(crate) dns_names: Vec<String>,
     #[serde(default)]
-    system: Option<String>,
+    pub(crate) system: Option<String>,
     #[serde(default)]
-    outcome: Option<String>,
+    pub(crate) outcome: Option<String>,
     #[serde(default)]
-    error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// Runs a claimed deploy build.
@@ -68,7 +69,8 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
             "timeout",
             format!("the deploy ran past DEPLOY_TIMEOUT ({}s) and was killed", ctx.config.deploy_timeout.as_secs()),
         )),
-        EffectOutcome::Cancelled => no_change(cancelled(report)),
+        EffectOutcome::Stopped(Stop::Cancel) => no_change(cancelled(report)),
+        EffectOutcome::Stopped(Stop::ClaimLost) => no_change(claim_lost(report)),
         EffectOutcome::Exited(code) => {
             report.exit_code = Some(code);
             if !failed.is_empty() {
@@ -97,21 +99,25 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
     }
 }
 
+/// Reads `$SBOM_OUT_DIR/nodes.json` (deploy and destroy write it);
+/// `None` when it is missing or malformed (a malformed one is a warning).
+pub(crate) fn read_nodes(dir: &Path, warnings: &mut Vec<String>) -> Option<Vec<NodeEntry>> {
+    let text = std::fs::read_to_string(dir.join("nodes.json")).ok()?;
+    match serde_json::from_str::<NodesFile>(&text) {
+        Ok(n) => Some(n.nodes),
+        Err(e) => {
+            warnings.push(format!("nodes.json is not of the documented shape: {e}"));
+            None
+        }
+    }
+}
+
 /// Reads `nodes.json` and each node's SBOM or error from the deploy's output folder.
 fn read_sbom_dir(dir: &Path, warnings: &mut Vec<String>) -> (Vec<NodeReport>, Vec<(String, NodeSbom)>) {
-    let nodes: NodesFile = match std::fs::read_to_string(dir.join("nodes.json")) {
-        Err(_) => return (Vec::new(), Vec::new()),
-        Ok(text) => match serde_json::from_str(&text) {
-            Ok(n) => n,
-            Err(e) => {
-                warnings.push(format!("nodes.json is not of the documented shape: {e}"));
-                return (Vec::new(), Vec::new());
-            }
-        },
-    };
+    let Some(nodes) = read_nodes(dir, warnings) else { return (Vec::new(), Vec::new()) };
     let mut reports = Vec::new();
     let mut sboms = Vec::new();
-    for node in nodes.nodes {
+    for node in nodes {
         let sbom = read_node_sbom(dir, &node.name);
         let failed = node.outcome.as_deref() == Some("failed");
         let (sbom_state, sbom_error) = match &sbom {

@@ -1,14 +1,17 @@
 //! The destroy job (§6 `destroy`, MS-3; seed 000 "Two-store model and deletion").
 //!
 //! Runs `core/effects/destroy` of the build's module source under
-//! `DESTROY_TIMEOUT`. On success every SBOM of the deployment is removed (in
+//! `DESTROY_TIMEOUT` and reports the nodes it removed (`$SBOM_OUT_DIR/nodes.json`,
+//! when the effect writes it). On success every SBOM of the deployment is removed (in
 //! the transaction that marks the build succeeded) and the deployment is
 //! `idle`; a failed destroy changes nothing and leaves it `failed`, so the
 //! front-end keeps its intent record and the operator can try again.
 
-use super::build::{blank_report, cancelled, fail, resolve_source, run_effect, Outcome, SbomChange};
+use super::build::{blank_report, cancelled, claim_lost, fail, resolve_source, run_effect, Outcome, SbomChange};
+use super::deploy::read_nodes;
+use super::report::NodeReport;
 use super::Ctx;
-use crate::effect::EffectOutcome;
+use crate::effect::{EffectOutcome, Stop};
 use crate::state::BuildStatus;
 use crate::store::builds::BuildRow;
 
@@ -20,18 +23,33 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
         Ok(dir) => dir,
         Err(e) => return no_change(fail(report, "source_unavailable", e)),
     };
-    let outcome = match run_effect(build, ctx, &source, "destroy", ctx.config.destroy_timeout).await {
-        Ok((o, _work)) => o,
+    let (outcome, work) = match run_effect(build, ctx, &source, "destroy", ctx.config.destroy_timeout).await {
+        Ok(o) => o,
         Err(e) => return no_change(fail(report, "worker_error", e)),
     };
     let mut report = report;
+    // The nodes the effect removed, when it says (`nodes.json`, optional).
+    if let Some(nodes) = read_nodes(&work.join("sbom"), &mut report.warnings) {
+        report.nodes = nodes
+            .into_iter()
+            .map(|n| NodeReport {
+                name: n.name,
+                outcome: n.outcome.unwrap_or_else(|| "destroyed".to_owned()),
+                dns_names: n.dns_names,
+                system: n.system,
+                sbom: None,
+                error: n.error,
+            })
+            .collect();
+    }
     match outcome {
         EffectOutcome::TimedOut => no_change(fail(
             report,
             "timeout",
             format!("the destroy ran past DESTROY_TIMEOUT ({}s) and was killed", ctx.config.destroy_timeout.as_secs()),
         )),
-        EffectOutcome::Cancelled => no_change(cancelled(report)),
+        EffectOutcome::Stopped(Stop::Cancel) => no_change(cancelled(report)),
+        EffectOutcome::Stopped(Stop::ClaimLost) => no_change(claim_lost(report)),
         EffectOutcome::Exited(0) => {
             report.exit_code = Some(0);
             report.status = BuildStatus::Succeeded;

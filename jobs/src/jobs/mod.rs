@@ -69,17 +69,117 @@ pub struct Ctx {
     pub worker: String,
     /// Also copy effect output to stderr (local runs, §11).
     pub echo_log: bool,
+    /// What this worker process knows of itself, shared by its job bodies.
+    pub here: Arc<Here>,
+}
+
+/// The state one worker process keeps about itself (never stored).
+#[derive(Debug)]
+pub struct Here {
+    /// Builds this process runs now (their ids).
+    running: std::sync::Mutex<Vec<String>>,
+    /// Set when the process stops at once: no build records an outcome any more.
+    abandoned: std::sync::atomic::AtomicBool,
+    /// Since when this process has reached the database without a failed
+    /// heartbeat; `None` while it cannot. A worker judges another dead only
+    /// after it could see the database itself for the whole missed-beat window.
+    reachable_since: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl Default for Here {
+    fn default() -> Self {
+        Self {
+            running: Default::default(),
+            abandoned: Default::default(),
+            reachable_since: std::sync::Mutex::new(Some(std::time::Instant::now())),
+        }
+    }
+}
+
+impl Here {
+    /// Records that build `id` runs in this process until the guard drops.
+    pub(crate) fn enter(self: &Arc<Self>, id: &str) -> RunningHere {
+        self.running.lock().expect("running builds lock").push(id.to_owned());
+        RunningHere { here: Arc::clone(self), id: id.to_owned() }
+    }
+
+    /// Whether build `id` runs in this process.
+    pub fn runs(&self, id: &str) -> bool {
+        self.running.lock().expect("running builds lock").iter().any(|b| b == id)
+    }
+
+    /// The builds this process runs now.
+    pub fn running(&self) -> Vec<String> {
+        self.running.lock().expect("running builds lock").clone()
+    }
+
+    /// Called when the process stops at once (a worker's second SIGTERM),
+    /// before it kills its effects: no build of this process records an
+    /// outcome from then on, so an effect killed by the stop is never taken
+    /// for a failure; another worker takes the builds over.
+    pub fn abandon(&self) {
+        self.abandoned.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether [`Here::abandon`] was called.
+    pub fn abandoned(&self) -> bool {
+        self.abandoned.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Records a heartbeat of this worker: `true` when it reached the database.
+    pub fn beat(&self, reached: bool) {
+        let mut since = self.reachable_since.lock().expect("reachability lock");
+        match (reached, *since) {
+            (true, None) => *since = Some(std::time::Instant::now()),
+            (false, _) => *since = None,
+            (true, Some(_)) => {}
+        }
+    }
+
+    /// For how long this process has reached the database without a failure.
+    pub fn reachable_for(&self) -> std::time::Duration {
+        self.reachable_since.lock().expect("reachability lock").map_or(std::time::Duration::ZERO, |s| s.elapsed())
+    }
+}
+
+/// Removes a build from [`Here`]'s running builds when its run ends, however it ends.
+pub(crate) struct RunningHere {
+    here: Arc<Here>,
+    id: String,
+}
+
+impl Drop for RunningHere {
+    fn drop(&mut self) {
+        self.here.running.lock().expect("running builds lock").retain(|b| *b != self.id);
+    }
 }
 
 impl Ctx {
-    /// The work folder of one build: `<state dir>/builds/<build id>`.
+    /// A context for worker `worker` (a name no other process has).
+    pub fn new(db: Db, config: Arc<Config>, worker: impl Into<String>, echo_log: bool) -> Self {
+        Self { db, config, worker: worker.into(), echo_log, here: Arc::default() }
+    }
+
+    /// The work folder of one build: `<state dir>/builds/<build id>`; each
+    /// attempt works in a folder of its own inside it ([`Ctx::attempt_dir`]).
     pub fn work_dir(&self, build_id: &str) -> PathBuf {
         self.config.state_dir.join("builds").join(build_id)
+    }
+
+    /// The work folder of one attempt of a build: `<work dir>/attempt-<n>`.
+    pub fn attempt_dir(&self, build_id: &str, attempt: i64) -> PathBuf {
+        self.work_dir(build_id).join(format!("attempt-{attempt}"))
     }
 
     /// The provider state folder of one deployment: `<state dir>/provider/<id>`.
     pub fn provider_state_dir(&self, deployment: &str) -> PathBuf {
         self.config.state_dir.join("provider").join(deployment)
+    }
+
+    /// The lock file one deployment's effects hold on this host:
+    /// `<state dir>/locks/<id>.lock`.
+    pub fn deployment_lock(&self, deployment: &str) -> PathBuf {
+        self.config.state_dir.join("locks").join(format!("{deployment}.lock"))
     }
 }
 

@@ -3,6 +3,11 @@
 //! their work folder and their log; the build rows stay, with status, reason,
 //! timings and report. Every worker host sweeps its own work folders; the
 //! log clearing is the same statement everywhere, so sweeping twice is harmless.
+//!
+//! It also removes, at once, the scratch folders (`attempt-<n>/tmp`, an
+//! effect's `TMPDIR`) of attempts that can no longer run: their build has
+//! finished or moved on to a later attempt. An effect removes its own
+//! scratch folder however it ends; this catches a worker killed with it.
 
 use super::Ctx;
 use crate::store::{now_ms, StoreError, Q};
@@ -15,6 +20,8 @@ pub struct Swept {
     pub logs: u64,
     /// Work folders removed from this host.
     pub work_dirs: u64,
+    /// Scratch folders of attempts that can no longer run, removed from this host.
+    pub scratch_dirs: u64,
 }
 
 /// Sweeps builds that finished before `now_ms - RETENTION`.
@@ -28,24 +35,35 @@ pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
         .await?
         .int("n")? as u64;
     Q::new(format!("DELETE FROM build_log_chunks WHERE build_id IN ({old})")).int(cutoff).execute(&mut conn).await?;
-    let mut work_dirs = 0;
+    let (mut work_dirs, mut scratch_dirs) = (0, 0);
     let root = ctx.config.state_dir.join("builds");
     for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
         let Some(build_id) = entry.file_name().to_str().map(str::to_owned) else { continue };
-        let finished = Q::new("SELECT finished_at FROM builds WHERE id = $1")
+        let row = Q::new("SELECT finished_at, attempts FROM builds WHERE id = $1")
             .text(&build_id)
             .fetch_optional(&mut conn)
-            .await?
-            .map(|r| r.opt_int("finished_at"))
-            .transpose()?
-            .flatten();
-        // Unknown ids (another database's builds) and running builds are left alone.
+            .await?;
+        // Unknown ids (another database's builds) are left alone.
+        let Some(row) = row else { continue };
+        let (finished, attempts) = (row.opt_int("finished_at")?, row.int("attempts")?);
         if finished.is_some_and(|at| at < cutoff) {
             match std::fs::remove_dir_all(entry.path()) {
                 Ok(()) => work_dirs += 1,
                 Err(e) => tracing::warn!(build.id = %build_id, error = %e, "cannot remove a swept work folder"),
             }
+            continue;
+        }
+        for attempt in std::fs::read_dir(entry.path()).into_iter().flatten().flatten() {
+            let n = attempt.file_name().to_str().and_then(|n| n.strip_prefix("attempt-")?.parse::<i64>().ok());
+            let scratch = attempt.path().join("tmp");
+            let over = finished.is_some() || n.is_some_and(|n| n < attempts);
+            if over && scratch.exists() {
+                match std::fs::remove_dir_all(&scratch) {
+                    Ok(()) => scratch_dirs += 1,
+                    Err(e) => tracing::warn!(build.id = %build_id, error = %e, "cannot remove a scratch folder"),
+                }
+            }
         }
     }
-    Ok(Swept { logs, work_dirs })
+    Ok(Swept { logs, work_dirs, scratch_dirs })
 }

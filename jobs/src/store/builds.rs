@@ -137,6 +137,46 @@ pub async fn latest(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow
     row.as_ref().map(from_row).transpose()
 }
 
+/// The build that decides a deployment's state (ST-1): its latest build
+/// that ran or may still run. A build cancelled before it started, or
+/// superseded by a newer submit (Q-7), changed nothing and does not count.
+pub async fn deciding(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow>, StoreError> {
+    let row = Q::new(format!(
+        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1
+           AND (status NOT IN ('cancelled', 'superseded') OR started_at IS NOT NULL)
+         ORDER BY seq DESC LIMIT 1"
+    ))
+    .text(deployment)
+    .fetch_optional(conn)
+    .await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// Marks every queued deploy of `deployment` submitted after its latest
+/// destroy `superseded` by build `by` (Q-7): a newer submit makes them
+/// pointless. Destroys are never superseded, and deploys before a destroy
+/// stay (a deploy never supersedes across a destroy). Call in the
+/// transaction that inserts `by`, holding the deployment's lock, before
+/// the insert's dispatch. Returns how many were superseded.
+pub async fn supersede_queued_deploys(
+    conn: &mut Conn,
+    deployment: &str,
+    by: &str,
+    now: i64,
+) -> Result<u64, StoreError> {
+    Q::new(
+        "UPDATE builds SET status = 'superseded', reason = 'superseded', error = $1, finished_at = $2,
+                version = version + 1
+         WHERE deployment_id = $3 AND kind = 'deploy' AND status = 'queued'
+           AND seq > COALESCE((SELECT MAX(seq) FROM builds WHERE deployment_id = $3 AND kind = 'destroy'), 0)",
+    )
+    .text(format!("superseded by build {by}, submitted before this one ran"))
+    .int(now)
+    .text(deployment)
+    .execute(conn)
+    .await
+}
+
 /// The latest succeeded build of a deployment (TF-1: instances of the last successful build).
 pub async fn latest_succeeded(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow>, StoreError> {
     let row = Q::new(format!(
@@ -207,10 +247,9 @@ pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), Stor
     .await?;
     let Some(next) = next else { return Ok(()) };
     let build_id = next.text("id")?;
-    let job_id = push_job(conn, &build_id, None).await?;
+    push_job(conn, &build_id, None).await?;
     crate::failpoint::hit("job_pushed");
-    Q::new("UPDATE builds SET dispatched = 1, job_id = $1, version = version + 1 WHERE id = $2")
-        .text(job_id)
+    Q::new("UPDATE builds SET dispatched = 1, version = version + 1 WHERE id = $1")
         .text(&build_id)
         .execute(conn)
         .await?;
@@ -218,27 +257,23 @@ pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), Stor
 }
 
 /// Pushes a [`BuildJob`] for `build_id` into the `builds` queue (in `conn`'s
-/// transaction), to run at once or after `delay`. Returns the job's id.
-async fn push_job(conn: &mut Conn, build_id: &str, delay: Option<std::time::Duration>) -> Result<String, StoreError> {
+/// transaction), to run at once or after `delay`.
+async fn push_job(conn: &mut Conn, build_id: &str, delay: Option<std::time::Duration>) -> Result<(), StoreError> {
     let job_id = ulid::Ulid::generate();
     let args = serde_json::to_vec(&BuildJob { build_id: build_id.to_owned() }).expect("job payload serialises");
     let mut task = TaskBuilder::new(args).task_id(TaskId::from(job_id)).max_attempts(BUILD_JOB_ATTEMPTS);
     if let Some(delay) = delay {
         task = task.run_after(delay);
     }
-    conn.push_job(BUILDS_QUEUE, task.build()).await?;
-    Ok(job_id.to_string())
+    conn.push_job(BUILDS_QUEUE, task.build()).await
 }
 
 /// Queues another job for a dispatched build, to run after `delay`: a
 /// worker found the build held by a live worker and looks again later
 /// (the job it holds is then acknowledged).
 pub async fn push_recheck(db: &Db, id: &str, delay: std::time::Duration) -> Result<(), StoreError> {
-    let mut tx = db.begin_write().await?;
-    let job_id = push_job(&mut tx, id, Some(delay)).await?;
-    Q::new("UPDATE builds SET job_id = $1 WHERE id = $2").text(job_id).text(id).execute(&mut tx).await?;
-    tx.commit().await?;
-    Ok(())
+    let mut conn = db.acquire().await?;
+    push_job(&mut conn, id, Some(delay)).await
 }
 
 /// Marks a dispatched build `running` for `worker` (a conditional update on
@@ -337,6 +372,7 @@ where
         tx.rollback().await?;
         return Ok(false);
     }
+    crate::failpoint::hit("build_finishing");
     before(&mut tx).await?;
     dispatch_next(&mut tx, &build.deployment_id).await?;
     tx.commit().await?;
@@ -440,12 +476,27 @@ pub async fn cancel(db: &Db, id: &str) -> Result<Cancel, StoreError> {
     Err(StoreError::Conflict("build"))
 }
 
-/// Whether someone asked to cancel build `id` while it runs.
-pub async fn cancel_requested(db: &Db, id: &str) -> Result<bool, StoreError> {
+/// Where a running build stands for the worker that claimed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimStatus {
+    /// The claim is still this worker's: same worker, same attempt, still running.
+    pub held: bool,
+    /// Someone asked to cancel the build.
+    pub cancel_requested: bool,
+}
+
+/// Whether `build`'s claim (worker and attempt, as claimed) still holds,
+/// and whether someone asked to cancel it. A build that is gone or
+/// finished counts as not held.
+pub async fn claim_status(db: &Db, build: &BuildRow) -> Result<ClaimStatus, StoreError> {
     let mut conn = db.acquire().await?;
-    let row = Q::new("SELECT cancel_requested FROM builds WHERE id = $1").text(id).fetch_optional(&mut conn).await?;
-    Ok(match row {
-        Some(r) => r.int("cancel_requested")? != 0,
-        None => false,
-    })
+    let row = Q::new("SELECT status, worker, attempts, cancel_requested FROM builds WHERE id = $1")
+        .text(&build.id)
+        .fetch_optional(&mut conn)
+        .await?;
+    let Some(row) = row else { return Ok(ClaimStatus { held: false, cancel_requested: false }) };
+    let held = row.text("status")? == BuildStatus::Running.as_str()
+        && row.opt_text("worker")? == build.worker
+        && row.int("attempts")? == build.attempts;
+    Ok(ClaimStatus { held, cancel_requested: row.int("cancel_requested")? != 0 })
 }

@@ -345,3 +345,41 @@ pub async fn worker_heartbeat_age_ms(db: &Db, name: &str) -> Result<Option<i64>,
         None => Ok(None),
     }
 }
+
+/// Hands back at once what worker `name` holds (a worker stopping at once,
+/// after it killed its effects): its running builds lose their worker, so
+/// the next worker to see them takes them over without waiting for the
+/// heartbeat to go stale, and the apalis jobs it had claimed wait for
+/// another worker again. Returns how many jobs were handed back.
+pub async fn release_worker(db: &Db, name: &str) -> Result<u64, StoreError> {
+    let mut tx = db.begin_write().await?;
+    Q::new("UPDATE builds SET worker = NULL, version = version + 1 WHERE worker = $1 AND status = 'running'")
+        .text(name)
+        .execute(&mut tx)
+        .await?;
+    let released = match tx.engine() {
+        Engine::Sqlite => {
+            Q::new(
+                "UPDATE Jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, attempts = attempts + 1
+                 WHERE lock_by = $1 AND status IN ('Running', 'Queued')",
+            )
+            .text(name)
+            .execute(&mut tx)
+            .await?
+        }
+        // Idle workers wake on the notification apalis's insert trigger sends.
+        Engine::Postgres => Q::new(
+            "WITH released AS (
+                   UPDATE apalis.jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, attempts = attempts + 1
+                   WHERE lock_by = $1 AND status IN ('Running', 'Queued') RETURNING id, job_type)
+                 SELECT pg_notify('apalis::job::insert', json_build_object('job_type', job_type, 'id', id)::text)::text
+                   AS notified FROM released",
+        )
+        .text(name)
+        .fetch_all(&mut tx)
+        .await?
+        .len() as u64,
+    };
+    tx.commit().await?;
+    Ok(released)
+}

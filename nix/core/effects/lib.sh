@@ -1,7 +1,6 @@
 # Helpers shared by the deploy and destroy effects (sourced, not run).
 
 effect=$(basename "$0")
-export NIX_CONFIG="${NIX_CONFIG:-substituters =}"
 gcroots_auto="${NIX_STATE_DIR:-/nix/var/nix}/gcroots/auto"
 
 log() { printf '[%s] %s\n' "$effect" "$*"; }

@@ -1,0 +1,65 @@
+//! Q-2 with real Nix builders: a cancelled or timed-out build leaves no
+//! process of its effect behind (Nix starts its builders in a session of
+//! their own with a clean environment, so only containment the kernel
+//! enforces reaches them) and no scratch folder.
+
+use slipway_jobs::jobs::build::{self, Ran};
+use slipway_jobs::jobs::BuildJob;
+use slipway_jobs::state::{BuildKind, BuildStatus};
+use slipway_jobs::store::{builds, Engine};
+use slipway_jobs::test_support::{processes_with, sleepy_nix_source, wait_for, world, World};
+use std::time::Duration;
+
+/// A world whose deployment `demo` is queued on a copy of the reference
+/// source whose node builders sleep; returns the build id and the token
+/// every builder carries.
+async fn sleepy_build(w: &World) -> (String, String) {
+    let token = format!("slipway-sleepy-{}", w.db.dir.path().file_name().unwrap().to_string_lossy());
+    let flag = w.db.path("builders-sleep");
+    std::fs::write(&flag, "").unwrap();
+    let source = w.db.path("sleepy-source");
+    sleepy_nix_source(&source, &token, &flag);
+    let id = w.queue("demo", BuildKind::Deploy, Some(&format!("path:{}", source.display()))).await;
+    (id, token)
+}
+
+/// Waits until a Nix builder carrying `token` runs.
+async fn builder_runs(token: &str) {
+    wait_for("a Nix builder of the build to run", Duration::from_secs(120), || async {
+        (!processes_with(token).is_empty()).then_some(())
+    })
+    .await
+}
+
+fn assert_nothing_left(w: &World, id: &str, token: &str) {
+    let left = processes_with(token);
+    assert!(left.is_empty(), "processes of the effect outlived it: {left:?}");
+    let scratch = w.ctx.attempt_dir(id, 1).join("tmp");
+    assert!(!scratch.exists(), "the effect's scratch folder {} is left", scratch.display());
+}
+
+#[tokio::test]
+async fn a_cancelled_deploy_leaves_no_nix_builder_and_no_scratch_folder() {
+    let w = world(Engine::Sqlite, &[]).await;
+    let (id, token) = sleepy_build(&w).await;
+    let ctx = w.ctx.clone();
+    let job = BuildJob { build_id: id.clone() };
+    let running = tokio::spawn(async move { build::run(job, &ctx).await });
+    builder_runs(&token).await;
+    assert_eq!(builds::cancel(&w.ctx.db, &id).await.unwrap(), builds::Cancel::Requested);
+    let report = match tokio::time::timeout(Duration::from_secs(60), running).await.unwrap().unwrap().unwrap() {
+        Ran::Finished(r) => r,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(report.status, BuildStatus::Cancelled, "{report:?}");
+    assert_nothing_left(&w, &id, &token);
+}
+
+#[tokio::test]
+async fn a_deploy_past_its_deadline_leaves_no_nix_builder_and_no_scratch_folder() {
+    let w = world(Engine::Sqlite, &[("DEPLOY_TIMEOUT", "8s")]).await;
+    let (id, token) = sleepy_build(&w).await;
+    let report = w.run(&id).await;
+    assert_eq!(report.reason.as_deref(), Some("timeout"), "{report:?}");
+    assert_nothing_left(&w, &id, &token);
+}
