@@ -495,6 +495,33 @@ async fn a_queued_build_can_be_cancelled_once(engine: Engine) {
     assert_eq!(status, StatusCode::NOT_FOUND, "a build outside the token's scope does not reveal itself");
 }
 
+/// ST-1: a deployment whose newest submit was cancelled before it ran
+/// reads the state of the build that last ran, and says both.
+async fn a_read_names_the_build_its_state_comes_from_when_the_newest_never_ran(engine: Engine) {
+    let h = harness(engine).await;
+    let (_, first) = h.put("demo", &json!({ "configuration": demo() })).await;
+    let first = first["build_id"].as_str().unwrap().to_owned();
+    // A worker ran the first build to success.
+    let claimed = slipway_jobs::store::builds::claim(&h.db, &first, "a-worker").await.unwrap().unwrap();
+    let finish = slipway_jobs::store::builds::Finish {
+        status: slipway_jobs::state::BuildStatus::Succeeded,
+        reason: None,
+        error: None,
+        report: json!({}),
+    };
+    let recorded = slipway_jobs::store::builds::finish(&h.db, &claimed, &finish, |_| Box::pin(async { Ok(()) }));
+    assert!(recorded.await.unwrap());
+    let (_, second) = h.put("demo", &json!({ "configuration": demo() })).await;
+    let uri = format!("/builds/{}/cancel", second["build_id"].as_str().unwrap());
+    assert_eq!(h.call(Method::POST, &uri, Some(&all()), None).await.0, StatusCode::OK);
+    let (_, read) = h.call(Method::GET, "/deployments/demo", Some(&all()), None).await;
+    assert_eq!(read["state"], "active", "{read}");
+    assert_eq!(read["state_build_id"], first.as_str(), "{read}");
+    assert_eq!(read["last_build"]["id"], second["build_id"], "{read}");
+    assert_eq!(read["last_build"]["status"], "cancelled", "{read}");
+    assert_eq!(read["last_build"]["started_at"], Value::Null, "{read}");
+}
+
 /// (application, secret field) of the built-in source's first application with a secret.
 fn a_secret_field() -> (String, String) {
     let meta: Value = serde_json::from_str(slipway_api::default_source::META).unwrap();
@@ -635,6 +662,7 @@ slipway_jobs::on_both_engines!(
     an_unknown_deployment_is_not_found_on_read_and_delete,
     a_malformed_json_body_gets_the_json_error_shape,
     a_submit_stores_the_build_and_its_job_together_and_a_delete_waits_its_turn,
+    a_read_names_the_build_its_state_comes_from_when_the_newest_never_ran,
     a_deployment_read_gives_domain_and_instances_from_the_source_meta,
     deleting_twice_answers_the_same_destroy,
     the_public_schema_serves_the_whole_schema_and_each_application,

@@ -4,11 +4,9 @@
 
 mod common;
 
-use common::{binary, command, demo, free_port, start, wait_for, Api};
+use common::{binary, command, demo, free_port, slow_source, slow_worker, start, wait_build, wait_for, Api, ENDED};
 use slipway_jobs::store::{Db, Engine, Q};
 use slipway_jobs::test_support::{process_runs, TestDatabase};
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 async fn open(db: &TestDatabase) -> Db {
@@ -56,51 +54,6 @@ async fn an_api_that_dies_inside_a_submit_leaves_no_build_without_its_job(engine
     let pool = open(&db).await;
     assert_eq!(counts(&pool).await, (1, 1, 1));
 }
-
-/// A module source whose deploy takes `seconds`, records each effect's pid
-/// (as this host numbers it: the effect is the first process of its own PID
-/// namespace) in `$STATE_DIR/pids`, and reports one node with a tiny SBOM.
-fn slow_source(root: &Path, seconds: u32) {
-    let effects = root.join("core/effects");
-    std::fs::create_dir_all(&effects).unwrap();
-    std::fs::write(root.join("core/default.nix"), "{ provider ? {} }: { }\n").unwrap();
-    let deploy = format!(
-        r#"#!/bin/sh
-read -r pid _ < /proc/self/stat
-echo "$pid" >> "$STATE_DIR/pids"
-# Records a deploy that runs beside another one on this host (all deployments share the lock).
-exec 9>"$STATE_DIR/../slot.lock"
-flock -n 9 || echo "$BUILD_ID" >> "$STATE_DIR/../overlaps"
-echo "deploying (attempt of $BUILD_ID)"
-sleep {seconds}
-echo '{{"nodes": [{{"name": "web", "dnsNames": [], "outcome": "deployed", "system": null, "error": null}}]}}' > "$SBOM_OUT_DIR/nodes.json"
-echo '{{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}}' > "$SBOM_OUT_DIR/web.cdx.json"
-"#
-    );
-    for (name, body) in [("deploy", deploy.as_str()), ("destroy", "#!/bin/sh\nexit 0\n")] {
-        let path = effects.join(name);
-        std::fs::write(&path, body).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-}
-
-/// `slipway-worker work` on `source` with a 1 s heartbeat.
-fn slow_worker(db: &TestDatabase, port: u16, source: &Path) -> std::process::Command {
-    let mut cmd = command(&binary("slipway-worker"), db, port);
-    cmd.args(["work"]).env("SLIPWAY_DEFAULT_SOURCE_DIR", source).env("SLIPWAY_HEARTBEAT", "1");
-    cmd
-}
-
-/// Polls build `path` until its status is one of `statuses`, up to 60 s; returns it.
-async fn wait_build(api: &Api, path: &str, what: &str, statuses: &[&str]) -> serde_json::Value {
-    wait_for(what, Duration::from_secs(60), || async {
-        let (_, _, b) = api.get(path).await;
-        b["status"].as_str().is_some_and(|s| statuses.contains(&s)).then_some(b)
-    })
-    .await
-}
-
-const ENDED: &[&str] = &["succeeded", "failed"];
 
 async fn a_build_whose_worker_is_killed_is_run_again_by_another_worker(engine: Engine) {
     let db = TestDatabase::new(engine).await;

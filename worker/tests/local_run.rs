@@ -32,11 +32,62 @@ fn a_local_deploy_and_destroy_report_every_node_as_json() {
     let nodes = report["nodes"].as_array().unwrap();
     assert!(!nodes.is_empty());
     assert!(nodes.iter().all(|n| n["outcome"] == "deployed" && n["sbom"] == "ready"), "{report}");
+    let deployed: Vec<&str> = nodes.iter().map(|n| n["name"].as_str().unwrap()).collect();
     let (code, report, out) =
         run(dir.path(), &["destroy", "--source", &source, "--config", config, "--output", "json"]);
     assert_eq!(code, 0, "{out}");
     assert_eq!(report["status"], "succeeded");
     assert!(!dir.path().join("provider/local/nodes").exists());
+    // The destroy reports each node it removed.
+    let destroyed = report["nodes"].as_array().unwrap();
+    assert_eq!(destroyed.iter().map(|n| n["name"].as_str().unwrap()).collect::<Vec<_>>(), deployed, "{report}");
+    assert!(destroyed.iter().all(|n| n["outcome"] == "destroyed"), "{report}");
+    assert_eq!(report["summary"]["nodes"], deployed.len());
+}
+
+/// Item: a worker passes the operator's Nix configuration to effects as it
+/// is (binary caches stay on), and adds none of its own.
+#[test]
+fn an_effect_gets_the_operators_nix_configuration_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    let status = Command::new("cp").arg("-r").arg(repo().join("nix")).arg(&source).status().unwrap();
+    assert!(status.success());
+    std::fs::write(
+        source.join("core/effects/deploy"),
+        r#"#!/bin/sh
+printf '%s' "${NIX_CONFIG-unset}" > "$STATE_DIR/../nix-config"
+echo '{"nodes": [{"name": "web", "dnsNames": [], "outcome": "deployed"}]}' > "$SBOM_OUT_DIR/nodes.json"
+echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SBOM_OUT_DIR/web.cdx.json"
+"#,
+    )
+    .unwrap();
+    let source = format!("path:{}", source.display());
+    let config = repo().join("examples/demo.json");
+    let args = ["deploy", "--source", &source, "--config", config.to_str().unwrap()];
+    let seen = || std::fs::read_to_string(dir.path().join("provider/nix-config")).unwrap();
+    let operators = "substituters =\nmax-jobs = 3";
+    let out = Command::new(env!("CARGO_BIN_EXE_slipway-worker"))
+        .arg("run")
+        .args(args)
+        .env("SLIPWAY_STATE_DIR", dir.path())
+        .env("NIX_CONFIG", operators)
+        .env_remove("SLIPWAY_CONFIG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(seen(), operators);
+    // Without one, the effect gets none (the outputs are built already).
+    let out = Command::new(env!("CARGO_BIN_EXE_slipway-worker"))
+        .arg("run")
+        .args(args)
+        .env("SLIPWAY_STATE_DIR", dir.path())
+        .env_remove("NIX_CONFIG")
+        .env_remove("SLIPWAY_CONFIG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(seen(), "unset");
 }
 
 #[test]

@@ -176,3 +176,80 @@ impl Api {
         .await
     }
 }
+
+/// A module source whose deploy takes `seconds` and reports one node, `web`,
+/// with a tiny SBOM whose `serialNumber` names the attempt that wrote it.
+/// Each effect records its pid (as this host numbers it: the effect is the
+/// first process of its own PID namespace) in `$STATE_DIR/pids`, and
+/// `start <attempt> <pid>` / `end <attempt>` in `$STATE_DIR/runs`; a deploy
+/// that runs beside another on this host (they all share one `flock`) is
+/// recorded in `<provider state>/overlaps`.
+pub fn slow_source(root: &Path, seconds: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    let effects = root.join("core/effects");
+    std::fs::create_dir_all(&effects).unwrap();
+    std::fs::write(root.join("core/default.nix"), "{ provider ? {} }: { }\n").unwrap();
+    let deploy = format!(
+        r#"#!/bin/sh
+read -r pid _ < /proc/self/stat
+attempt=$SLIPWAY_EFFECT_ATTEMPT
+echo "$pid" >> "$STATE_DIR/pids"
+echo "start $attempt $pid" >> "$STATE_DIR/runs"
+exec 9>"$STATE_DIR/../slot.lock"
+flock -n 9 || echo "$BUILD_ID" >> "$STATE_DIR/../overlaps"
+echo "deploying (attempt $attempt of $BUILD_ID)"
+sleep {seconds}
+echo '{{"nodes": [{{"name": "web", "dnsNames": [], "outcome": "deployed", "system": null, "error": null}}]}}' > "$SBOM_OUT_DIR/nodes.json"
+echo '{{"bomFormat": "CycloneDX", "specVersion": "1.5", "serialNumber": "urn:slipway-test:attempt-'"$attempt"'", "components": []}}' > "$SBOM_OUT_DIR/web.cdx.json"
+echo "end $attempt" >> "$STATE_DIR/runs"
+"#
+    );
+    for (name, body) in [("deploy", deploy.as_str()), ("destroy", "#!/bin/sh\nexit 0\n")] {
+        let path = effects.join(name);
+        std::fs::write(&path, body).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// `slipway-worker work` on `source` (its built-in module source) with a 1 s heartbeat.
+pub fn slow_worker(db: &TestDatabase, port: u16, source: &Path) -> Command {
+    let mut cmd = command(&binary("slipway-worker"), db, port);
+    cmd.args(["work"]).env("SLIPWAY_DEFAULT_SOURCE_DIR", source).env("SLIPWAY_HEARTBEAT", "1");
+    cmd
+}
+
+/// Polls build `path` until its status is one of `statuses`, up to 60 s; returns it.
+pub async fn wait_build(api: &Api, path: &str, what: &str, statuses: &[&str]) -> Value {
+    wait_for(what, Duration::from_secs(60), || async {
+        let (_, _, b) = api.get(path).await;
+        b["status"].as_str().is_some_and(|s| statuses.contains(&s)).then_some(b)
+    })
+    .await
+}
+
+/// The statuses a build ends in when it ran.
+pub const ENDED: &[&str] = &["succeeded", "failed"];
+
+/// Sends `signal` to process `pid` (a process the test started).
+pub fn signal(pid: u32, signal: i32) {
+    // SAFETY: signals a process this test started.
+    unsafe { libc::kill(pid as i32, signal) };
+}
+
+/// Whether process `pid` is stopped (`T` in `/proc/<pid>/stat`).
+pub fn stopped(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()) == Some("T")
+}
+
+/// Unix milliseconds now, to compare with the api's timestamps.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// Unix milliseconds of an api timestamp (`2026-11-29T22:04:05.070Z`).
+pub fn ms_of(rfc3339: &Value) -> i64 {
+    let t =
+        time::OffsetDateTime::parse(rfc3339.as_str().unwrap(), &time::format_description::well_known::Rfc3339).unwrap();
+    (t.unix_timestamp_nanos() / 1_000_000) as i64
+}

@@ -1,0 +1,132 @@
+//! What a deployment's builds do to each other: superseded deploys (Q-7),
+//! the state of a deployment whose newest build never ran (ST-1), the
+//! order of submit times (ST-2), and what a build's log shows of the host.
+
+use slipway_jobs::id::DeploymentId;
+use slipway_jobs::jobs::build::{self, Ran};
+use slipway_jobs::jobs::BuildJob;
+use slipway_jobs::state::{BuildKind, BuildStatus, DeploymentState};
+use slipway_jobs::store::{builds, Engine};
+use slipway_jobs::submit::{self, SecretStore};
+use slipway_jobs::test_support::{checker, demo, source_with_deploy, world};
+
+async fn a_build_cancelled_before_it_ran_leaves_the_state_of_the_last_build_that_ran(engine: Engine) {
+    let w = world(engine, &[]).await;
+    let first = w.queue("demo", BuildKind::Deploy, None).await;
+    assert_eq!(w.run(&first).await.status, BuildStatus::Succeeded);
+    let second = w.queue("demo", BuildKind::Deploy, None).await;
+    assert_eq!(builds::cancel(&w.ctx.db, &second).await.unwrap(), builds::Cancel::Cancelled);
+    assert_eq!(w.state("demo").await, DeploymentState::Active, "a build that never started changed nothing");
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let latest = builds::latest(&mut conn, "demo").await.unwrap().unwrap();
+    assert_eq!((latest.id.as_str(), latest.status, latest.started_at), (second.as_str(), BuildStatus::Cancelled, None));
+    let deciding = builds::deciding(&mut conn, "demo").await.unwrap().unwrap();
+    assert_eq!(deciding.id, first);
+}
+
+async fn a_newer_submit_supersedes_the_queued_deploys_and_only_the_newest_runs(engine: Engine) {
+    let w = world(engine, &[]).await;
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        ids.push(w.queue("demo", BuildKind::Deploy, None).await);
+    }
+    let newest = ids.last().unwrap().clone();
+    for pair in ids.windows(2) {
+        // Each is superseded by the submit that came after it.
+        let (b, by) = (w.build(&pair[0]).await, &pair[1]);
+        assert_eq!((b.status, b.reason.as_deref()), (BuildStatus::Superseded, Some("superseded")), "{}", b.id);
+        assert!(b.error.as_deref().unwrap().contains(by.as_str()), "{:?}", b.error);
+        assert_eq!(b.started_at, None);
+    }
+    assert_eq!(w.build(&newest).await.status, BuildStatus::Queued);
+    // Each was dispatched before the next superseded it: their jobs run nothing.
+    assert_eq!(w.dispatched().await, ids);
+    for id in &ids[..19] {
+        let again = build::run(BuildJob { build_id: id.clone() }, &w.ctx).await.unwrap();
+        assert!(matches!(again, Ran::AlreadyFinished), "{again:?}");
+    }
+    assert_eq!(w.run(&newest).await.status, BuildStatus::Succeeded);
+    assert_eq!(w.state("demo").await, DeploymentState::Active);
+}
+
+async fn a_deploy_and_a_destroy_never_supersede_each_other(engine: Engine) {
+    let w = world(engine, &[]).await;
+    let before = w.queue("demo", BuildKind::Deploy, None).await;
+    let destroy = w.queue("demo", BuildKind::Destroy, None).await;
+    let after = w.queue("demo", BuildKind::Deploy, None).await;
+    for id in [&before, &destroy, &after] {
+        assert_eq!(w.build(id).await.status, BuildStatus::Queued, "{id}");
+    }
+    // A deploy after the destroy is superseded by a newer one; the deploy
+    // before the destroy and the destroy itself stay.
+    let newest = w.queue("demo", BuildKind::Deploy, None).await;
+    assert_eq!(w.build(&after).await.status, BuildStatus::Superseded);
+    for id in [&before, &destroy, &newest] {
+        assert_eq!(w.build(id).await.status, BuildStatus::Queued, "{id}");
+    }
+    for id in [&before, &destroy, &newest] {
+        assert_eq!(w.run(id).await.status, BuildStatus::Succeeded, "{id}");
+    }
+    assert_eq!(w.state("demo").await, DeploymentState::Active);
+}
+
+async fn concurrent_submits_to_one_deployment_are_timed_in_submit_order(engine: Engine) {
+    let w = world(engine, &[]).await;
+    let checker = checker();
+    let id = DeploymentId::parse("demo").unwrap();
+    let submits =
+        (0..24).map(|_| submit::submit(&w.ctx.db, &checker, SecretStore::NotConfigured, &id, demo(), None, 1000));
+    for answer in futures::future::join_all(submits).await {
+        answer.unwrap();
+    }
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let mut list = builds::list(&mut conn, "demo", None, 100).await.unwrap();
+    list.reverse();
+    assert_eq!(list.len(), 24);
+    for pair in list.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        assert!(a.queued_at <= b.queued_at, "{} queued at {} after {} at {}", a.id, a.queued_at, b.id, b.queued_at);
+        // The id's timestamp (second 2 of `<deployment>.<time>.<random>`) sorts the same way.
+        let time = |id: &str| id.split('.').nth(1).unwrap().to_owned();
+        assert!(time(&a.id) <= time(&b.id), "{} before {}", a.id, b.id);
+    }
+}
+
+async fn a_build_log_shows_no_absolute_path_of_the_host(engine: Engine) {
+    let w = world(engine, &[]).await;
+    let script = r#"#!/bin/sh
+echo "work $PWD"
+echo "configuration $CONFIGURATION_FILE"
+echo "sbom $SBOM_OUT_DIR/web.cdx.json"
+echo "state $STATE_DIR/nodes"
+echo "source $MODULE_SOURCE_DIR/core"
+echo "scratch $TMPDIR"
+echo '{"nodes": [{"name": "web", "dnsNames": [], "outcome": "deployed"}]}' > "$SBOM_OUT_DIR/nodes.json"
+echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SBOM_OUT_DIR/web.cdx.json"
+"#;
+    let source = source_with_deploy(&w.db.path("paths"), script);
+    let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
+    assert_eq!(w.run(&id).await.status, BuildStatus::Succeeded);
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let log = builds::log(&mut conn, &id).await.unwrap().unwrap();
+    let host = w.db.dir.path().display().to_string();
+    assert!(!log.contains(&host), "the log shows the host's folder {host}:\n{log}");
+    for line in [
+        "work .\n",
+        "configuration ./configuration.json\n",
+        "sbom ./sbom/web.cdx.json\n",
+        "state $STATE_DIR/nodes\n",
+        "source $MODULE_SOURCE_DIR/core\n",
+        "scratch ./tmp\n",
+    ] {
+        assert!(log.contains(line), "{line:?} is not in the log:\n{log}");
+    }
+}
+
+slipway_jobs::on_both_engines!(
+    a_build_cancelled_before_it_ran_leaves_the_state_of_the_last_build_that_ran,
+    a_newer_submit_supersedes_the_queued_deploys_and_only_the_newest_runs,
+    a_deploy_and_a_destroy_never_supersede_each_other,
+    concurrent_submits_to_one_deployment_are_timed_in_submit_order,
+    a_build_log_shows_no_absolute_path_of_the_host,
+);
