@@ -5,6 +5,12 @@
 //! schema, and lists every problem with its path, never only the first.
 //! Messages mask the offending values, so a secret typed into the wrong field
 //! is never echoed back (SEC-2).
+//!
+//! What passes must deploy: text that Nix cannot carry to a node exactly (a
+//! NUL character, which no Nix string can hold, and the object keys
+//! `outPath` and `__toString`, which make Nix read an object as something
+//! else) is refused here, in every string and key of the configuration
+//! (docs/MODULE-SOURCE.md "Strings and keys").
 
 use crate::migrate::{self, Skipped};
 use crate::source::{get_path, Instance, OutputError, SourceOutputs};
@@ -12,15 +18,23 @@ use secrecy::SecretString;
 use serde::Serialize;
 use serde_json::Value;
 
+/// The object keys Nix gives a meaning of their own: an object with
+/// `outPath` is read as that path, one with `__toString` as the string it
+/// makes (string interpolation, `builtins.toJSON`), so it would not reach a
+/// node as the object submitted.
+pub const RESERVED_KEYS: [&str; 2] = ["outPath", "__toString"];
+
 /// One problem of a configuration: where, what kind, and a sentence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
     /// JSON pointer into the configuration (`""` is the whole configuration).
     pub path: String,
     /// `schema` (the schema refuses the value), `unexpected_key` (MG-6),
-    /// `skipped_rename` (MG-3) or `secret` (§8).
+    /// `skipped_rename` (MG-3), `secret` (§8), `unsupported_character` (a
+    /// NUL character in a string or key, which Nix cannot carry to a node)
+    /// or `reserved_key` (one of [`RESERVED_KEYS`]).
     pub kind: &'static str,
-    /// What is wrong, and the remedy where there is one.
+    /// What is wrong, and the remedy where there is one; never the value.
     pub message: String,
 }
 
@@ -75,7 +89,58 @@ pub const SECRETS_SET: &str = "secretsSet";
 pub const SECRETS_CLEAR: &str = "secretsClear";
 
 fn pointer(path: &[String]) -> String {
-    path.iter().map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1"))).collect()
+    path.iter().map(|s| segment(s)).collect()
+}
+
+/// One JSON-pointer segment: `/` and the key, escaped.
+fn segment(key: &str) -> String {
+    format!("/{}", key.replace('~', "~0").replace('/', "~1"))
+}
+
+/// Adds a problem for every string and key under `value` (at the JSON
+/// pointer `path`) that Nix cannot carry to a node: one holding a NUL
+/// character, and each of [`RESERVED_KEYS`]. The sentences name the
+/// character or the key, never the value (it may be a secret).
+fn undeployable_text(value: &Value, path: &mut String, out: &mut Vec<Problem>) {
+    const NUL: &str =
+        "contains a NUL character (U+0000), which no Nix string can hold, so it cannot reach the node; remove it";
+    let at = path.len();
+    match value {
+        Value::String(s) if s.contains('\0') => {
+            out.push(Problem { path: path.clone(), kind: "unsupported_character", message: format!("this text {NUL}") })
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                path.push('/');
+                path.push_str(&i.to_string());
+                undeployable_text(item, path, out);
+                path.truncate(at);
+            }
+        }
+        Value::Object(map) => {
+            for (key, item) in map {
+                path.push_str(&segment(key));
+                if key.contains('\0') {
+                    out.push(Problem {
+                        path: path.clone(),
+                        kind: "unsupported_character",
+                        message: format!("this key {NUL}"),
+                    });
+                }
+                if let Some(reserved) = RESERVED_KEYS.iter().find(|r| **r == key) {
+                    let reads_as = if *reserved == "outPath" { "the path it names" } else { "the string it makes" };
+                    let message = format!(
+                        "Nix reads an object with the key {reserved:?} as {reads_as}, \
+                         so this object cannot reach the node as written; rename or remove the key"
+                    );
+                    out.push(Problem { path: path.clone(), kind: "reserved_key", message });
+                }
+                undeployable_text(item, path, out);
+                path.truncate(at);
+            }
+        }
+        _ => {}
+    }
 }
 
 impl Checker {
@@ -92,12 +157,14 @@ impl Checker {
     }
 
     /// MG-7, first steps: migrate, validate (all errors), take secret values out.
-    /// Returns every problem found (skipped renames, schema problems, and
-    /// secret values that cannot be kept) or the checked configuration.
+    /// Returns every problem found (skipped renames, schema problems, text
+    /// Nix cannot carry to a node, and secret values that cannot be kept) or
+    /// the checked configuration.
     pub fn check(&self, mut configuration: Value, secrets: SecretValues) -> Result<Checked, Vec<Problem>> {
         let skipped = migrate::migrate(&mut configuration, &self.outputs.renames);
         let mut problems: Vec<Problem> = skipped.iter().map(|s| self.skipped_problem(s)).collect();
         problems.extend(self.schema_problems(&configuration));
+        undeployable_text(&configuration, &mut String::new(), &mut problems);
         if let SecretValues::Refuse(why) = secrets {
             let mut probe = configuration.clone();
             problems.extend(self.take_secrets(&mut probe).iter().map(|s| Problem {
