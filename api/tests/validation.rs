@@ -1,6 +1,7 @@
 //! `invalid_configuration` answers through the router, against a real
 //! temporary database: what cannot reach a node is refused at submit with
-//! its path (issue 7 item 5).
+//! its path (issue 7 item 5), and the answer stays small however many
+//! problems a body has (item 6).
 
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
@@ -11,8 +12,10 @@ use slipway_api::{app, AppState};
 use slipway_jobs::config::Config;
 use slipway_jobs::store::{Db, Engine, Q};
 use slipway_jobs::test_support::TestDatabase;
+use slipway_jobs::validate::{MAX_PROBLEMS, MAX_PROBLEM_TEXT};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 use tower::ServiceExt;
 
 const SECRET: &str = "test-secret-of-at-least-32-bytes-long";
@@ -152,7 +155,62 @@ async fn keys_that_change_what_a_nix_object_means_are_refused_with_their_paths(e
     assert_eq!(h.written().await, [0, 0, 0]);
 }
 
+/// Item 6: a body just under the 1 MiB limit with 75,000 invalid list
+/// items is answered with the first problems and the count left out; the
+/// answer is far smaller than the request.
+async fn a_body_with_75000_invalid_items_gets_a_small_answer_that_counts_the_rest(engine: Engine) {
+    let h = harness(engine).await;
+    let items = 75_000;
+    let mut config = demo();
+    config["applications"]["peertube"]["transcoding"]["resolutions"] =
+        Value::from((0..items).map(|i| format!("{i:09}")).collect::<Vec<_>>());
+    let request = json!({ "configuration": config }).to_string().into_bytes();
+    assert!(request.len() > 900_000 && request.len() < 1024 * 1024, "{} bytes", request.len());
+    let started = Instant::now();
+    let (status, raw, body) = h.submit(request.clone()).await;
+    let took = started.elapsed();
+    println!("request {} bytes, answer {} bytes in {took:?}", request.len(), raw.len());
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"], "invalid_configuration");
+    let listed = problems(&body);
+    assert_eq!(listed.len(), MAX_PROBLEMS);
+    assert_eq!(body["details"]["omitted"], items - MAX_PROBLEMS, "{}", body["message"]);
+    assert!(body["message"].as_str().unwrap().contains("75000 problems"), "{}", body["message"]);
+    // A stable order: the first items, in document order.
+    for (i, p) in listed.iter().enumerate() {
+        assert_eq!(p["path"], format!("/applications/peertube/transcoding/resolutions/{i}"));
+    }
+    assert!(raw.len() < 64 * 1024, "the answer is {} bytes", raw.len());
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    assert_eq!(h.written().await, [0, 0, 0]);
+}
+
+/// Item 6: one huge key the schema has no place for (its path and the
+/// sentence naming it) does not make a huge answer either; the cut falls
+/// between characters (the key's are four bytes long).
+async fn a_huge_unexpected_key_makes_a_bounded_problem(engine: Engine) {
+    let h = harness(engine).await;
+    let key = format!("k{}", "😀".repeat(225_000));
+    let mut config = demo();
+    config["applications"]["mastodon"][&key] = json!(1);
+    let request = json!({ "configuration": config }).to_string().into_bytes();
+    let request_len = request.len();
+    let (status, raw, body) = h.submit(request).await;
+    println!("request {request_len} bytes, answer {} bytes", raw.len());
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let listed = problems(&body);
+    assert_eq!(listed.len(), 1, "{body}");
+    let (path, message) = (listed[0]["path"].as_str().unwrap(), listed[0]["message"].as_str().unwrap());
+    assert!(path.starts_with("/applications/mastodon/k😀😀") && path.ends_with("😀…"), "{path}");
+    assert!(message.contains("re-save the form") && message.contains("\"k😀😀"), "{message}");
+    assert!(path.len() <= MAX_PROBLEM_TEXT && message.len() <= MAX_PROBLEM_TEXT, "{path} {message}");
+    assert!(raw.len() < 4 * 1024, "the answer is {} bytes", raw.len());
+    assert_eq!(body["details"]["omitted"], 0);
+}
+
 slipway_jobs::on_both_engines!(
     a_nul_character_anywhere_is_refused_with_its_path_and_nothing_is_stored,
     keys_that_change_what_a_nix_object_means_are_refused_with_their_paths,
+    a_body_with_75000_invalid_items_gets_a_small_answer_that_counts_the_rest,
+    a_huge_unexpected_key_makes_a_bounded_problem,
 );
