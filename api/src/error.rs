@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use slipway_jobs::source::SourceError;
 use slipway_jobs::store::StoreError;
 use slipway_jobs::submit::SubmitError;
+use slipway_jobs::validate::Listing;
 
 /// An error answer: status, stable code, sentence, optional details.
 #[derive(Debug)]
@@ -126,16 +127,11 @@ impl From<SourceError> for ApiError {
 impl From<SubmitError> for ApiError {
     fn from(e: SubmitError) -> Self {
         match e {
+            // details: {"problems": [the first MAX_PROBLEMS], "omitted": how many more}.
             SubmitError::InvalidConfiguration(problems) => {
-                let n = problems.len();
-                Self::bad_request(
-                    "invalid_configuration",
-                    format!(
-                        "the configuration has {n} problem{}; each is listed with its path",
-                        if n == 1 { "" } else { "s" }
-                    ),
-                )
-                .with_details(json!({ "problems": problems }))
+                let listing = Listing::of(problems);
+                Self::bad_request("invalid_configuration", listing.message())
+                    .with_details(json!({ "problems": listing.problems, "omitted": listing.omitted }))
             }
             SubmitError::Source(s) => s.into(),
             e @ SubmitError::ExplicitSourceUnsupported(_) => {

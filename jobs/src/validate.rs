@@ -5,6 +5,16 @@
 //! schema, and lists every problem with its path, never only the first.
 //! Messages mask the offending values, so a secret typed into the wrong field
 //! is never echoed back (SEC-2).
+//!
+//! What passes must deploy: text that Nix cannot carry to a node exactly (a
+//! NUL character, which no Nix string can hold, and the object keys
+//! `outPath` and `__toString`, which make Nix read an object as something
+//! else) is refused here, in every string and key of the configuration
+//! (docs/MODULE-SOURCE.md "Strings and keys").
+//!
+//! The answer stays small: at most [`MAX_PROBLEMS`] problems are listed, the
+//! rest are counted ([`Listing`]), and each problem's path and message are
+//! cut to [`MAX_PROBLEM_TEXT`] bytes.
 
 use crate::migrate::{self, Skipped};
 use crate::source::{get_path, Instance, OutputError, SourceOutputs};
@@ -12,16 +22,154 @@ use secrecy::SecretString;
 use serde::Serialize;
 use serde_json::Value;
 
+/// At most this many problems are listed in a refusal: the first ones in
+/// the order they are found (skipped renames, schema problems in document
+/// order, text Nix cannot carry, secret values); the others are only
+/// counted ([`Listing::omitted`]).
+pub const MAX_PROBLEMS: usize = 100;
+
+/// A problem's path or message longer than this many bytes is cut at a
+/// character boundary and ends with `…`, so a huge key cannot make a huge
+/// answer.
+pub const MAX_PROBLEM_TEXT: usize = 300;
+
+/// The object keys Nix gives a meaning of their own: an object with
+/// `outPath` is read as that path, one with `__toString` as the string it
+/// makes (string interpolation, `builtins.toJSON`), so it would not reach a
+/// node as the object submitted.
+pub const RESERVED_KEYS: [&str; 2] = ["outPath", "__toString"];
+
+/// The `kind` of the entry that closes a list cut at [`MAX_PROBLEMS`] in
+/// [`Checker::check`]'s answer; [`Listing::of`] turns it into a count.
+pub const OMITTED: &str = "omitted";
+
 /// One problem of a configuration: where, what kind, and a sentence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
-    /// JSON pointer into the configuration (`""` is the whole configuration).
+    /// JSON pointer into the configuration (`""` is the whole configuration),
+    /// at most [`MAX_PROBLEM_TEXT`] bytes (a longer one is cut and ends with `…`).
     pub path: String,
     /// `schema` (the schema refuses the value), `unexpected_key` (MG-6),
-    /// `skipped_rename` (MG-3) or `secret` (§8).
+    /// `skipped_rename` (MG-3), `secret` (§8), `unsupported_character` (a
+    /// NUL character in a string or key, which Nix cannot carry to a node),
+    /// `reserved_key` (one of [`RESERVED_KEYS`]), or [`OMITTED`] (only as the
+    /// last entry of [`Checker::check`]'s list).
     pub kind: &'static str,
-    /// What is wrong, and the remedy where there is one.
+    /// What is wrong, and the remedy where there is one; never the value.
+    /// At most [`MAX_PROBLEM_TEXT`] bytes.
     pub message: String,
+    /// For the [`OMITTED`] entry: how many problems were found and not
+    /// listed. 0 for every other problem; never serialised.
+    #[serde(skip)]
+    pub omitted: usize,
+}
+
+impl Problem {
+    fn new(path: String, kind: &'static str, message: String) -> Self {
+        Self { path: bounded(path), kind, message: bounded(message), omitted: 0 }
+    }
+}
+
+/// A refusal's problems as they are shown (the api's `invalid_configuration`
+/// details, `slipway-worker run`'s report): the listed problems and how many
+/// more were found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Listing {
+    /// The problems listed, at most [`MAX_PROBLEMS`], in the order found.
+    pub problems: Vec<Problem>,
+    /// How many more problems were found and are not listed.
+    pub omitted: usize,
+}
+
+impl Listing {
+    /// Reads [`Checker::check`]'s list: its closing [`OMITTED`] entry, if
+    /// any, becomes [`Listing::omitted`].
+    pub fn of(mut problems: Vec<Problem>) -> Self {
+        let omitted = match problems.last() {
+            Some(last) if last.kind == OMITTED => problems.pop().map_or(0, |p| p.omitted),
+            _ => 0,
+        };
+        Self { problems, omitted }
+    }
+
+    /// Every problem found, listed or not.
+    pub fn total(&self) -> usize {
+        self.problems.len() + self.omitted
+    }
+
+    /// One sentence: how many problems there are in all, and how many are listed.
+    pub fn message(&self) -> String {
+        match (self.total(), self.omitted) {
+            (1, _) => "the configuration has 1 problem; it is listed with its path".to_owned(),
+            (n, 0) => format!("the configuration has {n} problems; each is listed with its path"),
+            (n, more) => format!(
+                "the configuration has {n} problems; the first {} are listed with their paths and {more} more are left out",
+                self.problems.len()
+            ),
+        }
+    }
+}
+
+/// `text` cut to at most [`MAX_PROBLEM_TEXT`] bytes, ending with `…` when cut.
+fn bounded(text: String) -> String {
+    cut(text, MAX_PROBLEM_TEXT)
+}
+
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('…');
+    text
+}
+
+/// A key quoted for a sentence; one longer than 60 bytes is cut (after the
+/// closing quote, `…`), so that the sentence stays readable.
+fn quoted(key: &str) -> String {
+    if key.len() <= 60 {
+        return format!("{key:?}");
+    }
+    let mut end = 57;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}…", &key[..end])
+}
+
+/// Problems as they are found: the first [`MAX_PROBLEMS`] are kept, the
+/// others only counted (their sentences are never made).
+#[derive(Debug, Default)]
+struct Found {
+    listed: Vec<Problem>,
+    more: usize,
+}
+
+impl Found {
+    fn add(&mut self, problem: impl FnOnce() -> Problem) {
+        if self.listed.len() < MAX_PROBLEMS {
+            self.listed.push(problem());
+        } else {
+            self.more += 1;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.listed.is_empty()
+    }
+
+    /// The listed problems, closed by an [`OMITTED`] entry when some were left out.
+    fn into_list(mut self) -> Vec<Problem> {
+        if self.more > 0 {
+            let message = format!("{} more problems are not listed", self.more);
+            self.listed.push(Problem { omitted: self.more, ..Problem::new(String::new(), OMITTED, message) });
+        }
+        self.listed
+    }
 }
 
 /// A configuration that passed every check: migrated, secret values taken out.
@@ -75,7 +223,54 @@ pub const SECRETS_SET: &str = "secretsSet";
 pub const SECRETS_CLEAR: &str = "secretsClear";
 
 fn pointer(path: &[String]) -> String {
-    path.iter().map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1"))).collect()
+    path.iter().map(|s| segment(s)).collect()
+}
+
+/// One JSON-pointer segment: `/` and the key, escaped.
+fn segment(key: &str) -> String {
+    format!("/{}", key.replace('~', "~0").replace('/', "~1"))
+}
+
+/// Adds a problem for every string and key under `value` (at the JSON
+/// pointer `path`) that Nix cannot carry to a node: one holding a NUL
+/// character, and each of [`RESERVED_KEYS`]. The sentences name the
+/// character or the key, never the value (it may be a secret).
+fn undeployable_text(value: &Value, path: &mut String, found: &mut Found) {
+    const NUL: &str =
+        "contains a NUL character (U+0000), which no Nix string can hold, so it cannot reach the node; remove it";
+    let at = path.len();
+    match value {
+        Value::String(s) if s.contains('\0') => {
+            found.add(|| Problem::new(path.clone(), "unsupported_character", format!("this text {NUL}")))
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                path.push('/');
+                path.push_str(&i.to_string());
+                undeployable_text(item, path, found);
+                path.truncate(at);
+            }
+        }
+        Value::Object(map) => {
+            for (key, item) in map {
+                path.push_str(&segment(key));
+                if key.contains('\0') {
+                    found.add(|| Problem::new(path.clone(), "unsupported_character", format!("this key {NUL}")));
+                }
+                if let Some(reserved) = RESERVED_KEYS.iter().find(|r| **r == key) {
+                    let reads_as = if *reserved == "outPath" { "the path it names" } else { "the string it makes" };
+                    let message = format!(
+                        "Nix reads an object with the key {reserved:?} as {reads_as}, \
+                         so this object cannot reach the node as written; rename or remove the key"
+                    );
+                    found.add(|| Problem::new(path.clone(), "reserved_key", message));
+                }
+                undeployable_text(item, path, found);
+                path.truncate(at);
+            }
+        }
+        _ => {}
+    }
 }
 
 impl Checker {
@@ -92,22 +287,27 @@ impl Checker {
     }
 
     /// MG-7, first steps: migrate, validate (all errors), take secret values out.
-    /// Returns every problem found (skipped renames, schema problems, and
-    /// secret values that cannot be kept) or the checked configuration.
+    /// Returns the checked configuration, or its problems: skipped renames,
+    /// schema problems, text Nix cannot carry to a node, and secret values
+    /// that cannot be kept, in that order. At most [`MAX_PROBLEMS`] are
+    /// listed; when more were found, the list ends with one [`OMITTED`]
+    /// entry counting them (read it with [`Listing::of`]).
     pub fn check(&self, mut configuration: Value, secrets: SecretValues) -> Result<Checked, Vec<Problem>> {
         let skipped = migrate::migrate(&mut configuration, &self.outputs.renames);
-        let mut problems: Vec<Problem> = skipped.iter().map(|s| self.skipped_problem(s)).collect();
-        problems.extend(self.schema_problems(&configuration));
+        let mut found = Found::default();
+        for s in &skipped {
+            found.add(|| self.skipped_problem(s));
+        }
+        self.schema_problems(&configuration, &mut found);
+        undeployable_text(&configuration, &mut String::new(), &mut found);
         if let SecretValues::Refuse(why) = secrets {
             let mut probe = configuration.clone();
-            problems.extend(self.take_secrets(&mut probe).iter().map(|s| Problem {
-                path: s.pointer(self),
-                kind: "secret",
-                message: why.to_owned(),
-            }));
+            for s in self.take_secrets(&mut probe) {
+                found.add(|| Problem::new(s.pointer(self), "secret", why.to_owned()));
+            }
         }
-        if !problems.is_empty() {
-            return Err(problems);
+        if !found.is_empty() {
+            return Err(found.into_list());
         }
         let secrets = self.take_secrets(&mut configuration);
         let meta = &self.outputs.meta;
@@ -121,21 +321,23 @@ impl Checker {
 
     fn skipped_problem(&self, s: &Skipped) -> Problem {
         let path = s.path.as_deref().map(pointer).unwrap_or_default();
-        Problem { path, kind: "skipped_rename", message: s.message(&self.outputs.renames) }
+        Problem::new(path, "skipped_rename", s.message(&self.outputs.renames))
     }
 
-    fn schema_problems(&self, configuration: &Value) -> Vec<Problem> {
-        let mut out = Vec::new();
+    fn schema_problems(&self, configuration: &Value, found: &mut Found) {
         for e in self.validator.iter_errors(configuration) {
-            let at = e.instance_path().as_str().to_owned();
+            let at = || e.instance_path().as_str().to_owned();
             if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } = e.kind() {
                 for key in unexpected {
-                    out.push(Problem {
-                        path: format!("{at}/{}", key.replace('~', "~0").replace('/', "~1")),
-                        kind: "unexpected_key",
-                        message: format!(
-                            "the module source has no place for {key:?} here; re-save the form to drop it"
-                        ),
+                    found.add(|| {
+                        Problem::new(
+                            format!("{}{}", at(), segment(key)),
+                            "unexpected_key",
+                            format!(
+                                "the module source has no place for {} here; re-save the form to drop it",
+                                quoted(key)
+                            ),
+                        )
                     });
                 }
                 continue;
@@ -149,18 +351,19 @@ impl Checker {
                     .unwrap_or_default();
                 if !keys.is_empty() {
                     for key in keys {
-                        out.push(Problem {
-                            path: format!("{at}/{}", key.replace('~', "~0").replace('/', "~1")),
-                            kind: "schema",
-                            message: format!("{key:?} does not apply with the other choices made here; remove it"),
+                        found.add(|| {
+                            Problem::new(
+                                format!("{}{}", at(), segment(key)),
+                                "schema",
+                                format!("{} does not apply with the other choices made here; remove it", quoted(key)),
+                            )
                         });
                     }
                     continue;
                 }
             }
-            out.push(Problem { path: at, kind: "schema", message: e.masked().to_string() });
+            found.add(|| Problem::new(at(), "schema", e.masked().to_string()));
         }
-        out
     }
 
     /// §8: removes every secret field's value. Non-empty values are returned;

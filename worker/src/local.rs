@@ -14,7 +14,7 @@ use slipway_jobs::jobs::{BuildJob, Ctx};
 use slipway_jobs::source::ModuleSource;
 use slipway_jobs::state::{BuildKind, BuildStatus};
 use slipway_jobs::submit::{self, SecretStore};
-use slipway_jobs::validate::Checker;
+use slipway_jobs::validate::{Checker, Listing};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -95,15 +95,21 @@ pub async fn run(
         {
             Ok(a) => a,
             Err(submit::SubmitError::InvalidConfiguration(problems)) => {
-                eprintln!("slipway-worker run: the configuration is not valid for {source}:");
-                for p in &problems {
-                    eprintln!("  {} ({}): {}", if p.path.is_empty() { "/" } else { &p.path }, p.kind, p.message);
+                let listing = Listing::of(problems);
+                eprintln!("slipway-worker run: {} ({source}):", listing.message());
+                for p in &listing.problems {
+                    // Shown escaped: a key may hold control characters (a NUL, say).
+                    let path = if p.path.is_empty() { "/".to_owned() } else { p.path.escape_debug().to_string() };
+                    eprintln!("  {path} ({}): {}", p.kind, p.message);
+                }
+                if listing.omitted > 0 {
+                    eprintln!("  … and {} more problems, not listed", listing.omitted);
                 }
                 if output == Output::Json {
                     let body = serde_json::json!({
                         "error": "invalid_configuration",
-                        "message": format!("the configuration has {} problems", problems.len()),
-                        "details": { "problems": problems },
+                        "message": listing.message(),
+                        "details": { "problems": listing.problems, "omitted": listing.omitted },
                     });
                     println!("{body}");
                 }

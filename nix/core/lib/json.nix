@@ -2,7 +2,7 @@
 let
   inherit (builtins)
     attrNames concatStringsSep isAttrs isBool isInt isList isString match
-    replaceStrings toJSON;
+    replaceStrings stringLength toJSON;
 
   # Pretty-print a JSON-able value: two-space indent, keys sorted (as
   # builtins.toJSON sorts them), and a final newline. Deterministic.
@@ -21,13 +21,24 @@ let
     go "" value + "\n";
 
   # Nix source text for a value of strings, booleans, integers, null, lists
-  # and attribute sets.
+  # and attribute sets. Every string and key reads back exactly as it was
+  # (docs/MODULE-SOURCE.md "Strings and keys"): strings are written in double
+  # quotes with `\`, `"` and `${` escaped, and LF, CR and TAB as \n, \r, \t
+  # (the Nix lexer reads a raw CR, or CR LF, as LF); every other character,
+  # control characters and non-ASCII included, is written as it is, which
+  # Nix reads literally. NUL cannot be in a Nix string at all (Slipway
+  # refuses it at submit). A key is written bare only when it is a short
+  # identifier that is not a keyword, and quoted like a string otherwise
+  # (`builtins.match` recurses per character: on a key of a few hundred
+  # thousand characters it overflows the stack).
   toNix = value:
     let
-      str = s: "\"" + replaceStrings [ "\\" "\"" "\${" "\n" "\t" ] [ "\\\\" "\\\"" "\\\${" "\\n" "\\t" ] s + "\"";
+      str = s: "\"" + replaceStrings [ "\\" "\"" "\${" "\n" "\r" "\t" ] [ "\\\\" "\\\"" "\\\${" "\\n" "\\r" "\\t" ] s + "\"";
       keywords = [ "assert" "else" "if" "in" "inherit" "let" "or" "rec" "then" "with" ];
       key = k:
-        if match "[a-zA-Z_][a-zA-Z0-9_'-]*" k != null && !(builtins.elem k keywords) then k else str k;
+        if stringLength k <= 64 && match "[a-zA-Z_][a-zA-Z0-9_'-]*" k != null && !(builtins.elem k keywords)
+        then k
+        else str k;
       go = indent: v:
         let inner = indent + "  "; in
         if isAttrs v then
