@@ -12,7 +12,6 @@ use serde_json::{json, Value};
 use slipway_jobs::source::SourceError;
 use slipway_jobs::store::StoreError;
 use slipway_jobs::submit::SubmitError;
-use slipway_jobs::validate::Listing;
 
 /// An error answer: status, stable code, sentence, optional details.
 #[derive(Debug)]
@@ -128,11 +127,8 @@ impl From<SubmitError> for ApiError {
     fn from(e: SubmitError) -> Self {
         match e {
             // details: {"problems": [the first MAX_PROBLEMS], "omitted": how many more}.
-            SubmitError::InvalidConfiguration(problems) => {
-                let listing = Listing::of(problems);
-                Self::bad_request("invalid_configuration", listing.message())
-                    .with_details(json!({ "problems": listing.problems, "omitted": listing.omitted }))
-            }
+            SubmitError::InvalidConfiguration(listing) => Self::bad_request("invalid_configuration", listing.message())
+                .with_details(json!({ "problems": listing.problems, "omitted": listing.omitted })),
             SubmitError::Source(s) => s.into(),
             e @ SubmitError::ExplicitSourceUnsupported(_) => {
                 Self::new(StatusCode::NOT_IMPLEMENTED, "not_implemented", e.to_string())

@@ -11,7 +11,7 @@ use crate::id::{new_build_id, DeploymentId};
 use crate::source::{ModuleSource, SourceError};
 use crate::state::{BuildKind, BuildStatus, DeploymentState};
 use crate::store::{builds, deployments, now_ms, Db, StoreError};
-use crate::validate::{Checker, Problem, SecretValues};
+use crate::validate::{Checker, Listing, SecretValues};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -41,8 +41,8 @@ impl SourcePolicy {
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
     /// The configuration fails migration, validation or the secret rules; every problem is listed.
-    #[error("the configuration is not valid for its module source ({} problems)", .0.len())]
-    InvalidConfiguration(Vec<Problem>),
+    #[error("the configuration is not valid for its module source ({} problems)", .0.total())]
+    InvalidConfiguration(Listing),
     /// The module source is malformed or not allowed.
     #[error(transparent)]
     Source(#[from] SourceError),

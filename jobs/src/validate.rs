@@ -39,10 +39,6 @@ pub const MAX_PROBLEM_TEXT: usize = 300;
 /// node as the object submitted.
 pub const RESERVED_KEYS: [&str; 2] = ["outPath", "__toString"];
 
-/// The `kind` of the entry that closes a list cut at [`MAX_PROBLEMS`] in
-/// [`Checker::check`]'s answer; [`Listing::of`] turns it into a count.
-pub const OMITTED: &str = "omitted";
-
 /// One problem of a configuration: where, what kind, and a sentence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
@@ -52,28 +48,23 @@ pub struct Problem {
     /// `schema` (the schema refuses the value), `unexpected_key` (MG-6),
     /// `skipped_rename` (MG-3), `secret` (§8), `unsupported_character` (a
     /// NUL character in a string or key, which Nix cannot carry to a node),
-    /// `reserved_key` (one of [`RESERVED_KEYS`]), or [`OMITTED`] (only as the
-    /// last entry of [`Checker::check`]'s list).
+    /// or `reserved_key` (one of [`RESERVED_KEYS`]).
     pub kind: &'static str,
     /// What is wrong, and the remedy where there is one; never the value.
     /// At most [`MAX_PROBLEM_TEXT`] bytes.
     pub message: String,
-    /// For the [`OMITTED`] entry: how many problems were found and not
-    /// listed. 0 for every other problem; never serialised.
-    #[serde(skip)]
-    pub omitted: usize,
 }
 
 impl Problem {
     fn new(path: String, kind: &'static str, message: String) -> Self {
-        Self { path: bounded(path), kind, message: bounded(message), omitted: 0 }
+        Self { path: bounded(path), kind, message: bounded(message) }
     }
 }
 
-/// A refusal's problems as they are shown (the api's `invalid_configuration`
-/// details, `slipway-worker run`'s report): the listed problems and how many
-/// more were found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A refusal's problems (the api's `invalid_configuration` details,
+/// `slipway-worker run`'s report): the first [`MAX_PROBLEMS`] found, and how
+/// many more were found and only counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Listing {
     /// The problems listed, at most [`MAX_PROBLEMS`], in the order found.
     pub problems: Vec<Problem>,
@@ -82,16 +73,6 @@ pub struct Listing {
 }
 
 impl Listing {
-    /// Reads [`Checker::check`]'s list: its closing [`OMITTED`] entry, if
-    /// any, becomes [`Listing::omitted`].
-    pub fn of(mut problems: Vec<Problem>) -> Self {
-        let omitted = match problems.last() {
-            Some(last) if last.kind == OMITTED => problems.pop().map_or(0, |p| p.omitted),
-            _ => 0,
-        };
-        Self { problems, omitted }
-    }
-
     /// Every problem found, listed or not.
     pub fn total(&self) -> usize {
         self.problems.len() + self.omitted
@@ -141,34 +122,15 @@ fn quoted(key: &str) -> String {
     format!("{:?}…", &key[..end])
 }
 
-/// Problems as they are found: the first [`MAX_PROBLEMS`] are kept, the
-/// others only counted (their sentences are never made).
-#[derive(Debug, Default)]
-struct Found {
-    listed: Vec<Problem>,
-    more: usize,
-}
-
-impl Found {
+impl Listing {
+    /// Adds a problem as it is found: one of the first [`MAX_PROBLEMS`] is
+    /// kept, any other only counted (its sentence is never made).
     fn add(&mut self, problem: impl FnOnce() -> Problem) {
-        if self.listed.len() < MAX_PROBLEMS {
-            self.listed.push(problem());
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(problem());
         } else {
-            self.more += 1;
+            self.omitted += 1;
         }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.listed.is_empty()
-    }
-
-    /// The listed problems, closed by an [`OMITTED`] entry when some were left out.
-    fn into_list(mut self) -> Vec<Problem> {
-        if self.more > 0 {
-            let message = format!("{} more problems are not listed", self.more);
-            self.listed.push(Problem { omitted: self.more, ..Problem::new(String::new(), OMITTED, message) });
-        }
-        self.listed
     }
 }
 
@@ -235,7 +197,7 @@ fn segment(key: &str) -> String {
 /// pointer `path`) that Nix cannot carry to a node: one holding a NUL
 /// character, and each of [`RESERVED_KEYS`]. The sentences name the
 /// character or the key, never the value (it may be a secret).
-fn undeployable_text(value: &Value, path: &mut String, found: &mut Found) {
+fn undeployable_text(value: &Value, path: &mut String, found: &mut Listing) {
     const NUL: &str =
         "contains a NUL character (U+0000), which no Nix string can hold, so it cannot reach the node; remove it";
     let at = path.len();
@@ -289,12 +251,11 @@ impl Checker {
     /// MG-7, first steps: migrate, validate (all errors), take secret values out.
     /// Returns the checked configuration, or its problems: skipped renames,
     /// schema problems, text Nix cannot carry to a node, and secret values
-    /// that cannot be kept, in that order. At most [`MAX_PROBLEMS`] are
-    /// listed; when more were found, the list ends with one [`OMITTED`]
-    /// entry counting them (read it with [`Listing::of`]).
-    pub fn check(&self, mut configuration: Value, secrets: SecretValues) -> Result<Checked, Vec<Problem>> {
+    /// that cannot be kept, in that order; at most [`MAX_PROBLEMS`] are
+    /// listed and the rest counted.
+    pub fn check(&self, mut configuration: Value, secrets: SecretValues) -> Result<Checked, Listing> {
         let skipped = migrate::migrate(&mut configuration, &self.outputs.renames);
-        let mut found = Found::default();
+        let mut found = Listing::default();
         for s in &skipped {
             found.add(|| self.skipped_problem(s));
         }
@@ -306,8 +267,8 @@ impl Checker {
                 found.add(|| Problem::new(s.pointer(self), "secret", why.to_owned()));
             }
         }
-        if !found.is_empty() {
-            return Err(found.into_list());
+        if !found.problems.is_empty() {
+            return Err(found);
         }
         let secrets = self.take_secrets(&mut configuration);
         let meta = &self.outputs.meta;
@@ -324,7 +285,7 @@ impl Checker {
         Problem::new(path, "skipped_rename", s.message(&self.outputs.renames))
     }
 
-    fn schema_problems(&self, configuration: &Value, found: &mut Found) {
+    fn schema_problems(&self, configuration: &Value, found: &mut Listing) {
         for e in self.validator.iter_errors(configuration) {
             let at = || e.instance_path().as_str().to_owned();
             if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } = e.kind() {

@@ -5,24 +5,11 @@
 //! what was submitted.
 
 use serde_json::{json, Map, Value};
-use slipway_jobs::config::Config;
-use slipway_jobs::id::DeploymentId;
-use slipway_jobs::jobs::build::{self, Ran};
-use slipway_jobs::jobs::{BuildJob, Ctx};
-use slipway_jobs::source::SourceOutputs;
 use slipway_jobs::state::{BuildKind, BuildStatus};
 use slipway_jobs::store::Engine;
-use slipway_jobs::submit::{self, Queueing, SecretStore};
-use slipway_jobs::test_support::TestDatabase;
-use slipway_jobs::validate::Checker;
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use slipway_jobs::test_support::{demo, world};
+use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// Text that a Nix printer easily gets wrong: Nix's own escapes and
 /// interpolation, CR in every position, control characters, non-ASCII,
@@ -115,8 +102,7 @@ fn email(text: &str) -> String {
 fn configuration() -> Value {
     let strings = tricky();
     let all = strings.concat();
-    let mut config: Value =
-        serde_json::from_str(&std::fs::read_to_string(repo().join("examples/demo.json")).unwrap()).unwrap();
+    let mut config = demo();
     let apps = &mut config["applications"];
     apps["mastodon"]["adminEmail"] = json!(email(&all));
     apps["mastodon"]["moderators"] =
@@ -171,33 +157,14 @@ fn assert_reached(submitted: &Value, node: &Value, at: &str) {
 
 #[tokio::test]
 async fn every_string_and_key_of_a_configuration_reaches_the_node_byte_for_byte() {
-    let db = TestDatabase::new(Engine::Sqlite).await;
-    let state = db.path("state");
-    let keys = BTreeMap::from([
-        ("DATABASE_URL".to_owned(), db.url.clone()),
-        ("SLIPWAY_STATE_DIR".to_owned(), state.display().to_string()),
-        ("SLIPWAY_DEFAULT_SOURCE_DIR".to_owned(), repo().join("nix").display().to_string()),
-    ]);
-    let config = Config::from_keys(&keys).unwrap();
-    let pool = slipway_jobs::store::open(&config).await.unwrap();
-    let ctx = Ctx { db: pool, config: Arc::new(config), worker: "test-worker".into(), echo_log: false };
-    let checker = Checker::new(SourceOutputs::read_dir(&repo().join("api/default-source")).unwrap()).unwrap();
-
+    let w = world(Engine::Sqlite, &[]).await;
     let submitted = configuration();
-    let id = DeploymentId::parse("strings").unwrap();
-    let queueing = Queueing { kind: BuildKind::Deploy, limit: None };
-    let accepted =
-        submit::check_and_queue(&ctx.db, &checker, SecretStore::NotConfigured, &id, submitted.clone(), None, queueing)
-            .await
-            .unwrap_or_else(|e| panic!("the configuration was refused: {e:?}"));
-    let report = match build::run(BuildJob { build_id: accepted.build_id.clone() }, &ctx).await.unwrap() {
-        Ran::Finished(report) => report,
-        other => panic!("the build did not run: {other:?}"),
-    };
+    let id = w.queue_configuration("strings", BuildKind::Deploy, None, submitted.clone()).await;
+    let report = w.run(&id).await;
     assert_eq!(report.status, BuildStatus::Succeeded, "{report:?}");
 
     for app in ["mastodon", "peertube", "pixelfed"] {
-        let file = ctx.provider_state_dir("strings").join("nodes").join(app).join("system/configuration.nix");
+        let file = w.ctx.provider_state_dir("strings").join("nodes").join(app).join("system/configuration.nix");
         let node = evaluate(&file);
         let mut sent = submitted["applications"][app].clone();
         for own in ["enable", "subdomain", "secretsSet", "secretsClear"] {

@@ -14,7 +14,7 @@ use slipway_jobs::jobs::{BuildJob, Ctx};
 use slipway_jobs::source::ModuleSource;
 use slipway_jobs::state::{BuildKind, BuildStatus};
 use slipway_jobs::submit::{self, SecretStore};
-use slipway_jobs::validate::{Checker, Listing};
+use slipway_jobs::validate::Checker;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -94,8 +94,7 @@ pub async fn run(
             .await
         {
             Ok(a) => a,
-            Err(submit::SubmitError::InvalidConfiguration(problems)) => {
-                let listing = Listing::of(problems);
+            Err(submit::SubmitError::InvalidConfiguration(listing)) => {
                 eprintln!("slipway-worker run: {} ({source}):", listing.message());
                 for p in &listing.problems {
                     // Shown escaped: a key may hold control characters (a NUL, say).
