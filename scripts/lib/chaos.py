@@ -56,14 +56,21 @@ def free_port():
     return port
 
 
-def slow_source(root, deploy_seconds):
+def slow_source(root, deploy_seconds, run_id):
     """A module source whose deploy takes a few seconds and reports one node.
 
     The deploy holds `$STATE_DIR/effect.lock` (`flock`, on fd 9) for its
-    whole run; the `sleep` inherits fd 9, so a process left behind by a
-    killed worker keeps holding it. A deploy that finds the lock taken
+    whole run; everything it starts inherits fd 9, so a process left behind
+    by a killed worker keeps holding it. A deploy that finds the lock taken
     records itself (and the holder) in `$STATE_DIR/overlaps` and carries on,
     so the build still succeeds and only the overlap is recorded.
+
+    Its time is spent in a real `nix-build` of a derivation of its own (one
+    per build attempt, so it is never already built) whose builder sleeps:
+    Nix starts the builder in a session of its own with a clean environment,
+    so it outlives a killed worker unless the effect is contained. The
+    builder's environment carries the run id (`chaosRun`), so the stray
+    check finds it.
     """
     effects = os.path.join(root, "core", "effects")
     os.makedirs(effects)
@@ -78,7 +85,18 @@ else
   echo "deploy $BUILD_ID: another effect of this deployment holds the lock"
 fi
 echo "deploy $BUILD_ID starting"
-sleep {deploy_seconds}
+cat > "${{TMPDIR:-/tmp}}/chaos.nix" <<NIX
+derivation {{
+  name = "slipway-chaos";
+  system = builtins.currentSystem;
+  builder = "/bin/sh";
+  args = [ "-c" "sleep {deploy_seconds}; echo done > \\$out" ];
+  PATH = "/usr/bin:/bin";
+  chaosRun = "{run_id}";
+  attempt = "$BUILD_ID.${{SLIPWAY_EFFECT_ATTEMPT:-0}}.$(date +%s%N)";
+}}
+NIX
+nix-build "${{TMPDIR:-/tmp}}/chaos.nix" --no-out-link || exit 1
 echo '{{"nodes": [{{"name": "web", "dnsNames": [], "outcome": "deployed", "system": null, "error": null}}]}}' > "$SBOM_OUT_DIR/nodes.json"
 echo '{{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}}' > "$SBOM_OUT_DIR/web.cdx.json"
 echo "deploy $BUILD_ID done"
@@ -101,8 +119,10 @@ def start_lock_selftest(deploy, work):
     os.makedirs(sbom)
     held = open(os.path.join(state, "effect.lock"), "ab")
     fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    scratch = os.path.join(work, "selftest", "tmp")
+    os.makedirs(scratch)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "STATE_DIR": state, "SBOM_OUT_DIR": sbom,
-           "BUILD_ID": "selftest"}
+           "BUILD_ID": "selftest", "TMPDIR": scratch, "NIX_CONFIG": os.environ.get("NIX_CONFIG", "")}
     proc = subprocess.Popen([deploy], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     def result():
@@ -336,31 +356,50 @@ def proc_environ(pid):
     return env
 
 
-def stray_effects(work, build_ids):
-    """Processes still carrying SLIPWAY_EFFECT that belong to this run: a
-    build id of ours, a STATE_DIR / SBOM_OUT_DIR under our work folder, or a
-    working directory there."""
+def proc_stat(pid):
+    """(start time in clock ticks since boot, pid namespace) of a process, or None."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+        ns = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[19]), ns
+
+
+def strays(work, build_ids, run_id, run_started):
+    """Every process still running that the run left: one that carries a
+    build id of ours, the run id or the work folder in its environment or
+    command line (Nix builders carry the run id as a derivation attribute),
+    works under the work folder, or lives in a PID namespace other than ours
+    and started after the run did (an effect's namespace)."""
     roots = {os.path.realpath(work), work}
     under = lambda p: p and any(p == r or p.startswith(r + os.sep) for r in roots)  # noqa: E731
+    mine = proc_stat(os.getpid())
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
-        env = proc_environ(entry)
-        if not env or MARKER not in env:
+        stat = proc_stat(entry)
+        if stat is None:
             continue
+        env = proc_environ(entry) or {}
         try:
-            cwd = os.readlink(f"/proc/{entry}/cwd")
+            cwd = os.readlink(f"/proc/{entry}/cwd").removesuffix(" (deleted)")
         except OSError:
             cwd = ""
-        if not (env.get(MARKER) in build_ids or env.get("BUILD_ID") in build_ids or under(env.get("STATE_DIR"))
-                or under(env.get("SBOM_OUT_DIR")) or under(cwd.removesuffix(" (deleted)"))):
-            continue
         try:
             cmd = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             cmd = "?"
-        found.append((int(entry), env.get(MARKER), cmd, cwd))
+        texts = list(env.values()) + [cmd]
+        ours = (env.get(MARKER) in build_ids or env.get("BUILD_ID") in build_ids or under(cwd)
+                or any(run_id in t or work in t for t in texts))
+        contained = stat[1] != mine[1] and stat[0] >= run_started
+        if ours or contained:
+            found.append((int(entry), env.get(MARKER), cmd, cwd))
     return found
 
 
@@ -369,13 +408,14 @@ def main():
     p = argparse.ArgumentParser(description="Chaos run of the Slipway fleet on PostgreSQL (see scripts/chaos).")
     p.add_argument("--deployments", type=int, default=50)
     p.add_argument("--kills", type=int, default=10, help="worker SIGKILLs")
+    p.add_argument("--pg-restarts", type=int, default=1, help="PostgreSQL restarts, spread over the kills")
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--apis", type=int, default=2, help="api replicas, each on its own port")
     p.add_argument("--deploy-seconds", type=int, default=3)
     p.add_argument("--deadline", type=int, default=900, help="seconds for everything to finish")
     args = p.parse_args()
-    if args.deployments < 2 or args.workers < 1 or args.apis < 1 or args.kills < 0:
-        p.error("need --deployments >= 2, --workers >= 1, --apis >= 1, --kills >= 0")
+    if args.deployments < 2 or args.workers < 1 or args.apis < 1 or args.kills < 0 or args.pg_restarts < 0:
+        p.error("need --deployments >= 2, --workers >= 1, --apis >= 1, --kills >= 0, --pg-restarts >= 0")
     for tool in ("flock", "psql", "pg_ctlcluster"):
         if shutil.which(tool) is None:
             sys.exit(f"chaos: `{tool}` is not on PATH (flock comes with util-linux, the others with PostgreSQL)")
@@ -386,7 +426,9 @@ def main():
     rng = random.Random(seed)
 
     work = tempfile.mkdtemp(prefix="slipway-chaos-")
-    deploy = slow_source(os.path.join(work, "source"), args.deploy_seconds)
+    run_id = os.path.basename(work)
+    run_started = proc_stat(os.getpid())[0]
+    deploy = slow_source(os.path.join(work, "source"), args.deploy_seconds, run_id)
     selftest = start_lock_selftest(deploy, work)
     psql(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
     psql(f"CREATE DATABASE {DB_NAME}")
@@ -436,21 +478,27 @@ def main():
                           kill_wave=(n_waves - 1) // 2, pg_restarted=pg_restarted)
     submitter.start()
 
-    # The chaos: worker kills every 1–2.5 s, the PostgreSQL restart halfway
-    # through them (after the api kill, before the last wave of submits).
+    # The chaos: worker kills every 1–2.5 s, the PostgreSQL restarts spread
+    # evenly among them (the first after the api kill, the last before the
+    # last wave of submits).
     actions = ["worker"] * args.kills
-    actions.insert(args.kills // 2, "postgres")
-    kills, chaos_errors = 0, []
+    for i in range(args.pg_restarts, 0, -1):
+        actions.insert(round(i * args.kills / (args.pg_restarts + 1)), "postgres")
+    kills, pg_restarts, chaos_errors = 0, 0, []
+    if args.pg_restarts == 0:
+        pg_restarted.set()
     for action in actions:
         time.sleep(rng.uniform(1.0, 2.5))  # pacing of the chaos, not a check
         if action == "postgres":
             if not submitter.api_killed.wait(timeout=300):
-                chaos_errors.append("the api kill was not over 300s after the PostgreSQL restart was due")
+                chaos_errors.append("the api kill was not over 300s after a PostgreSQL restart was due")
             version = max(os.listdir("/etc/postgresql"),
                           key=lambda v: [int(x) for x in v.split(".") if x.isdigit()])
-            log(f"restarting PostgreSQL {version}")
+            pg_restarts += 1
+            log(f"restarting PostgreSQL {version} ({pg_restarts}/{args.pg_restarts})")
             subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True)
-            pg_restarted.set()
+            if pg_restarts == args.pg_restarts:
+                pg_restarted.set()
             log("PostgreSQL is back")
         else:
             name = rng.choice(fleet.names("worker-"))
@@ -506,9 +554,9 @@ def main():
         b for bs in submitter.accepted.values() for b in bs}
 
     fleet.stop_all()
-    strays = stray_effects(work, build_ids)
-    for pid, marker, cmd, cwd in strays:
-        log(f"stray effect: pid {pid} `{cmd}` ({MARKER}={marker}, cwd {cwd}) still runs after every "
+    left = strays(work, build_ids, run_id, run_started)
+    for pid, marker, cmd, cwd in left:
+        log(f"stray process: pid {pid} `{cmd}` ({MARKER}={marker}, cwd {cwd}) still runs after every "
             "api and worker stopped; killing it")
         try:
             os.kill(pid, signal.SIGKILL)
@@ -517,7 +565,7 @@ def main():
     selftest_problem = selftest()
 
     # Per deployment.
-    passed, failed, overlaps = 0, 0, 0
+    passed, failed, overlaps, superseded = 0, 0, 0, 0
     reruns, rerun_builds, extras = 0, [], []
     for d in ids:
         builds = builds_of[d]
@@ -534,14 +582,21 @@ def main():
                    if transport else "no submit of it failed at the transport level")
             refused = f"; 5xx answers: {'; '.join(submitter.refused[d])}" if submitter.refused[d] else ""
             problems[d].append(f"{len(extra)} build(s) not seen accepted ({', '.join(extra)}) but {why}{refused}")
-        for b in builds:
+        for i, b in enumerate(builds):
             reruns += max(0, b["attempts"] - 1)
             if b["attempts"] > 1:
                 rerun_builds.append(f"{b['id']} x{b['attempts']}")
-            if b["status"] != "succeeded":
+            if b["status"] == "superseded":
+                # Q-7: a queued deploy a newer submit made pointless; never the newest, never started.
+                superseded += 1
+                if i == len(builds) - 1 or b.get("started_at"):
+                    problems[d].append(f"build {b['id']} was superseded although it "
+                                       + ("is the newest" if i == len(builds) - 1 else "had started"))
+            elif b["status"] != "succeeded":
                 problems[d].append(f"build {b['id']} ended {b['status']} "
                                    f"(reason {b.get('reason')}, error {b.get('error')}, attempts {b['attempts']})")
-        for a, b in zip(builds, builds[1:]):
+        ran = [b for b in builds if b["status"] != "superseded"]
+        for a, b in zip(ran, ran[1:]):
             if a.get("finished_at") and b.get("started_at") and b["started_at"] < a["finished_at"]:
                 problems[d].append(f"build {b['id']} started at {b['started_at']}, before {a['id']} "
                                    f"finished at {a['finished_at']} (ST-2)")
@@ -567,8 +622,8 @@ def main():
     run_problems = []
     if kills < args.kills:
         run_problems.append(f"only {kills} of {args.kills} worker kills happened")
-    if not pg_restarted.is_set():
-        run_problems.append("PostgreSQL was not restarted")
+    if pg_restarts < args.pg_restarts:
+        run_problems.append(f"PostgreSQL was restarted {pg_restarts} of {args.pg_restarts} times")
     if submitter.api_kill_note is None:
         run_problems.append("no api was killed mid-submit")
     run_problems += submitter.errors + chaos_errors
@@ -577,17 +632,17 @@ def main():
     if reruns > kills * BUILD_SLOTS:
         run_problems.append(f"{reruns} build re-runs exceed {kills} worker kills x BUILD_SLOTS {BUILD_SLOTS} "
                             f"= {kills * BUILD_SLOTS}: builds were re-run that no kill explains")
-    if strays:
-        run_problems.append(f"{len(strays)} stray effect process(es) outlived the fleet: "
-                            + "; ".join(f"pid {pid} {MARKER}={m} `{c}`" for pid, m, c, _ in strays))
+    if left:
+        run_problems.append(f"{len(left)} stray process(es) outlived the fleet: "
+                            + "; ".join(f"pid {pid} {MARKER}={m} `{c}`" for pid, m, c, _ in left))
     for problem in run_problems:
         failed += 1
         log(f"FAIL run: {problem}")
 
     log(f"{kills} worker kills, api killed: {submitter.api_kill_note or 'no'}, "
-        f"PostgreSQL restarted: {pg_restarted.is_set()}")
+        f"PostgreSQL restarts: {pg_restarts}")
     log(f"re-runs: {reruns} over {len(rerun_builds)} builds (at most {kills * BUILD_SLOTS} = kills x BUILD_SLOTS), "
-        f"overlaps: {overlaps}, stray effects: {len(strays)}")
+        f"superseded: {superseded}, overlaps: {overlaps}, stray processes: {len(left)}")
     if extras:
         log(f"builds of submits whose connection failed (not seen accepted): {', '.join(extras)}")
     if rerun_builds and (failed or reruns > kills * BUILD_SLOTS):
