@@ -2,7 +2,9 @@
 -- SQLite cannot change a CHECK constraint, so `builds` is rebuilt with the
 -- new status allowed; the columns nothing reads any more go with it
 -- (`log`: logs are chunks since 0005; `job_id`: the apalis task id was never read).
-CREATE TABLE builds_new (
+-- The submit order (`seq`) carries on where it was: no number is used twice.
+ALTER TABLE builds RENAME TO builds_old;
+CREATE TABLE builds (
     seq              INTEGER PRIMARY KEY AUTOINCREMENT,
     id               TEXT NOT NULL UNIQUE,   -- ST-4
     deployment_id    TEXT NOT NULL REFERENCES deployments(id),
@@ -23,15 +25,16 @@ CREATE TABLE builds_new (
     finished_at      INTEGER,
     cancel_requested INTEGER NOT NULL DEFAULT 0
 );
-INSERT INTO builds_new (seq, id, deployment_id, kind, status, dispatched, reason, error, configuration,
+INSERT INTO builds (seq, id, deployment_id, kind, status, dispatched, reason, error, configuration,
                         module_source, instances, report, attempts, worker, version, queued_at, started_at,
                         finished_at, cancel_requested)
 SELECT seq, id, deployment_id, kind, status, dispatched, reason, error, configuration,
        module_source, instances, report, attempts, worker, version, queued_at, started_at,
        finished_at, cancel_requested
-FROM builds;
-DROP TABLE builds;
-ALTER TABLE builds_new RENAME TO builds;
+FROM builds_old;
+DELETE FROM sqlite_sequence WHERE name = 'builds';
+INSERT INTO sqlite_sequence (name, seq) SELECT 'builds', seq FROM sqlite_sequence WHERE name = 'builds_old';
+DROP TABLE builds_old;
 CREATE INDEX builds_by_deployment ON builds (deployment_id, seq);
 CREATE INDEX builds_waiting ON builds (deployment_id, status, dispatched);
 CREATE INDEX builds_by_status ON builds (status);

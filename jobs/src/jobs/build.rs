@@ -375,7 +375,10 @@ pub(crate) async fn run_effect(
     if stale > 0 {
         tracing::warn!(processes = stale, "stopped an older attempt's effect left running on this host");
     }
-    if !builds::claim_status(&ctx.db, build).await.map_err(|e| e.to_string())?.held {
+    // A database that does not answer now is no reason to give up: the
+    // claim is watched while the effect runs, and the lock keeps a late
+    // start from running beside the attempt that took over.
+    if builds::claim_status(&ctx.db, build).await.is_ok_and(|status| !status.held) {
         return Ok((EffectOutcome::Stopped(Stop::ClaimLost), work));
     }
     let prepare = || -> std::io::Result<PathBuf> {
