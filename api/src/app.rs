@@ -1,6 +1,7 @@
 //! The application state and the router (`fn app(state) -> Router`).
 
 use crate::auth::{Claims, Verifier};
+use crate::database_health::DatabaseHealth;
 use crate::error::ApiError;
 use crate::routes;
 use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts};
@@ -17,6 +18,8 @@ use slipway_jobs::store::Db;
 use slipway_jobs::submit::{SecretStore, SourcePolicy, SubmitError};
 use slipway_jobs::validate::Checker;
 use std::sync::Arc;
+use std::time::Duration;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::TraceLayer;
 
@@ -38,6 +41,8 @@ pub struct App {
     pub sources: SourcePolicy,
     /// The operator-secret store (§8).
     pub secret_store: SecretStore,
+    /// Whether the database is away: outages are logged once each.
+    pub database_health: DatabaseHealth,
 }
 
 /// The state handlers take: `State(state): State<AppState>`.
@@ -63,7 +68,8 @@ impl AppState {
         };
         let secret_store =
             if config.openbao_addr.is_some() { SecretStore::Unsupported } else { SecretStore::NotConfigured };
-        Ok(AppState(Arc::new(App { config, db, verifier, built_in, sources, secret_store })))
+        let database_health = DatabaseHealth::new(db.clone());
+        Ok(AppState(Arc::new(App { config, db, verifier, built_in, sources, secret_store, database_health })))
     }
 }
 
@@ -119,7 +125,8 @@ async fn admission(State(app): State<AppState>, request: Request, next: Next) ->
     }
 }
 
-/// The router with every route of this release, CORS, body limit and tracing.
+/// The router with every route of this release, CORS, body limit, the
+/// database watcher and tracing.
 pub fn app(state: AppState) -> Router {
     let submit = routes::deployments::submit.layer(middleware::from_fn_with_state(state.clone(), admission));
     let origins: Vec<HeaderValue> = state.config.allowed_origins.iter().filter_map(|o| o.parse().ok()).collect();
@@ -149,7 +156,18 @@ pub fn app(state: AppState) -> Router {
         .fallback(routes::public::not_found)
         .method_not_allowed_fallback(routes::public::method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(state.clone(), crate::database_health::watch))
         .layer(cors)
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().on_failure(
+            |failure: ServerErrorsFailureClass, _: Duration, _: &tracing::Span| {
+                // A 5xx answer is not news: an unexpected failure is logged
+                // where it is handled (`ApiError::internal`), a database
+                // outage once by `database_health`. Only a body that failed
+                // while streaming is.
+                if let ServerErrorsFailureClass::Error(e) = failure {
+                    tracing::warn!(error = %e, "the response body failed");
+                }
+            },
+        ))
         .with_state(state)
 }

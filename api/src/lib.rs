@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod database_health;
 pub mod default_source;
 pub mod error;
 pub mod extract;
