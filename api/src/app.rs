@@ -8,11 +8,12 @@ use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts};
 use axum::extract::{Request, State};
 use axum::handler::Handler;
 use axum::http::request::Parts;
-use axum::http::{header, HeaderValue, Method};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
+use serde_json::json;
 use slipway_jobs::config::Config;
 use slipway_jobs::store::Db;
 use slipway_jobs::submit::{SecretStore, SourcePolicy, SubmitError};
@@ -25,6 +26,16 @@ use tower_http::trace::TraceLayer;
 
 /// Largest request body accepted, in bytes.
 pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// Largest header section accepted, in bytes: 64 KiB, counted as each
+/// field's name and value plus 4 bytes (`: ` and the line end), as on the
+/// wire. A larger one answers `431 request_header_fields_too_large` in the
+/// JSON error shape (hyper itself buffers up to [`crate::serve::HEAD_BUFFER_BYTES`]).
+pub const HEADER_LIMIT_BYTES: usize = 64 * 1024;
+
+/// Most header fields accepted in one request; more answer
+/// `431 request_header_fields_too_large` like [`HEADER_LIMIT_BYTES`].
+pub const HEADER_FIELDS_LIMIT: usize = 100;
 
 /// Everything a handler needs, shared by reference.
 #[derive(Debug)]
@@ -125,8 +136,41 @@ async fn admission(State(app): State<AppState>, request: Request, next: Next) ->
     }
 }
 
-/// The router with every route of this release, CORS, body limit, the
-/// database watcher and tracing.
+/// Refuses a request whose header section is larger than
+/// [`HEADER_LIMIT_BYTES`] or has more than [`HEADER_FIELDS_LIMIT`] fields:
+/// `431 request_header_fields_too_large` with the limits in `details`. The
+/// answer never repeats a header.
+async fn header_limit(request: Request, next: Next) -> Response {
+    match header_size(request.headers()) {
+        (bytes, fields) if bytes > HEADER_LIMIT_BYTES || fields > HEADER_FIELDS_LIMIT => ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "request_header_fields_too_large",
+            format!(
+                "the request's header fields take {bytes} bytes in {fields} fields; this service accepts at most \
+                 {HEADER_LIMIT_BYTES} bytes and {HEADER_FIELDS_LIMIT} fields"
+            ),
+        )
+        .with_details(json!({
+            "header_bytes": bytes,
+            "header_fields": fields,
+            "limit_bytes": HEADER_LIMIT_BYTES,
+            "limit_fields": HEADER_FIELDS_LIMIT,
+        }))
+        .into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+/// (bytes, fields) of a header section, each field counted as on the wire:
+/// name, `: `, value, line end.
+fn header_size(headers: &HeaderMap) -> (usize, usize) {
+    headers
+        .iter()
+        .fold((0, 0), |(bytes, fields), (name, value)| (bytes + name.as_str().len() + value.len() + 4, fields + 1))
+}
+
+/// The router with every route of this release, CORS, body and header
+/// limits, the database watcher and tracing.
 pub fn app(state: AppState) -> Router {
     let submit = routes::deployments::submit.layer(middleware::from_fn_with_state(state.clone(), admission));
     let origins: Vec<HeaderValue> = state.config.allowed_origins.iter().filter_map(|o| o.parse().ok()).collect();
@@ -155,8 +199,11 @@ pub fn app(state: AppState) -> Router {
         .route("/sbom/{id}", get(routes::sbom::document))
         .fallback(routes::public::not_found)
         .method_not_allowed_fallback(routes::public::method_not_allowed)
+        // Innermost first: each layer wraps those above it.
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn(header_limit))
         .layer(middleware::from_fn_with_state(state.clone(), crate::database_health::watch))
+        // Outside the header limit, so a browser can read its 431.
         .layer(cors)
         .layer(TraceLayer::new_for_http().on_failure(
             |failure: ServerErrorsFailureClass, _: Duration, _: &tracing::Span| {

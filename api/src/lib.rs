@@ -8,5 +8,6 @@ pub mod default_source;
 pub mod error;
 pub mod extract;
 pub mod routes;
+pub mod serve;
 
 pub use app::{app, App, AppState};

@@ -1,5 +1,6 @@
-//! Running the api while the database is away: every route answers within
-//! the readiness budget, and the outage is logged once. Real PostgreSQL
+//! Running the api: answers while the database is away (within the
+//! readiness budget, the outage logged once) and request heads larger than
+//! hyper's defaults (over real loopback TCP). Real SQLite and PostgreSQL
 //! databases, one per test.
 
 use axum::body::Body;
@@ -17,6 +18,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
@@ -293,4 +295,109 @@ async fn a_database_outage_is_logged_once_when_it_begins_and_once_when_it_ends()
         assert_eq!(h.call(Method::GET, "/readyz", None, None).await.0, StatusCode::OK);
         assert_eq!(logs.count("the database answers again"), outage, "{:#?}", logs.lines());
     }
+}
+
+// ---------------------------------------------------------------------------
+// Request heads larger than hyper's defaults, over loopback TCP.
+
+struct Served {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+/// `router` served by [`slipway_api::serve::serve`] on a loopback port.
+async fn serve(router: Router) -> Served {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(slipway_api::serve::serve(listener, router, async {
+        let _ = stopped.await;
+    }));
+    Served { addr, stop: Some(stop), task }
+}
+
+/// Sends `head` (a whole request head, `Connection: close`) and reads the
+/// answer: status and JSON body (`{"raw": …}` when it is not JSON).
+async fn raw_request(addr: SocketAddr, head: Vec<u8>) -> (u16, Value) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    // Written beside the read: a server that answers early stops reading.
+    let write = tokio::spawn(async move {
+        let _ = writer.write_all(&head).await;
+        writer
+    });
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), reader.read_to_end(&mut answer))
+        .await
+        .expect("an answer within 30 s")
+        .unwrap_or_else(|e| panic!("reading the answer: {e} (got {:?})", String::from_utf8_lossy(&answer)));
+    drop(write.await);
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{head}"));
+    (status, serde_json::from_str(body).unwrap_or_else(|_| json!({ "raw": body, "head": head })))
+}
+
+fn request_head(extra: &[(String, String)]) -> Vec<u8> {
+    let mut head = String::from("GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    for (name, value) in extra {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    head.into_bytes()
+}
+
+#[tokio::test]
+async fn a_one_megabyte_header_answers_431_in_the_json_error_shape() {
+    let h = harness(Engine::Sqlite, None).await;
+    let served = serve(h.router.clone()).await;
+    for size in [1_000_000, 1024 * 1024, slipway_api::app::HEADER_LIMIT_BYTES] {
+        let (status, body) = raw_request(served.addr, request_head(&[("X-Big".into(), "a".repeat(size))])).await;
+        assert_eq!(status, 431, "{size} bytes: {body}");
+        assert_error_shape(&body, "request_header_fields_too_large");
+        assert_eq!(body["details"]["limit_bytes"], slipway_api::app::HEADER_LIMIT_BYTES, "{body}");
+        assert!(!body.to_string().contains("aaaa"), "the header is repeated: {body}");
+    }
+}
+
+#[tokio::test]
+async fn too_many_header_fields_answer_431_in_the_json_error_shape() {
+    let h = harness(Engine::Sqlite, None).await;
+    let served = serve(h.router.clone()).await;
+    let many: Vec<(String, String)> = (0..300).map(|i| (format!("X-Field-{i}"), "v".to_owned())).collect();
+    let (status, body) = raw_request(served.addr, request_head(&many)).await;
+    assert_eq!(status, 431, "{body}");
+    assert_error_shape(&body, "request_header_fields_too_large");
+    assert_eq!(body["details"]["limit_fields"], slipway_api::app::HEADER_FIELDS_LIMIT, "{body}");
+}
+
+#[tokio::test]
+async fn a_header_section_within_the_limits_is_served() {
+    let h = harness(Engine::Sqlite, None).await;
+    let served = serve(h.router.clone()).await;
+    let near = slipway_api::app::HEADER_LIMIT_BYTES - 1024;
+    let (status, body) = raw_request(served.addr, request_head(&[("X-Big".into(), "a".repeat(near))])).await;
+    assert_eq!((status, &body), (200, &json!({ "status": "ok" })));
+    let fields: Vec<(String, String)> = (0..90).map(|i| (format!("X-Field-{i}"), "v".to_owned())).collect();
+    assert_eq!(raw_request(served.addr, request_head(&fields)).await.0, 200);
+}
+
+/// Graceful shutdown: once asked, serving ends (an idle keep-alive
+/// connection does not hold it) and the port is closed.
+#[tokio::test]
+async fn serving_ends_gracefully_when_asked_to_stop() {
+    let h = harness(Engine::Sqlite, None).await;
+    let mut served = serve(h.router.clone()).await;
+    let mut idle = TcpStream::connect(served.addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+    let mut first = [0u8; 12];
+    idle.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    served.stop.take().unwrap().send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), &mut served.task)
+        .await
+        .expect("serving ends within 10 s of the signal")
+        .unwrap();
+    assert!(TcpStream::connect(served.addr).await.is_err(), "the port is still open");
 }
