@@ -4,7 +4,7 @@ use crate::auth::{Claims, Verifier};
 use crate::database_health::DatabaseHealth;
 use crate::error::ApiError;
 use crate::routes;
-use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts};
+use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts, MatchedPath};
 use axum::extract::{Request, State};
 use axum::handler::Handler;
 use axum::http::request::Parts;
@@ -36,6 +36,10 @@ pub const HEADER_LIMIT_BYTES: usize = 64 * 1024;
 /// Most header fields accepted in one request; more answer
 /// `431 request_header_fields_too_large` like [`HEADER_LIMIT_BYTES`].
 pub const HEADER_FIELDS_LIMIT: usize = 100;
+
+/// The tracing target of the access log (one INFO line per request), so an
+/// operator can quieten it alone: `SLIPWAY_LOG=info,slipway_api::access=warn`.
+pub const ACCESS_LOG_TARGET: &str = "slipway_api::access";
 
 /// Everything a handler needs, shared by reference.
 #[derive(Debug)]
@@ -169,8 +173,45 @@ fn header_size(headers: &HeaderMap) -> (usize, usize) {
         .fold((0, 0), |(bytes, fields), (name, value)| (bytes + name.as_str().len() + value.len() + 4, fields + 1))
 }
 
+/// The access log: one INFO line per request, under [`ACCESS_LOG_TARGET`],
+/// with the method, the route template (`/deployments/{id}`, never the path
+/// with its ids, never the query string; `-` when no route matched), the
+/// status and the latency to the response head in milliseconds. Headers
+/// (tokens) are never logged. A `5xx` is an answer like any other here: an
+/// unexpected failure is logged where it is handled ([`ApiError::internal`]),
+/// a database outage once by [`crate::database_health`].
+fn access_log<S>(router: Router<S>) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    let trace = TraceLayer::new_for_http()
+        .make_span_with(|request: &Request| {
+            let route = request.extensions().get::<MatchedPath>().map_or("-", MatchedPath::as_str);
+            tracing::info_span!(target: ACCESS_LOG_TARGET, "request", method = %request.method(), route = %route)
+        })
+        .on_request(())
+        .on_response(|response: &Response, latency: Duration, _: &tracing::Span| {
+            tracing::info!(
+                target: ACCESS_LOG_TARGET,
+                status = response.status().as_u16(),
+                latency_ms = %format_args!("{:.3}", latency.as_secs_f64() * 1000.0),
+                "answered"
+            );
+        })
+        .on_body_chunk(())
+        .on_eos(())
+        .on_failure(|failure: ServerErrorsFailureClass, _: Duration, _: &tracing::Span| {
+            // A 5xx status was already logged by `on_response`; only a body
+            // that failed while streaming is news.
+            if let ServerErrorsFailureClass::Error(e) = failure {
+                tracing::warn!(target: ACCESS_LOG_TARGET, error = %e, "the response body failed");
+            }
+        });
+    router.layer(trace)
+}
+
 /// The router with every route of this release, CORS, body and header
-/// limits, the database watcher and tracing.
+/// limits, the database watcher and the access log.
 pub fn app(state: AppState) -> Router {
     let submit = routes::deployments::submit.layer(middleware::from_fn_with_state(state.clone(), admission));
     let origins: Vec<HeaderValue> = state.config.allowed_origins.iter().filter_map(|o| o.parse().ok()).collect();
@@ -178,9 +219,10 @@ pub fn app(state: AppState) -> Router {
         .allow_origin(AllowOrigin::list(origins))
         .allow_methods([Method::GET, Method::PUT, Method::POST, Method::DELETE])
         .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]);
-    Router::new()
+    let router = Router::new()
         .route("/healthz", get(routes::public::healthz))
         .route("/readyz", get(routes::public::readyz))
+        .route("/version", get(routes::public::version))
         .route("/schema", get(routes::public::schema))
         .route("/labels", post(routes::public::labels))
         .route("/deployments", get(routes::deployments::list))
@@ -204,17 +246,6 @@ pub fn app(state: AppState) -> Router {
         .layer(middleware::from_fn(header_limit))
         .layer(middleware::from_fn_with_state(state.clone(), crate::database_health::watch))
         // Outside the header limit, so a browser can read its 431.
-        .layer(cors)
-        .layer(TraceLayer::new_for_http().on_failure(
-            |failure: ServerErrorsFailureClass, _: Duration, _: &tracing::Span| {
-                // A 5xx answer is not news: an unexpected failure is logged
-                // where it is handled (`ApiError::internal`), a database
-                // outage once by `database_health`. Only a body that failed
-                // while streaming is.
-                if let ServerErrorsFailureClass::Error(e) = failure {
-                    tracing::warn!(error = %e, "the response body failed");
-                }
-            },
-        ))
-        .with_state(state)
+        .layer(cors);
+    access_log(router).with_state(state)
 }

@@ -1,6 +1,7 @@
 //! Running the api: answers while the database is away (within the
-//! readiness budget, the outage logged once) and request heads larger than
-//! hyper's defaults (over real loopback TCP). Real SQLite and PostgreSQL
+//! readiness budget, the outage logged once), request heads larger than
+//! hyper's defaults (over real loopback TCP), the access log, `GET /version`
+//! and token refusals that say what is wrong. Real SQLite and PostgreSQL
 //! databases, one per test.
 
 use axum::body::Body;
@@ -400,4 +401,75 @@ async fn serving_ends_gracefully_when_asked_to_stop() {
         .expect("serving ends within 10 s of the signal")
         .unwrap();
     assert!(TcpStream::connect(served.addr).await.is_err(), "the port is still open");
+}
+
+// ---------------------------------------------------------------------------
+// What an operator sees.
+
+/// One INFO line per request: method, route template, status, latency;
+/// never the token, the ids in the path or the query string.
+#[tokio::test]
+async fn every_request_gets_one_access_line_with_its_route_template_and_never_its_token() {
+    let logs = Captured::default();
+    let _guard = logs.install("info,sqlx=off");
+    let h = harness(Engine::Sqlite, None).await;
+    let token = all();
+    let cases = [
+        (Method::GET, "/deployments/hidden-id-17", Some(&token), "route=/deployments/{id}", 404),
+        (Method::GET, "/deployments?ids=hidden-id-18", Some(&token), "route=/deployments", 200),
+        (Method::GET, "/builds/hidden-id-19.20260101T000000Z.abcdef", None, "route=/builds/{id}", 401),
+        (Method::GET, "/schema?application=hidden-app", None, "route=/schema", 404),
+        (Method::GET, "/no/such/hidden-route", None, "route=-", 404),
+        (Method::GET, "/healthz", None, "route=/healthz", 200),
+    ];
+    for (method, uri, bearer, route, status) in cases {
+        let before = logs.count(" answered ");
+        let (got, body) = h.call(method.clone(), uri, bearer.map(String::as_str), None).await;
+        assert_eq!(got.as_u16(), status, "{uri}: {body}");
+        let lines: Vec<String> = logs.lines().into_iter().filter(|l| l.contains(" answered ")).skip(before).collect();
+        assert_eq!(lines.len(), 1, "{uri}: {lines:?}");
+        let line = &lines[0];
+        for part in [" INFO ", &format!("method={method}"), route, &format!("status={status}"), "latency_ms="] {
+            assert!(line.contains(part), "{uri}: {part} missing from {line}");
+        }
+        assert!(line.contains("slipway_api::access"), "{line}");
+    }
+    let all_lines = logs.lines().join("\n");
+    for secret in [token.as_str(), "hidden-"] {
+        assert!(!all_lines.contains(secret), "{secret} is in the log:\n{all_lines}");
+    }
+}
+
+#[tokio::test]
+async fn version_names_the_crate_version_and_the_git_revision_it_was_built_from() {
+    let h = harness(Engine::Sqlite, None).await;
+    let (status, body) = h.call(Method::GET, "/version", None, None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["name"], "slipway");
+    assert_eq!(body["version"], env!("CARGO_PKG_VERSION"));
+    let head = std::process::Command::new("git")
+        .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    match head {
+        Some(commit) => assert_eq!(body["revision"], commit.as_str(), "built from a git checkout"),
+        None => assert_eq!(body["revision"], Value::Null),
+    }
+}
+
+/// The refusals of `auth::Verifier` reach the client as they are.
+#[tokio::test]
+async fn a_token_without_exp_says_so_over_http() {
+    let h = harness(Engine::Sqlite, None).await;
+    let no_exp = sign(&json!({ "sub": "t", "aud": "slipway", "deployments": ["*"] }));
+    let (status, body) = h.call(Method::GET, "/deployments/demo", Some(&no_exp), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_error_shape(&body, "unauthorized");
+    assert_eq!(body["message"], "the token has no exp claim");
+    let now = time::OffsetDateTime::now_utc().unix_timestamp() as f64;
+    let fractional = sign(&json!({ "aud": "slipway", "exp": now + 60.5, "deployments": ["*"] }));
+    let (status, body) = h.call(Method::GET, "/deployments/demo", Some(&fractional), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "a fractional exp is a valid NumericDate: {body}");
 }

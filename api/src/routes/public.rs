@@ -59,6 +59,17 @@ fn why(e: &slipway_jobs::store::StoreError) -> String {
     }
 }
 
+/// The commit this api was built from, when it was built from a git
+/// checkout (captured by `build.rs`).
+pub const REVISION: Option<&str> = option_env!("SLIPWAY_REVISION");
+
+/// `GET /version` (public): `{"name": "slipway", "version": <the crate
+/// version, e.g. "0.1.0">, "revision": <40-hex git commit id, or null when
+/// the build had no git checkout>}`.
+pub async fn version() -> Json<Value> {
+    Json(json!({ "name": "slipway", "version": env!("CARGO_PKG_VERSION"), "revision": REVISION }))
+}
+
 /// `?application=` of `GET /schema`.
 #[derive(Debug, Deserialize)]
 pub struct SchemaQuery {
