@@ -1,27 +1,45 @@
 //! The application state and the router (`fn app(state) -> Router`).
 
 use crate::auth::{Claims, Verifier};
+use crate::database_health::DatabaseHealth;
 use crate::error::ApiError;
 use crate::routes;
-use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts};
+use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts, MatchedPath};
 use axum::extract::{Request, State};
 use axum::handler::Handler;
 use axum::http::request::Parts;
-use axum::http::{header, HeaderValue, Method};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
+use serde_json::json;
 use slipway_jobs::config::Config;
 use slipway_jobs::store::Db;
 use slipway_jobs::submit::{SecretStore, SourcePolicy, SubmitError};
 use slipway_jobs::validate::Checker;
 use std::sync::Arc;
+use std::time::Duration;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::TraceLayer;
 
 /// Largest request body accepted, in bytes.
 pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// Largest header section accepted, in bytes: 64 KiB, counted as each
+/// field's name and value plus 4 bytes (`: ` and the line end), as on the
+/// wire. A larger one answers `431 request_header_fields_too_large` in the
+/// JSON error shape (hyper itself buffers up to [`crate::serve::HEAD_BUFFER_BYTES`]).
+pub const HEADER_LIMIT_BYTES: usize = 64 * 1024;
+
+/// Most header fields accepted in one request; more answer
+/// `431 request_header_fields_too_large` like [`HEADER_LIMIT_BYTES`].
+pub const HEADER_FIELDS_LIMIT: usize = 100;
+
+/// The tracing target of the access log (one INFO line per request), so an
+/// operator can quieten it alone: `SLIPWAY_LOG=info,slipway_api::access=warn`.
+pub const ACCESS_LOG_TARGET: &str = "slipway_api::access";
 
 /// Everything a handler needs, shared by reference.
 #[derive(Debug)]
@@ -38,6 +56,8 @@ pub struct App {
     pub sources: SourcePolicy,
     /// The operator-secret store (§8).
     pub secret_store: SecretStore,
+    /// Whether the database is away: outages are logged once each.
+    pub database_health: DatabaseHealth,
 }
 
 /// The state handlers take: `State(state): State<AppState>`.
@@ -63,7 +83,8 @@ impl AppState {
         };
         let secret_store =
             if config.openbao_addr.is_some() { SecretStore::Unsupported } else { SecretStore::NotConfigured };
-        Ok(AppState(Arc::new(App { config, db, verifier, built_in, sources, secret_store })))
+        let database_health = DatabaseHealth::new(db.clone());
+        Ok(AppState(Arc::new(App { config, db, verifier, built_in, sources, secret_store, database_health })))
     }
 }
 
@@ -119,7 +140,78 @@ async fn admission(State(app): State<AppState>, request: Request, next: Next) ->
     }
 }
 
-/// The router with every route of this release, CORS, body limit and tracing.
+/// Refuses a request whose header section is larger than
+/// [`HEADER_LIMIT_BYTES`] or has more than [`HEADER_FIELDS_LIMIT`] fields:
+/// `431 request_header_fields_too_large` with the limits in `details`. The
+/// answer never repeats a header.
+async fn header_limit(request: Request, next: Next) -> Response {
+    match header_size(request.headers()) {
+        (bytes, fields) if bytes > HEADER_LIMIT_BYTES || fields > HEADER_FIELDS_LIMIT => ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "request_header_fields_too_large",
+            format!(
+                "the request's header fields take {bytes} bytes in {fields} fields; this service accepts at most \
+                 {HEADER_LIMIT_BYTES} bytes and {HEADER_FIELDS_LIMIT} fields"
+            ),
+        )
+        .with_details(json!({
+            "header_bytes": bytes,
+            "header_fields": fields,
+            "limit_bytes": HEADER_LIMIT_BYTES,
+            "limit_fields": HEADER_FIELDS_LIMIT,
+        }))
+        .into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+/// (bytes, fields) of a header section, each field counted as on the wire:
+/// name, `: `, value, line end.
+fn header_size(headers: &HeaderMap) -> (usize, usize) {
+    headers
+        .iter()
+        .fold((0, 0), |(bytes, fields), (name, value)| (bytes + name.as_str().len() + value.len() + 4, fields + 1))
+}
+
+/// The access log: one INFO line per request, under [`ACCESS_LOG_TARGET`],
+/// with the method, the route template (`/deployments/{id}`, never the path
+/// with its ids, never the query string; `-` when no route matched), the
+/// status and the latency to the response head in milliseconds. Headers
+/// (tokens) are never logged. A `5xx` is an answer like any other here: an
+/// unexpected failure is logged where it is handled ([`ApiError::internal`]),
+/// a database outage once by [`crate::database_health`].
+fn access_log<S>(router: Router<S>) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    let trace = TraceLayer::new_for_http()
+        .make_span_with(|request: &Request| {
+            let route = request.extensions().get::<MatchedPath>().map_or("-", MatchedPath::as_str);
+            tracing::info_span!(target: ACCESS_LOG_TARGET, "request", method = %request.method(), route = %route)
+        })
+        .on_request(())
+        .on_response(|response: &Response, latency: Duration, _: &tracing::Span| {
+            tracing::info!(
+                target: ACCESS_LOG_TARGET,
+                status = response.status().as_u16(),
+                latency_ms = %format_args!("{:.3}", latency.as_secs_f64() * 1000.0),
+                "answered"
+            );
+        })
+        .on_body_chunk(())
+        .on_eos(())
+        .on_failure(|failure: ServerErrorsFailureClass, _: Duration, _: &tracing::Span| {
+            // A 5xx status was already logged by `on_response`; only a body
+            // that failed while streaming is news.
+            if let ServerErrorsFailureClass::Error(e) = failure {
+                tracing::warn!(target: ACCESS_LOG_TARGET, error = %e, "the response body failed");
+            }
+        });
+    router.layer(trace)
+}
+
+/// The router with every route of this release, CORS, body and header
+/// limits, the database watcher and the access log.
 pub fn app(state: AppState) -> Router {
     let submit = routes::deployments::submit.layer(middleware::from_fn_with_state(state.clone(), admission));
     let origins: Vec<HeaderValue> = state.config.allowed_origins.iter().filter_map(|o| o.parse().ok()).collect();
@@ -127,9 +219,10 @@ pub fn app(state: AppState) -> Router {
         .allow_origin(AllowOrigin::list(origins))
         .allow_methods([Method::GET, Method::PUT, Method::POST, Method::DELETE])
         .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]);
-    Router::new()
+    let router = Router::new()
         .route("/healthz", get(routes::public::healthz))
         .route("/readyz", get(routes::public::readyz))
+        .route("/version", get(routes::public::version))
         .route("/schema", get(routes::public::schema))
         .route("/labels", post(routes::public::labels))
         .route("/deployments", get(routes::deployments::list))
@@ -148,8 +241,11 @@ pub fn app(state: AppState) -> Router {
         .route("/sbom/{id}", get(routes::sbom::document))
         .fallback(routes::public::not_found)
         .method_not_allowed_fallback(routes::public::method_not_allowed)
+        // Innermost first: each layer wraps those above it.
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(cors)
-        .layer(TraceLayer::new_for_http())
-        .with_state(state)
+        .layer(middleware::from_fn(header_limit))
+        .layer(middleware::from_fn_with_state(state.clone(), crate::database_health::watch))
+        // Outside the header limit, so a browser can read its 431.
+        .layer(cors);
+    access_log(router).with_state(state)
 }

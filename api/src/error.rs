@@ -24,12 +24,22 @@ pub struct ApiError {
     pub message: String,
     /// Structured details (for example every problem of a configuration).
     pub details: Option<Value>,
+    /// Set when this answer is a `503` because the database is away: why, in
+    /// the database driver's words (never the URL). The answer carries it as
+    /// a [`DatabaseAway`] response extension, from which the router's
+    /// [`crate::database_health`] watcher logs the outage once.
+    pub database_away: Option<String>,
 }
+
+/// Response extension of an answer given because the database is away
+/// (see [`ApiError::database_away`]): why, never the URL.
+#[derive(Debug, Clone)]
+pub struct DatabaseAway(pub String);
 
 impl ApiError {
     /// A new error without details.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), details: None }
+        Self { status, code, message: message.into(), details: None, database_away: None }
     }
 
     /// Adds details.
@@ -63,6 +73,12 @@ impl ApiError {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", message)
     }
 
+    /// 503 `service_unavailable` because the database is away; `why` goes
+    /// to the outage log (once per outage), not to the client.
+    pub fn database_away(message: impl Into<String>, why: impl Into<String>) -> Self {
+        Self { database_away: Some(why.into()), ..Self::unavailable(message) }
+    }
+
     /// 404 `not_found`.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
@@ -82,7 +98,11 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({ "error": self.code, "message": self.message, "details": self.details });
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(why) = self.database_away {
+            response.extensions_mut().insert(DatabaseAway(why));
+        }
+        response
     }
 }
 
@@ -104,9 +124,10 @@ fn unavailable(e: &sqlx::Error) -> bool {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match &e {
+            // Logged once per outage by the database watcher, not per request.
             StoreError::Database(db) if unavailable(db) => {
-                tracing::warn!(error = %e, "database unavailable");
-                Self::unavailable("the database is busy or unreachable; try again")
+                tracing::debug!(error = %e, "database unavailable");
+                Self::database_away("the database is busy or unreachable; try again", db.to_string())
             }
             StoreError::Conflict(_) => Self::unavailable(e.to_string()),
             _ => Self::internal(e),

@@ -3,9 +3,11 @@
 
 pub mod app;
 pub mod auth;
+pub mod database_health;
 pub mod default_source;
 pub mod error;
 pub mod extract;
 pub mod routes;
+pub mod serve;
 
 pub use app::{app, App, AppState};

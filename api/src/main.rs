@@ -3,7 +3,7 @@
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use slipway_api::{app, AppState};
-use slipway_jobs::config::{parse_duration, Config};
+use slipway_jobs::config::{parse_duration, Config, DEFAULT_LOG_FILTER};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -34,10 +34,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLIPWAY_LOG")
-                .unwrap_or_else(|_| "info,sqlx=warn,tower_http=info".into()),
-        )
+        .with_env_filter(log_filter())
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
@@ -57,6 +54,16 @@ fn main() -> ExitCode {
     }
 }
 
+/// `SLIPWAY_LOG`, else `RUST_LOG`, else the default (docs/CONFIGURATION.md).
+/// A filter that does not parse is reported and the default used.
+fn log_filter() -> tracing_subscriber::EnvFilter {
+    let (source, filter) = slipway_jobs::config::log_filter(|k| std::env::var(k).ok());
+    tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
+        eprintln!("slipway-api: {source} is not a log filter ({e}); using {DEFAULT_LOG_FILTER}");
+        tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER)
+    })
+}
+
 fn token(config: &Config, deployments: Vec<String>, ttl: &str, sub: &str) -> anyhow::Result<()> {
     let ttl = parse_duration(ttl)
         .filter(|d| !d.is_zero())
@@ -73,16 +80,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let bind = config.bind.clone();
     let state = AppState::new(config, db)?;
     let listener = tokio::net::TcpListener::bind(&bind).await.with_context(|| format!("binding {bind}"))?;
-    tracing::info!(address = %listener.local_addr()?, "slipway-api serving");
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        })
-        .await?;
+    tracing::info!(address = %listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "slipway-api serving");
+    slipway_api::serve::serve(listener, app(state), async {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    })
+    .await;
     Ok(())
 }

@@ -1,9 +1,12 @@
 //! The one typed configuration of both binaries (PRODUCT.md §12).
 //!
-//! Keys are the environment variable names of §12. A TOML file named by
-//! `SLIPWAY_CONFIG` may set the same keys (`DATABASE_URL = "sqlite://…"`);
-//! the environment wins over the file. Loaded once at start-up and passed
-//! down; nothing reads the environment afterwards.
+//! Keys are the environment variable names of §12, each documented for
+//! operators in `docs/CONFIGURATION.md` (a test keeps [`KEYS`] and that file
+//! together). A TOML file named by `SLIPWAY_CONFIG` may set the same keys
+//! (`DATABASE_URL = "sqlite://…"`); the environment wins over the file.
+//! Loaded once at start-up and passed down; nothing reads the environment
+//! afterwards. The log filter ([`log_filter`]) is read before the
+//! configuration, so that loading it can be logged.
 
 use secrecy::SecretString;
 use std::collections::BTreeMap;
@@ -158,7 +161,7 @@ impl Config {
                 return Err(ConfigError::File {
                     path,
                     reason: format!(
-                        "unknown key {unknown:?}; the keys are those of PRODUCT.md §12: {}",
+                        "unknown key {unknown:?}; the keys are those of docs/CONFIGURATION.md: {}",
                         KEYS.join(", ")
                     ),
                 });
@@ -250,6 +253,23 @@ fn boolean(keys: &BTreeMap<String, String>, key: &'static str, default: bool) ->
     }
 }
 
+/// The log filter when neither `SLIPWAY_LOG` nor `RUST_LOG` is set: `info`,
+/// with sqlx's and apalis's chatter (every statement, every poll) at `warn`.
+pub const DEFAULT_LOG_FILTER: &str = "info,sqlx=warn,apalis=warn";
+
+/// The log filter of both binaries, in `RUST_LOG` syntax, and the variable it
+/// came from: `SLIPWAY_LOG` when set, else `RUST_LOG` when set, else
+/// [`DEFAULT_LOG_FILTER`] (named `"default"`). An empty value counts as
+/// unset. `var` reads the environment (`|k| std::env::var(k).ok()`).
+pub fn log_filter(var: impl Fn(&str) -> Option<String>) -> (&'static str, String) {
+    for name in ["SLIPWAY_LOG", "RUST_LOG"] {
+        if let Some(filter) = var(name).filter(|v| !v.trim().is_empty()) {
+            return (name, filter);
+        }
+    }
+    ("default", DEFAULT_LOG_FILTER.to_owned())
+}
+
 /// Parses `300`, `300s`, `5m`, `1h` or `14d`.
 pub fn parse_duration(v: &str) -> Option<Duration> {
     let v = v.trim();
@@ -317,6 +337,52 @@ mod tests {
         let env = [("BUILD_SLOTS".to_owned(), "5".to_owned())];
         let c = Config::load_file(&file, env.into_iter()).unwrap();
         assert_eq!((c.build_slots, c.queue_size), (5, 7));
+    }
+
+    #[test]
+    fn slipway_log_wins_over_rust_log_which_wins_over_the_default() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        let both = &[("SLIPWAY_LOG", "debug"), ("RUST_LOG", "trace")];
+        assert_eq!(log_filter(env(both)), ("SLIPWAY_LOG", "debug".to_owned()));
+        assert_eq!(log_filter(env(&[("RUST_LOG", "warn")])), ("RUST_LOG", "warn".to_owned()));
+        let empty = &[("SLIPWAY_LOG", ""), ("RUST_LOG", "warn")];
+        assert_eq!(log_filter(env(empty)), ("RUST_LOG", "warn".to_owned()));
+        assert_eq!(log_filter(env(&[])), ("default", DEFAULT_LOG_FILTER.to_owned()));
+    }
+
+    /// The operator's reference is in the project: every key, the variables
+    /// read outside [`KEYS`], and error messages that point to it.
+    #[test]
+    fn every_key_is_documented_in_docs_configuration() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/CONFIGURATION.md");
+        let doc = std::fs::read_to_string(path).expect("docs/CONFIGURATION.md");
+        let missing: Vec<&str> = KEYS
+            .iter()
+            .copied()
+            .chain(["SLIPWAY_CONFIG", "SLIPWAY_LOG", "RUST_LOG"])
+            .filter(|k| !doc.contains(&format!("`{k}`")))
+            .collect();
+        assert!(missing.is_empty(), "not in docs/CONFIGURATION.md: {missing:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("slipway.toml");
+        std::fs::write(&file, "BUILD_SLOT = 3\n").unwrap();
+        let err = Config::load_file(&file, std::iter::empty()).unwrap_err().to_string();
+        assert!(err.contains("docs/CONFIGURATION.md"), "{err}");
+    }
+
+    /// The operator's documents stand on their own: they never send the
+    /// reader to files outside the project.
+    #[test]
+    fn the_operator_documents_point_only_inside_the_project() {
+        for doc in ["README.md", "docs/CONFIGURATION.md"] {
+            let path = format!("{}/../{doc}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap().to_lowercase();
+            for outside in ["product.md", "../shared", "seed"] {
+                assert!(!text.contains(outside), "{doc} mentions {outside}");
+            }
+        }
     }
 
     #[test]

@@ -66,11 +66,15 @@ enum Output {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // SLIPWAY_LOG, else RUST_LOG, else the default (docs/CONFIGURATION.md).
+    let (source, filter) = slipway_jobs::config::log_filter(|k| std::env::var(k).ok());
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
+        let default = slipway_jobs::config::DEFAULT_LOG_FILTER;
+        eprintln!("slipway-worker: {source} is not a log filter ({e}); using {default}");
+        tracing_subscriber::EnvFilter::new(default)
+    });
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLIPWAY_LOG")
-                .unwrap_or_else(|_| "info,sqlx=warn,apalis=warn".into()),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();

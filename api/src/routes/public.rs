@@ -14,12 +14,15 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// How long `GET /readyz` waits for the database.
-const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long `GET /readyz` waits for the database: the readiness budget, the
+/// same time any other route waits for a connection before it answers `503`.
+pub const READY_TIMEOUT: std::time::Duration = slipway_jobs::store::ACQUIRE_TIMEOUT;
 
 /// `GET /readyz`: readiness. `200 {"status": "ready", "database": engine}`
-/// once the database answers a query within 2 s; otherwise
-/// `503 service_unavailable`, so a load balancer sends submits elsewhere.
+/// once the database answers a query within [`READY_TIMEOUT`] (2 s);
+/// otherwise `503 service_unavailable`, so a load balancer sends submits
+/// elsewhere. The outage is logged once, not per poll
+/// ([`crate::database_health`]).
 pub async fn readyz(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
     let probe = async {
         let mut conn = app.db.acquire().await?;
@@ -30,14 +33,18 @@ pub async fn readyz(State(app): State<AppState>) -> Result<Json<Value>, ApiError
         slipway_jobs::store::Engine::Postgres => "postgres",
     };
     match tokio::time::timeout(READY_TIMEOUT, probe).await {
-        Ok(Ok(_)) => Ok(Json(json!({ "status": "ready", "database": engine }))),
-        Ok(Err(e)) => {
-            Err(ApiError::unavailable(format!("not ready: the {engine} database does not answer ({})", why(&e))))
+        Ok(Ok(_)) => {
+            app.database_health.answered();
+            Ok(Json(json!({ "status": "ready", "database": engine })))
         }
-        Err(_) => Err(ApiError::unavailable(format!(
-            "not ready: the {engine} database did not answer within {}s",
-            READY_TIMEOUT.as_secs()
-        ))),
+        Ok(Err(e)) => Err(ApiError::database_away(
+            format!("not ready: the {engine} database does not answer ({})", why(&e)),
+            e.to_string(),
+        )),
+        Err(_) => {
+            let message = format!("the {engine} database did not answer within {}s", READY_TIMEOUT.as_secs());
+            Err(ApiError::database_away(format!("not ready: {message}"), message))
+        }
     }
 }
 
@@ -50,6 +57,17 @@ fn why(e: &slipway_jobs::store::StoreError) -> String {
         StoreError::Database(sqlx::Error::Io(io)) => format!("connection: {}", io.kind()),
         _ => "it answered with an error".to_owned(),
     }
+}
+
+/// The commit this api was built from, when it was built from a git
+/// checkout (captured by `build.rs`).
+pub const REVISION: Option<&str> = option_env!("SLIPWAY_REVISION");
+
+/// `GET /version` (public): `{"name": "slipway", "version": <the crate
+/// version, e.g. "0.1.0">, "revision": <40-hex git commit id, or null when
+/// the build had no git checkout>}`.
+pub async fn version() -> Json<Value> {
+    Json(json!({ "name": "slipway", "version": env!("CARGO_PKG_VERSION"), "revision": REVISION }))
 }
 
 /// `?application=` of `GET /schema`.

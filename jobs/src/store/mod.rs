@@ -53,8 +53,12 @@ pub fn now_ms() -> i64 {
     (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
 }
 
-/// How long a caller waits for a pooled connection before the api answers 503.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a caller waits for a pooled connection (connecting included)
+/// before it gets [`sqlx::Error::PoolTimedOut`]: the readiness budget. While
+/// the database is away (stopped, restarting, unreachable) every request that
+/// needs it answers `503` within this time, as `GET /readyz` does, instead of
+/// waiting for sqlx to retry a refused connection.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Opens the database of `config` and runs pending migrations once.
 pub async fn open(config: &Config) -> Result<Db, StoreError> {

@@ -1,0 +1,61 @@
+//! Serving the router over HTTP/1.1 with our own connection limits.
+//!
+//! `axum::serve` takes no builder options, and hyper's defaults answer a
+//! request head over about 400 KiB with an empty `431` of its own before
+//! axum sees it. Here hyper may buffer a head up to [`HEAD_BUFFER_BYTES`] and
+//! [`HYPER_MAX_HEADERS`] fields, so the router's header limit
+//! ([`crate::app::HEADER_LIMIT_BYTES`], [`crate::app::HEADER_FIELDS_LIMIT`])
+//! answers in the JSON error shape of PRODUCT.md §3. Only a head past hyper's
+//! own bounds still gets hyper's bare `431` (and a URI over 64 KiB its bare
+//! `414`); those bounds keep the memory one connection can take fixed.
+
+use axum::Router;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use std::future::Future;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// The most bytes hyper buffers for one request head (request line and
+/// header fields): 2 MiB, well above the 1 MiB headers a client may send,
+/// so such a request reaches the router's limit and its JSON answer.
+pub const HEAD_BUFFER_BYTES: usize = 2 * 1024 * 1024;
+
+/// The most header fields hyper parses in one request (hyper's default is
+/// 100); the router refuses more than [`crate::app::HEADER_FIELDS_LIMIT`].
+pub const HYPER_MAX_HEADERS: usize = 1024;
+
+/// Serves `router` on `listener` until `shutdown` completes, then stops
+/// accepting and waits for the connections to finish their requests
+/// (graceful shutdown: idle keep-alive connections close at once). A failed
+/// `accept` (for example too many open files) is logged and retried after a
+/// short pause; nothing else ends serving.
+pub async fn serve(listener: TcpListener, router: Router, shutdown: impl Future<Output = ()>) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.max_buf_size(HEAD_BUFFER_BYTES).max_headers(HYPER_MAX_HEADERS);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a connection failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}

@@ -1,0 +1,475 @@
+//! Running the api: answers while the database is away (within the
+//! readiness budget, the outage logged once), request heads larger than
+//! hyper's defaults (over real loopback TCP), the access log, `GET /version`
+//! and token refusals that say what is wrong. Real SQLite and PostgreSQL
+//! databases, one per test.
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use slipway_api::routes::public::READY_TIMEOUT;
+use slipway_api::{app, AppState};
+use slipway_jobs::config::Config;
+use slipway_jobs::store::Engine;
+use slipway_jobs::test_support::{postgres_admin_url, TestDatabase};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tower::ServiceExt;
+
+const SECRET: &str = "test-secret-of-at-least-32-bytes-long";
+
+/// The readiness budget: `GET /readyz` answers `503` when the database does
+/// not answer within it, and so must every other route (docs: README.md).
+const BUDGET: Duration = Duration::from_secs(2);
+
+/// How much later than the budget an answer may come (scheduling on a busy
+/// test machine), far below the 10 s the pool used to wait.
+const SLACK: Duration = Duration::from_secs(1);
+
+fn demo() -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/demo.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn sign(claims: &Value) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        claims,
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+fn all() -> String {
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    sign(&json!({ "sub": "t", "aud": "slipway", "exp": now + 3600, "deployments": ["*"] }))
+}
+
+struct Harness {
+    router: Router,
+    database: TestDatabase,
+}
+
+/// The router on a fresh database of `engine`; `url` replaces the
+/// database's own URL (to reach it through a [`Proxy`]).
+async fn harness(engine: Engine, url: Option<&dyn Fn(&TestDatabase) -> String>) -> Harness {
+    let database = TestDatabase::new(engine).await;
+    let keys = BTreeMap::from([
+        ("DATABASE_URL".to_owned(), url.map_or_else(|| database.url.clone(), |f| f(&database))),
+        ("SLIPWAY_STATE_DIR".to_owned(), database.path("state").display().to_string()),
+        ("SLIPWAY_JWT_SECRET".to_owned(), SECRET.to_owned()),
+    ]);
+    let config = Config::from_keys(&keys).unwrap();
+    let db = slipway_jobs::store::open(&config).await.unwrap();
+    Harness { router: app(AppState::new(config, db).unwrap()), database }
+}
+
+impl Harness {
+    async fn call(
+        &self,
+        method: Method,
+        uri: &str,
+        bearer: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> (StatusCode, Value) {
+        let mut req = Request::builder().method(method).uri(uri);
+        if let Some(t) = bearer {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = match body {
+            Some(b) => req.header(header::CONTENT_TYPE, "application/json").body(Body::from(b)),
+            None => req.body(Body::empty()),
+        }
+        .unwrap();
+        let res = self.router.clone().oneshot(req).await.unwrap();
+        let status = res.status();
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({ "raw": String::from_utf8_lossy(&bytes) })))
+    }
+}
+
+fn assert_error_shape(body: &Value, code: &str) {
+    assert_eq!(body["error"], code, "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(body.get("details").is_some(), "{body}");
+}
+
+/// Polls `done` until it holds, failing the test after `within`.
+async fn eventually(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} did not happen within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Log lines written while a [`Captured::install`] guard lives (this
+/// thread only: `#[tokio::test]` runs every task of the test on it).
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn install(&self, filter: &str) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).lines().map(str::to_owned).collect()
+    }
+
+    fn count(&self, needle: &str) -> usize {
+        self.lines().iter().filter(|l| l.contains(needle)).count()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Fail fast while the database is away.
+
+/// A TCP forwarder to PostgreSQL that can be cut: [`Proxy::stop`] closes
+/// its port (new connections are refused, as by a stopped server) and drops
+/// every forwarded connection.
+struct Proxy {
+    addr: SocketAddr,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let tasks = Arc::new(Mutex::new(Vec::new()));
+        let forwarding = tasks.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                forwarding.lock().unwrap().push(tokio::spawn(async move {
+                    if let Ok(mut server) = TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                }));
+            }
+        });
+        tasks.lock().unwrap().push(accept);
+        Proxy { addr, tasks }
+    }
+
+    /// `url` (of the test's PostgreSQL server) with the proxy as host.
+    fn url(&self, url: &str) -> String {
+        let rest = url.split_once("://").map(|(_, r)| r).expect("a postgres:// URL");
+        let (authority, database) = rest.split_once('/').expect("a database name");
+        let user = authority.rsplit_once('@').map_or(String::new(), |(u, _)| format!("{u}@"));
+        format!("postgres://{user}{}/{database}", self.addr)
+    }
+
+    /// The server's `host:port` in `url`.
+    fn upstream(url: &str) -> String {
+        let rest = url.split_once("://").map(|(_, r)| r).expect("a postgres:// URL");
+        let authority = rest.split('/').next().unwrap();
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        if host.contains(':') {
+            host.to_owned()
+        } else {
+            format!("{host}:5432")
+        }
+    }
+
+    async fn stop(&self) {
+        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *self.tasks.lock().unwrap());
+        for task in tasks {
+            task.abort();
+            // Resolves once the task, and the sockets it held, are dropped.
+            let _ = task.await;
+        }
+    }
+}
+
+/// Every route that needs the database, with a body where it takes one.
+fn database_routes() -> Vec<(Method, &'static str, Option<Vec<u8>>)> {
+    let submit = json!({ "configuration": demo() }).to_string().into_bytes();
+    vec![
+        (Method::GET, "/readyz", None),
+        (Method::GET, "/deployments/x", None),
+        (Method::GET, "/deployments?ids=x,y", None),
+        (Method::GET, "/deployments/x/builds", None),
+        (Method::PUT, "/deployments/x", Some(submit)),
+        (Method::DELETE, "/deployments/x", None),
+        (Method::GET, "/builds/x.20260101T000000Z.abcdef", None),
+        (Method::POST, "/builds/x.20260101T000000Z.abcdef/cancel", None),
+        (Method::GET, "/sbom-list/x", None),
+        (Method::GET, "/sbom/x?node=n", None),
+    ]
+}
+
+/// Calls every route of [`database_routes`] at once and checks each answers
+/// `503 service_unavailable` within the readiness budget plus [`SLACK`].
+async fn every_route_answers_503_within_the_budget(h: &Harness, outage: &str) {
+    assert_eq!(READY_TIMEOUT, BUDGET, "the readiness budget is documented as 2 s");
+    let token = all();
+    let calls = database_routes().into_iter().map(|(method, uri, body)| {
+        let token = token.clone();
+        async move {
+            let started = Instant::now();
+            let (status, answer) = h.call(method.clone(), uri, Some(&token), body).await;
+            (format!("{method} {uri}"), status, answer, started.elapsed())
+        }
+    });
+    for (route, status, answer, took) in futures::future::join_all(calls).await {
+        eprintln!("{outage}: {route} answered {status} in {:.3} s", took.as_secs_f64());
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{route}: {answer}");
+        assert_error_shape(&answer, "service_unavailable");
+        assert!(took <= BUDGET + SLACK, "{outage}: {route} took {took:?}, over the budget {BUDGET:?}");
+    }
+}
+
+/// PostgreSQL refuses the database's connections and drops those it had.
+#[tokio::test]
+async fn every_route_answers_503_within_the_readiness_budget_while_postgres_refuses_connections() {
+    let h = harness(Engine::Postgres, None).await;
+    assert_eq!(h.call(Method::GET, "/readyz", None, None).await.0, StatusCode::OK);
+    h.database.accept_connections(false).await;
+    every_route_answers_503_within_the_budget(&h, "refused").await;
+    h.database.accept_connections(true).await;
+}
+
+/// The server is gone: connections drop and new ones are refused at the TCP
+/// level, which sqlx retries until the pool's acquire timeout.
+#[tokio::test]
+async fn every_route_answers_503_within_the_readiness_budget_while_postgres_is_stopped() {
+    let proxy = Proxy::start(Proxy::upstream(&postgres_admin_url())).await;
+    let h = harness(Engine::Postgres, Some(&|d: &TestDatabase| proxy.url(&d.url))).await;
+    assert_eq!(h.call(Method::GET, "/readyz", None, None).await.0, StatusCode::OK);
+    proxy.stop().await;
+    every_route_answers_503_within_the_budget(&h, "stopped").await;
+}
+
+/// An outage gives one ERROR when it begins and one INFO when the database
+/// answers again, however many requests and readiness polls meet it; the
+/// next outage is logged again.
+#[tokio::test]
+async fn a_database_outage_is_logged_once_when_it_begins_and_once_when_it_ends() {
+    let logs = Captured::default();
+    let _guard = logs.install("info,sqlx=off");
+    let h = harness(Engine::Postgres, None).await;
+    let token = all();
+    assert_eq!(h.call(Method::GET, "/readyz", None, None).await.0, StatusCode::OK);
+    for outage in 1..=2 {
+        h.database.accept_connections(false).await;
+        for _ in 0..3 {
+            assert_eq!(h.call(Method::GET, "/readyz", None, None).await.0, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(
+                h.call(Method::GET, "/deployments/x", Some(&token), None).await.0,
+                StatusCode::SERVICE_UNAVAILABLE
+            );
+        }
+        let loud: Vec<String> =
+            logs.lines().into_iter().filter(|l| l.contains(" ERROR ") || l.contains(" WARN ")).collect();
+        assert_eq!(loud.len(), outage, "one ERROR per outage, no WARN:\n{}", loud.join("\n"));
+        assert!(loud.iter().all(|l| l.contains(" ERROR ") && l.contains("the database is away")), "{loud:?}");
+        assert_eq!(logs.count("the database answers again"), outage - 1);
+        h.database.accept_connections(true).await;
+        eventually("the recovery line", Duration::from_secs(15), || logs.count("the database answers again") == outage)
+            .await;
+        assert_eq!(h.call(Method::GET, "/readyz", None, None).await.0, StatusCode::OK);
+        assert_eq!(logs.count("the database answers again"), outage, "{:#?}", logs.lines());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Request heads larger than hyper's defaults, over loopback TCP.
+
+struct Served {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+/// `router` served by [`slipway_api::serve::serve`] on a loopback port.
+async fn serve(router: Router) -> Served {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(slipway_api::serve::serve(listener, router, async {
+        let _ = stopped.await;
+    }));
+    Served { addr, stop: Some(stop), task }
+}
+
+/// Sends `head` (a whole request head, `Connection: close`) and reads the
+/// answer: status and JSON body (`{"raw": …}` when it is not JSON).
+async fn raw_request(addr: SocketAddr, head: Vec<u8>) -> (u16, Value) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    // Written beside the read: a server that answers early stops reading.
+    let write = tokio::spawn(async move {
+        let _ = writer.write_all(&head).await;
+        writer
+    });
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), reader.read_to_end(&mut answer))
+        .await
+        .expect("an answer within 30 s")
+        .unwrap_or_else(|e| panic!("reading the answer: {e} (got {:?})", String::from_utf8_lossy(&answer)));
+    drop(write.await);
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{head}"));
+    (status, serde_json::from_str(body).unwrap_or_else(|_| json!({ "raw": body, "head": head })))
+}
+
+fn request_head(extra: &[(String, String)]) -> Vec<u8> {
+    let mut head = String::from("GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    for (name, value) in extra {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    head.into_bytes()
+}
+
+#[tokio::test]
+async fn a_one_megabyte_header_answers_431_in_the_json_error_shape() {
+    let h = harness(Engine::Sqlite, None).await;
+    let served = serve(h.router.clone()).await;
+    for size in [1_000_000, 1024 * 1024, slipway_api::app::HEADER_LIMIT_BYTES] {
+        let (status, body) = raw_request(served.addr, request_head(&[("X-Big".into(), "a".repeat(size))])).await;
+        assert_eq!(status, 431, "{size} bytes: {body}");
+        assert_error_shape(&body, "request_header_fields_too_large");
+        assert_eq!(body["details"]["limit_bytes"], slipway_api::app::HEADER_LIMIT_BYTES, "{body}");
+        assert!(!body.to_string().contains("aaaa"), "the header is repeated: {body}");
+    }
+}
+
+#[tokio::test]
+async fn too_many_header_fields_answer_431_in_the_json_error_shape() {
+    let h = harness(Engine::Sqlite, None).await;
+    let served = serve(h.router.clone()).await;
+    let many: Vec<(String, String)> = (0..300).map(|i| (format!("X-Field-{i}"), "v".to_owned())).collect();
+    let (status, body) = raw_request(served.addr, request_head(&many)).await;
+    assert_eq!(status, 431, "{body}");
+    assert_error_shape(&body, "request_header_fields_too_large");
+    assert_eq!(body["details"]["limit_fields"], slipway_api::app::HEADER_FIELDS_LIMIT, "{body}");
+}
+
+#[tokio::test]
+async fn a_header_section_within_the_limits_is_served() {
+    let h = harness(Engine::Sqlite, None).await;
+    let served = serve(h.router.clone()).await;
+    let near = slipway_api::app::HEADER_LIMIT_BYTES - 1024;
+    let (status, body) = raw_request(served.addr, request_head(&[("X-Big".into(), "a".repeat(near))])).await;
+    assert_eq!((status, &body), (200, &json!({ "status": "ok" })));
+    let fields: Vec<(String, String)> = (0..90).map(|i| (format!("X-Field-{i}"), "v".to_owned())).collect();
+    assert_eq!(raw_request(served.addr, request_head(&fields)).await.0, 200);
+}
+
+/// Graceful shutdown: once asked, serving ends (an idle keep-alive
+/// connection does not hold it) and the port is closed.
+#[tokio::test]
+async fn serving_ends_gracefully_when_asked_to_stop() {
+    let h = harness(Engine::Sqlite, None).await;
+    let mut served = serve(h.router.clone()).await;
+    let mut idle = TcpStream::connect(served.addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+    let mut first = [0u8; 12];
+    idle.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    served.stop.take().unwrap().send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), &mut served.task)
+        .await
+        .expect("serving ends within 10 s of the signal")
+        .unwrap();
+    assert!(TcpStream::connect(served.addr).await.is_err(), "the port is still open");
+}
+
+// ---------------------------------------------------------------------------
+// What an operator sees.
+
+/// One INFO line per request: method, route template, status, latency;
+/// never the token, the ids in the path or the query string.
+#[tokio::test]
+async fn every_request_gets_one_access_line_with_its_route_template_and_never_its_token() {
+    let logs = Captured::default();
+    let _guard = logs.install("info,sqlx=off");
+    let h = harness(Engine::Sqlite, None).await;
+    let token = all();
+    let cases = [
+        (Method::GET, "/deployments/hidden-id-17", Some(&token), "route=/deployments/{id}", 404),
+        (Method::GET, "/deployments?ids=hidden-id-18", Some(&token), "route=/deployments", 200),
+        (Method::GET, "/builds/hidden-id-19.20260101T000000Z.abcdef", None, "route=/builds/{id}", 401),
+        (Method::GET, "/schema?application=hidden-app", None, "route=/schema", 404),
+        (Method::GET, "/no/such/hidden-route", None, "route=-", 404),
+        (Method::GET, "/healthz", None, "route=/healthz", 200),
+    ];
+    for (method, uri, bearer, route, status) in cases {
+        let before = logs.count(" answered ");
+        let (got, body) = h.call(method.clone(), uri, bearer.map(String::as_str), None).await;
+        assert_eq!(got.as_u16(), status, "{uri}: {body}");
+        let lines: Vec<String> = logs.lines().into_iter().filter(|l| l.contains(" answered ")).skip(before).collect();
+        assert_eq!(lines.len(), 1, "{uri}: {lines:?}");
+        let line = &lines[0];
+        for part in [" INFO ", &format!("method={method}"), route, &format!("status={status}"), "latency_ms="] {
+            assert!(line.contains(part), "{uri}: {part} missing from {line}");
+        }
+        assert!(line.contains("slipway_api::access"), "{line}");
+    }
+    let all_lines = logs.lines().join("\n");
+    for secret in [token.as_str(), "hidden-"] {
+        assert!(!all_lines.contains(secret), "{secret} is in the log:\n{all_lines}");
+    }
+}
+
+#[tokio::test]
+async fn version_names_the_crate_version_and_the_git_revision_it_was_built_from() {
+    let h = harness(Engine::Sqlite, None).await;
+    let (status, body) = h.call(Method::GET, "/version", None, None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["name"], "slipway");
+    assert_eq!(body["version"], env!("CARGO_PKG_VERSION"));
+    let head = std::process::Command::new("git")
+        .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    match head {
+        Some(commit) => assert_eq!(body["revision"], commit.as_str(), "built from a git checkout"),
+        None => assert_eq!(body["revision"], Value::Null),
+    }
+}
+
+/// The refusals of `auth::Verifier` reach the client as they are.
+#[tokio::test]
+async fn a_token_without_exp_says_so_over_http() {
+    let h = harness(Engine::Sqlite, None).await;
+    let no_exp = sign(&json!({ "sub": "t", "aud": "slipway", "deployments": ["*"] }));
+    let (status, body) = h.call(Method::GET, "/deployments/demo", Some(&no_exp), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_error_shape(&body, "unauthorized");
+    assert_eq!(body["message"], "the token has no exp claim");
+    let now = time::OffsetDateTime::now_utc().unix_timestamp() as f64;
+    let fractional = sign(&json!({ "aud": "slipway", "exp": now + 60.5, "deployments": ["*"] }));
+    let (status, body) = h.call(Method::GET, "/deployments/demo", Some(&fractional), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "a fractional exp is a valid NumericDate: {body}");
+}
