@@ -211,10 +211,6 @@ async fn store(
 ) -> Result<Option<String>, SubmitError> {
     let mut tx = db.begin_write().await?;
     tx.lock_deployment(id.as_str()).await?;
-    // The time is read holding the deployment's lock, so a deployment's
-    // builds are in the same order by submit (`seq`), id and `queued_at`.
-    let now = now_ms();
-    let build_id = new_build_id(id, time::OffsetDateTime::now_utc());
     let snapshot = deployments::Snapshot {
         id: id.as_str(),
         configuration: &checked.configuration,
@@ -222,7 +218,13 @@ async fn store(
         domain: checked.domain.as_deref(),
         instances: &checked.instances,
     };
-    deployments::upsert(&mut tx, snapshot, now).await?;
+    // The first submits of a new deployment have no row to lock yet: they
+    // wait for each other here, on its key.
+    deployments::upsert(&mut tx, snapshot, now_ms()).await?;
+    // The time is read holding the deployment's lock, so a deployment's
+    // builds are in the same order by submit (`seq`), id and `queued_at`.
+    let now = now_ms();
+    let build_id = new_build_id(id, time::OffsetDateTime::now_utc());
     let new = builds::NewBuild {
         id: &build_id,
         deployment_id: id.as_str(),

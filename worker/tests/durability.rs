@@ -190,9 +190,11 @@ async fn a_build_running_while_postgres_drops_every_connection_ends_once() {
     let _other = start(cmd, &db, "worker.log");
     let api = Api::connect(&db, port).await;
     let (_, first) = api.submit("demo", &demo()).await.unwrap();
-    let (_, second) = api.submit("demo", &demo()).await.unwrap();
     let pids = db.path("state").join("provider/demo/pids");
     wait_for("the effect to start", Duration::from_secs(30), || async { pids.exists().then_some(()) }).await;
+    // Submitted while the first runs, so it waits its turn (a queued deploy
+    // would be superseded by it instead).
+    let (_, second) = api.submit("demo", &demo()).await.unwrap();
     // The database refuses connections and drops those it has until the
     // first effect has ended and its worker waits to record it: longer than
     // the missed-heartbeat window (2 × 1 s), so every worker's heartbeat

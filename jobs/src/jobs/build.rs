@@ -161,9 +161,15 @@ async fn run_claimed(build: BuildRow, ctx: &Ctx) -> Result<Ran, JobError> {
 /// database is away, before it gives the job back (and the effect re-runs).
 const RECORD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// The first pause between tries to record a build's end, doubling up to
+/// [`RECORD_RETRY_MOST`]: the end is recorded within seconds of the
+/// database coming back, however long it was away.
+const RECORD_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
+const RECORD_RETRY_MOST: std::time::Duration = std::time::Duration::from_secs(4);
+
 /// Records a build's end with its SBOM change (see [`builds::finish`]). The
 /// effect has already run, so a database outage (a restart, a failover) is
-/// waited out with [`super::retry_backoff`] for up to [`RECORD_PATIENCE`]
+/// waited out, trying again every few seconds, for up to [`RECORD_PATIENCE`]
 /// rather than re-running the effect. `Ok(false)`: another worker holds the
 /// build now.
 async fn record(ctx: &Ctx, build: &BuildRow, finish: &Finish, change: SbomChange) -> Result<bool, JobError> {
@@ -186,7 +192,7 @@ async fn record(ctx: &Ctx, build: &BuildRow, finish: &Finish, change: SbomChange
         match result {
             Ok(stored) => return Ok(stored),
             Err(e @ crate::store::StoreError::Database(_)) if started.elapsed() < RECORD_PATIENCE => {
-                let wait = super::retry_backoff(attempt);
+                let wait = RECORD_RETRY.saturating_mul(1 << attempt.min(4)).min(RECORD_RETRY_MOST);
                 attempt += 1;
                 tracing::warn!(error = %e, retry_in_s = wait.as_secs(), "cannot record the build's end yet; trying again");
                 tokio::time::sleep(wait).await;
