@@ -66,16 +66,35 @@ def slow_source(root, deploy_seconds, run_id):
     so the build still succeeds and only the overlap is recorded.
 
     Its time is spent in a real `nix-build` of a derivation of its own (one
-    per build attempt, so it is never already built) whose builder sleeps:
+    per build attempt, so it is never already built) whose builder waits:
     Nix starts the builder in a session of its own with a clean environment,
-    so it outlives a killed worker unless the effect is contained. The
-    builder's environment carries the run id (`chaosRun`), so the stray
-    check finds it.
+    so it outlives a killed worker unless the effect is contained, and then
+    it runs on for an hour. The builder's environment carries the run id
+    (`chaosRun`), so the stray check finds it.
     """
     effects = os.path.join(root, "core", "effects")
     os.makedirs(effects)
     with open(os.path.join(root, "core", "default.nix"), "w") as f:
         f.write("{ provider ? {} }: { }\n")
+    # The builder's work runs in a process of its own for deploy_seconds
+    # while the builder lives; once orphaned (its parent changed: the build
+    # was killed and nothing contained it) it turns into a runaway that
+    # sleeps for an hour, which only containment ends: it is no child of
+    # anything that carries the effect's marker.
+    builder = os.path.join(effects, "chaos-builder.sh")
+    with open(builder, "w") as f:
+        f.write(f"""(
+  read -r _ _ _ parent _ < /proc/self/stat
+  end=$(( $(date +%s) + {deploy_seconds} ))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    read -r _ _ _ now _ < /proc/self/stat
+    [ "$now" = "$parent" ] || exec sleep 3600
+    sleep 0.2
+  done
+  echo done > "$out"
+) &
+wait
+""")
     deploy = f"""#!/bin/sh
 exec 9>>"$STATE_DIR/effect.lock"
 if flock -n 9; then
@@ -90,7 +109,7 @@ derivation {{
   name = "slipway-chaos";
   system = builtins.currentSystem;
   builder = "/bin/sh";
-  args = [ "-c" "sleep {deploy_seconds}; echo done > \\$out" ];
+  args = [ "{builder}" ];
   PATH = "/usr/bin:/bin";
   chaosRun = "{run_id}";
   attempt = "$BUILD_ID.${{SLIPWAY_EFFECT_ATTEMPT:-0}}.$(date +%s%N)";
@@ -426,6 +445,7 @@ def main():
     rng = random.Random(seed)
 
     work = tempfile.mkdtemp(prefix="slipway-chaos-")
+    os.chmod(work, 0o755)  # Nix's build users read the builder script under it
     run_id = os.path.basename(work)
     run_started = proc_stat(os.getpid())[0]
     deploy = slow_source(os.path.join(work, "source"), args.deploy_seconds, run_id)
