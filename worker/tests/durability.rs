@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{binary, command, demo, free_port, slow_source, slow_worker, start, wait_build, wait_for, Api, ENDED};
+use common::{
+    binary, command, demo, free_port, slow_source, slow_worker, start, stop_at_once, wait_build, wait_for, Api, ENDED,
+};
 use slipway_jobs::store::{Db, Engine, Q};
 use slipway_jobs::test_support::{process_runs, TestDatabase};
 use std::time::{Duration, Instant};
@@ -150,17 +152,7 @@ async fn a_second_sigterm_stops_the_worker_and_its_effect_at_once(engine: Engine
     wait_build(&api, &build_path, "the deploy to run", &["running"]).await;
     let pids = db.path("state").join("provider/demo/pids");
     wait_for("the effect to start", Duration::from_secs(30), || async { pids.exists().then_some(()) }).await;
-    let pid = first.0.id() as i32;
-    // SAFETY: signals the worker this test started.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    let log = db.path("worker-1.log");
-    wait_for("the worker to start shutting down", Duration::from_secs(10), || async {
-        std::fs::read_to_string(&log).ok()?.contains("shutting down").then_some(())
-    })
-    .await;
-    // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    let exit = tokio::task::spawn_blocking(move || first.0.wait().unwrap()).await.unwrap();
+    let exit = stop_at_once(&mut first, &db.path("worker-1.log")).await;
     assert_eq!(exit.code(), Some(1), "{exit:?}");
     let effect: i32 = std::fs::read_to_string(&pids).unwrap().lines().next().unwrap().parse().unwrap();
     assert!(!process_runs(effect), "the stopped worker's effect {effect} still runs");

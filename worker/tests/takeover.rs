@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    binary, command, demo, free_port, ms_of, now_ms, signal, slow_source, slow_worker, start, stopped, wait_build,
-    wait_for, Api, ENDED,
+    binary, command, demo, free_port, ms_of, now_ms, signal, slow_source, slow_worker, start, stop_at_once, stopped,
+    wait_build, wait_for, Api, ENDED,
 };
 use slipway_jobs::store::Engine;
 use slipway_jobs::test_support::{processes_with, sleepy_nix_source, TestDatabase};
@@ -204,15 +204,8 @@ async fn a_killed_workers_build_is_taken_over_within_the_documented_bound(engine
 async fn a_worker_stopped_at_once_hands_its_build_back_at_once(engine: Engine) {
     let db = TestDatabase::new(engine).await;
     let mut fleet = a_build_on_one_of_two_workers(&db, "5", 30).await;
-    let stopping = &mut fleet.workers[fleet.running];
-    signal(stopping.0.id(), libc::SIGTERM);
     let log = db.path(&format!("worker-{}.log", fleet.running));
-    wait_for("the worker to start shutting down", Duration::from_secs(10), || async {
-        std::fs::read_to_string(&log).ok()?.contains("shutting down").then_some(())
-    })
-    .await;
-    signal(stopping.0.id(), libc::SIGTERM);
-    let exit = stopping.0.wait().unwrap();
+    let exit = stop_at_once(&mut fleet.workers[fleet.running], &log).await;
     let stopped_at = now_ms();
     assert_eq!(exit.code(), Some(1), "{exit:?}");
     let (api, build_path) = (&fleet.api, &fleet.build_path);
@@ -271,14 +264,7 @@ async fn a_worker_stopped_at_once_leaves_no_nix_builder_and_no_scratch_folder() 
     let api = Api::connect(&db, port).await;
     api.submit("demo", &demo()).await.unwrap();
     builder_runs(&token).await;
-    signal(worker.0.id(), libc::SIGTERM);
-    let log = db.path("worker.log");
-    wait_for("the worker to start shutting down", Duration::from_secs(10), || async {
-        std::fs::read_to_string(&log).ok()?.contains("shutting down").then_some(())
-    })
-    .await;
-    signal(worker.0.id(), libc::SIGTERM);
-    assert_eq!(worker.0.wait().unwrap().code(), Some(1));
+    assert_eq!(stop_at_once(&mut worker, &db.path("worker.log")).await.code(), Some(1));
     let left = processes_with(&token);
     assert!(left.is_empty(), "processes of the effect outlived the worker: {left:?}");
     assert_eq!(scratch_folders(&db), Vec::<std::path::PathBuf>::new());

@@ -253,3 +253,15 @@ pub fn ms_of(rfc3339: &Value) -> i64 {
         time::OffsetDateTime::parse(rfc3339.as_str().unwrap(), &time::format_description::well_known::Rfc3339).unwrap();
     (t.unix_timestamp_nanos() / 1_000_000) as i64
 }
+
+/// Stops `worker` at once, as an operator would: SIGTERM, and once its log
+/// `log` says it is shutting down, a second SIGTERM. Returns how it exited.
+pub async fn stop_at_once(worker: &mut Running, log: &Path) -> std::process::ExitStatus {
+    signal(worker.0.id(), libc::SIGTERM);
+    wait_for("the worker to start shutting down", Duration::from_secs(10), || async {
+        std::fs::read_to_string(log).ok()?.contains("shutting down").then_some(())
+    })
+    .await;
+    signal(worker.0.id(), libc::SIGTERM);
+    worker.0.wait().unwrap()
+}
