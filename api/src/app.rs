@@ -16,7 +16,7 @@ use axum::Router;
 use serde_json::json;
 use slipway_jobs::config::Config;
 use slipway_jobs::store::Db;
-use slipway_jobs::submit::{SecretStore, SourcePolicy, SubmitError};
+use slipway_jobs::submit::{BuiltInSources, SourcePolicy};
 use slipway_jobs::validate::Checker;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,12 +50,10 @@ pub struct App {
     pub db: Db,
     /// Token verification (SEC-1).
     pub verifier: Verifier,
-    /// The built-in source's outputs with its schema compiled (MS-5).
-    pub built_in: Checker,
-    /// Where module sources may come from (MS-1, MS-6, MS-8).
-    pub sources: SourcePolicy,
-    /// The operator-secret store (§8).
-    pub secret_store: SecretStore,
+    /// The module sources a submit is checked against: the built-in one,
+    /// its outputs baked in and its schema compiled (MS-5), under the policy
+    /// of MS-1, MS-6, MS-8.
+    pub sources: BuiltInSources,
     /// Whether the database is away: outages are logged once each.
     pub database_health: DatabaseHealth,
 }
@@ -75,16 +73,14 @@ impl AppState {
     /// Wires an app from its configuration and an opened database.
     pub fn new(config: Config, db: Db) -> anyhow::Result<AppState> {
         let verifier = Verifier::from_config(&config)?;
-        let built_in = Checker::new(crate::default_source::outputs())?;
-        let sources = SourcePolicy {
+        let policy = SourcePolicy {
             trusted: config.trusted_sources.clone(),
             allow_path: config.allow_path_sources,
             self_source: config.self_source.clone(),
         };
-        let secret_store =
-            if config.openbao_addr.is_some() { SecretStore::Unsupported } else { SecretStore::NotConfigured };
+        let sources = BuiltInSources { policy, built_in: Checker::new(crate::default_source::outputs())? };
         let database_health = DatabaseHealth::new(db.clone());
-        Ok(AppState(Arc::new(App { config, db, verifier, built_in, sources, secret_store, database_health })))
+        Ok(AppState(Arc::new(App { config, db, verifier, sources, database_health })))
     }
 }
 
@@ -118,24 +114,17 @@ impl Auth {
 }
 
 /// past `QUEUE_SIZE` queued builds a submit is refused with
-/// `503 queue_full` before its body is read. This early check is a snapshot;
-/// the exact bound is kept by the submit's own transaction
-/// ([`slipway_jobs::submit::check_and_queue`]), which answers the same error.
+/// `503 queue_full` before its body is read ([`slipway_jobs::submit::admit`]:
+/// a snapshot; the exact bound is kept by the submit's own transaction,
+/// which answers the same error).
 async fn admission(State(app): State<AppState>, request: Request, next: Next) -> Response {
     // Authentication first: the queue depth is not for anonymous callers.
     let header = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     if let Err(e) = app.verifier.verify(header) {
         return e.into_response();
     }
-    let queued = async {
-        let mut conn = app.db.acquire().await?;
-        slipway_jobs::store::builds::queued_up_to(&mut conn, i64::from(app.config.queue_size)).await
-    };
-    match queued.await {
-        Ok(queued) if queued >= i64::from(app.config.queue_size) => {
-            ApiError::from(SubmitError::QueueFull { queued, limit: app.config.queue_size }).into_response()
-        }
-        Ok(_) => next.run(request).await,
+    match slipway_jobs::submit::admit(&app.db, app.config.queue_size).await {
+        Ok(()) => next.run(request).await,
         Err(e) => ApiError::from(e).into_response(),
     }
 }
@@ -224,6 +213,7 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(routes::public::readyz))
         .route("/version", get(routes::public::version))
         .route("/schema", get(routes::public::schema))
+        .route("/renames", get(routes::public::renames))
         .route("/labels", post(routes::public::labels))
         .route("/deployments", get(routes::deployments::list))
         .route(

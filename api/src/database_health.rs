@@ -13,7 +13,7 @@ use crate::error::DatabaseAway;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
-use slipway_jobs::store::{Db, Q};
+use slipway_jobs::store::Db;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -86,17 +86,14 @@ async fn probe(inner: Weak<Inner>) {
         if !health.is_away() {
             return;
         }
-        let answer = async {
-            let mut conn = health.inner.db.acquire().await?;
-            Q::new("SELECT 1 AS one").fetch_one(&mut conn).await
-        };
+        let answer = async { slipway_jobs::store::ping(&mut health.inner.db.acquire().await?).await };
         match answer.await {
-            Ok(_) => {
+            Ok(()) => {
                 health.answered();
                 return;
             }
             // Closed at shutdown: it will not come back.
-            Err(slipway_jobs::store::StoreError::Database(sqlx::Error::PoolClosed)) => return,
+            Err(e) if e.is_closed() => return,
             Err(_) => {}
         }
     }

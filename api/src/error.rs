@@ -106,28 +106,13 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Whether a database error means "away for now" (answered `503`): no
-/// connection, or PostgreSQL refusing or dropping connections (SQLSTATE
-/// classes 08 connection exception, 53 insufficient resources, 57 operator
-/// intervention such as a shutdown, and 55000 for a database that does not
-/// accept connections at the moment).
-fn unavailable(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(d) => {
-            d.code().is_some_and(|c| c.starts_with("08") || c.starts_with("53") || c.starts_with("57") || c == "55000")
-        }
-        _ => false,
-    }
-}
-
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match &e {
             // Logged once per outage by the database watcher, not per request.
-            StoreError::Database(db) if unavailable(db) => {
+            _ if e.is_unavailable() => {
                 tracing::debug!(error = %e, "database unavailable");
-                Self::database_away("the database is busy or unreachable; try again", db.to_string())
+                Self::database_away("the database is busy or unreachable; try again", e.to_string())
             }
             StoreError::Conflict(_) => Self::unavailable(e.to_string()),
             _ => Self::internal(e),

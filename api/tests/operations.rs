@@ -4,27 +4,21 @@
 //! and token refusals that say what is wrong. Real SQLite and PostgreSQL
 //! databases, one per test.
 
-use axum::body::Body;
-use axum::http::{header, Method, Request, StatusCode};
+mod common;
+
+use axum::http::{Method, StatusCode};
 use axum::Router;
-use http_body_util::BodyExt;
+use common::*;
 use serde_json::{json, Value};
 use slipway_api::routes::public::READY_TIMEOUT;
-use slipway_api::{app, AppState};
-use slipway_jobs::config::Config;
 use slipway_jobs::store::Engine;
 use slipway_jobs::test_support::{postgres_admin_url, TestDatabase};
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
-use tower::ServiceExt;
-
-const SECRET: &str = "test-secret-of-at-least-32-bytes-long";
 
 /// The readiness budget: `GET /readyz` answers `503` when the database does
 /// not answer within it, and so must every other route (docs: README.md).
@@ -33,74 +27,6 @@ const BUDGET: Duration = Duration::from_secs(2);
 /// How much later than the budget an answer may come (scheduling on a busy
 /// test machine), far below the 10 s the pool used to wait.
 const SLACK: Duration = Duration::from_secs(1);
-
-fn demo() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/demo.json");
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn sign(claims: &Value) -> String {
-    jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        claims,
-        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
-    )
-    .unwrap()
-}
-
-fn all() -> String {
-    let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    sign(&json!({ "sub": "t", "aud": "slipway", "exp": now + 3600, "deployments": ["*"] }))
-}
-
-struct Harness {
-    router: Router,
-    database: TestDatabase,
-}
-
-/// The router on a fresh database of `engine`; `url` replaces the
-/// database's own URL (to reach it through a [`Proxy`]).
-async fn harness(engine: Engine, url: Option<&dyn Fn(&TestDatabase) -> String>) -> Harness {
-    let database = TestDatabase::new(engine).await;
-    let keys = BTreeMap::from([
-        ("DATABASE_URL".to_owned(), url.map_or_else(|| database.url.clone(), |f| f(&database))),
-        ("SLIPWAY_STATE_DIR".to_owned(), database.path("state").display().to_string()),
-        ("SLIPWAY_JWT_SECRET".to_owned(), SECRET.to_owned()),
-    ]);
-    let config = Config::from_keys(&keys).unwrap();
-    let db = slipway_jobs::store::open(&config).await.unwrap();
-    Harness { router: app(AppState::new(config, db).unwrap()), database }
-}
-
-impl Harness {
-    async fn call(
-        &self,
-        method: Method,
-        uri: &str,
-        bearer: Option<&str>,
-        body: Option<Vec<u8>>,
-    ) -> (StatusCode, Value) {
-        let mut req = Request::builder().method(method).uri(uri);
-        if let Some(t) = bearer {
-            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
-        }
-        let req = match body {
-            Some(b) => req.header(header::CONTENT_TYPE, "application/json").body(Body::from(b)),
-            None => req.body(Body::empty()),
-        }
-        .unwrap();
-        let res = self.router.clone().oneshot(req).await.unwrap();
-        let status = res.status();
-        let bytes = res.into_body().collect().await.unwrap().to_bytes();
-        (status, serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({ "raw": String::from_utf8_lossy(&bytes) })))
-    }
-}
-
-fn assert_error_shape(body: &Value, code: &str) {
-    assert_eq!(body["error"], code, "{body}");
-    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
-    assert!(body.get("details").is_some(), "{body}");
-}
 
 /// Polls `done` until it holds, failing the test after `within`.
 async fn eventually(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
@@ -248,7 +174,7 @@ async fn every_route_answers_503_within_the_budget(h: &Harness, outage: &str) {
 /// PostgreSQL refuses the database's connections and drops those it had.
 #[tokio::test]
 async fn every_route_answers_503_within_the_readiness_budget_while_postgres_refuses_connections() {
-    let h = harness(Engine::Postgres, None).await;
+    let h = harness(Engine::Postgres).await;
     assert_eq!(h.call(Method::GET, "/readyz", None, None).await.0, StatusCode::OK);
     h.database.accept_connections(false).await;
     every_route_answers_503_within_the_budget(&h, "refused").await;
@@ -260,7 +186,9 @@ async fn every_route_answers_503_within_the_readiness_budget_while_postgres_refu
 #[tokio::test]
 async fn every_route_answers_503_within_the_readiness_budget_while_postgres_is_stopped() {
     let proxy = Proxy::start(Proxy::upstream(&postgres_admin_url())).await;
-    let h = harness(Engine::Postgres, Some(&|d: &TestDatabase| proxy.url(&d.url))).await;
+    let database = TestDatabase::new(Engine::Postgres).await;
+    let url = proxy.url(&database.url);
+    let h = harness_on(database, Some(url), &[]).await;
     assert_eq!(h.call(Method::GET, "/readyz", None, None).await.0, StatusCode::OK);
     proxy.stop().await;
     every_route_answers_503_within_the_budget(&h, "stopped").await;
@@ -273,7 +201,7 @@ async fn every_route_answers_503_within_the_readiness_budget_while_postgres_is_s
 async fn a_database_outage_is_logged_once_when_it_begins_and_once_when_it_ends() {
     let logs = Captured::default();
     let _guard = logs.install("info,sqlx=off");
-    let h = harness(Engine::Postgres, None).await;
+    let h = harness(Engine::Postgres).await;
     let token = all();
     assert_eq!(h.call(Method::GET, "/readyz", None, None).await.0, StatusCode::OK);
     for outage in 1..=2 {
@@ -351,7 +279,7 @@ fn request_head(extra: &[(String, String)]) -> Vec<u8> {
 
 #[tokio::test]
 async fn a_one_megabyte_header_answers_431_in_the_json_error_shape() {
-    let h = harness(Engine::Sqlite, None).await;
+    let h = harness(Engine::Sqlite).await;
     let served = serve(h.router.clone()).await;
     for size in [1_000_000, 1024 * 1024, slipway_api::app::HEADER_LIMIT_BYTES] {
         let (status, body) = raw_request(served.addr, request_head(&[("X-Big".into(), "a".repeat(size))])).await;
@@ -364,7 +292,7 @@ async fn a_one_megabyte_header_answers_431_in_the_json_error_shape() {
 
 #[tokio::test]
 async fn too_many_header_fields_answer_431_in_the_json_error_shape() {
-    let h = harness(Engine::Sqlite, None).await;
+    let h = harness(Engine::Sqlite).await;
     let served = serve(h.router.clone()).await;
     let many: Vec<(String, String)> = (0..300).map(|i| (format!("X-Field-{i}"), "v".to_owned())).collect();
     let (status, body) = raw_request(served.addr, request_head(&many)).await;
@@ -375,7 +303,7 @@ async fn too_many_header_fields_answer_431_in_the_json_error_shape() {
 
 #[tokio::test]
 async fn a_header_section_within_the_limits_is_served() {
-    let h = harness(Engine::Sqlite, None).await;
+    let h = harness(Engine::Sqlite).await;
     let served = serve(h.router.clone()).await;
     let near = slipway_api::app::HEADER_LIMIT_BYTES - 1024;
     let (status, body) = raw_request(served.addr, request_head(&[("X-Big".into(), "a".repeat(near))])).await;
@@ -388,7 +316,7 @@ async fn a_header_section_within_the_limits_is_served() {
 /// connection does not hold it) and the port is closed.
 #[tokio::test]
 async fn serving_ends_gracefully_when_asked_to_stop() {
-    let h = harness(Engine::Sqlite, None).await;
+    let h = harness(Engine::Sqlite).await;
     let mut served = serve(h.router.clone()).await;
     let mut idle = TcpStream::connect(served.addr).await.unwrap();
     idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
@@ -412,7 +340,7 @@ async fn serving_ends_gracefully_when_asked_to_stop() {
 async fn every_request_gets_one_access_line_with_its_route_template_and_never_its_token() {
     let logs = Captured::default();
     let _guard = logs.install("info,sqlx=off");
-    let h = harness(Engine::Sqlite, None).await;
+    let h = harness(Engine::Sqlite).await;
     let token = all();
     let cases = [
         (Method::GET, "/deployments/hidden-id-17", Some(&token), "route=/deployments/{id}", 404),
@@ -442,7 +370,7 @@ async fn every_request_gets_one_access_line_with_its_route_template_and_never_it
 
 #[tokio::test]
 async fn version_names_the_crate_version_and_the_git_revision_it_was_built_from() {
-    let h = harness(Engine::Sqlite, None).await;
+    let h = harness(Engine::Sqlite).await;
     let (status, body) = h.call(Method::GET, "/version", None, None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["name"], "slipway");
@@ -462,7 +390,7 @@ async fn version_names_the_crate_version_and_the_git_revision_it_was_built_from(
 /// The refusals of `auth::Verifier` reach the client as they are.
 #[tokio::test]
 async fn a_token_without_exp_says_so_over_http() {
-    let h = harness(Engine::Sqlite, None).await;
+    let h = harness(Engine::Sqlite).await;
     let no_exp = sign(&json!({ "sub": "t", "aud": "slipway", "deployments": ["*"] }));
     let (status, body) = h.call(Method::GET, "/deployments/demo", Some(&no_exp), None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
@@ -472,4 +400,19 @@ async fn a_token_without_exp_says_so_over_http() {
     let fractional = sign(&json!({ "aud": "slipway", "exp": now + 60.5, "deployments": ["*"] }));
     let (status, body) = h.call(Method::GET, "/deployments/demo", Some(&fractional), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "a fractional exp is a valid NumericDate: {body}");
+}
+
+/// While PostgreSQL refuses the database's connections (an outage), reads
+/// and submits answer `503 service_unavailable`, never `500`.
+#[tokio::test]
+async fn requests_during_a_database_outage_answer_503() {
+    let h = harness(Engine::Postgres).await;
+    h.database.accept_connections(false).await;
+    let read = h.call(Method::GET, "/deployments/demo", Some(&all()), None).await;
+    let submit = h.put("demo", &json!({ "configuration": demo() })).await;
+    h.database.accept_connections(true).await;
+    for (status, body) in [read, submit] {
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_error_shape(&body, "service_unavailable");
+    }
 }

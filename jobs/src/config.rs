@@ -34,7 +34,27 @@ pub enum ConfigError {
         /// What shape was expected.
         reason: &'static str,
     },
+    /// A key of a feature this release does not have is set: refused, so
+    /// that nobody believes it takes effect.
+    #[error("{key} is not supported by this release ({feature} comes in a later one); unset it")]
+    Unsupported {
+        /// The key.
+        key: &'static str,
+        /// What it would configure.
+        feature: &'static str,
+    },
 }
+
+/// Keys of features this release does not have, and what they would
+/// configure; setting one is [`ConfigError::Unsupported`].
+pub const UNSUPPORTED: &[(&str, &str)] = &[
+    ("SLIPWAY_CALLBACK_ALLOW_PRIVATE", "the reconcile push of a delete"),
+    ("OPENBAO_ADDR", "keeping operator secrets in OpenBao"),
+    ("OPENBAO_TOKEN", "keeping operator secrets in OpenBao"),
+    ("OPENBAO_MOUNT", "keeping operator secrets in OpenBao"),
+    ("OPENBAO_ROOT", "keeping operator secrets in OpenBao"),
+    ("NIX_SLOTS", "the fleet-wide nix queue of schema builds and names evals"),
+];
 
 /// Slipway's configuration (PRODUCT.md §12). Durations are whole seconds
 /// unless a unit is given (`90s`, `5m`, `1h`, `14d`).
@@ -67,10 +87,10 @@ pub struct Config {
     pub default_source_dir: PathBuf,
     /// `SLIPWAY_SELF_SOURCE`: the self-pin (MS-8); unset: sources float.
     pub self_source: Option<String>,
-    /// `OPENBAO_ADDR`: operator-secret store; unset means no secrets.
-    pub openbao_addr: Option<String>,
-    /// `NIX_SLOTS` (MS-7).
-    pub nix_slots: u32,
+    /// `SLIPWAY_PROVIDER`: the provider whose effects this worker runs,
+    /// passed to them as `PROVIDER`. Default `local`, the reference
+    /// source's only provider.
+    pub provider: String,
     /// `NIX_TIMEOUT` (MS-7).
     pub nix_timeout: Duration,
     /// `BUILD_SLOTS`: concurrent builds per worker (§6).
@@ -121,6 +141,7 @@ pub const KEYS: &[&str] = &[
     "SLIPWAY_ALLOW_PATH_SOURCES",
     "SLIPWAY_DEFAULT_SOURCE_DIR",
     "SLIPWAY_SELF_SOURCE",
+    "SLIPWAY_PROVIDER",
     "SLIPWAY_HEARTBEAT",
     "OPENBAO_ADDR",
     "OPENBAO_TOKEN",
@@ -191,6 +212,9 @@ impl Config {
                 .map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
                 .unwrap_or_default()
         };
+        if let Some((key, feature)) = UNSUPPORTED.iter().find(|(k, _)| get(k).is_some()) {
+            return Err(ConfigError::Unsupported { key, feature });
+        }
         let state_dir = PathBuf::from(get("SLIPWAY_STATE_DIR").unwrap_or(".slipway"));
         Ok(Self {
             database_url: get("DATABASE_URL").unwrap_or("sqlite://.slipway/slipway.db").to_owned(),
@@ -208,8 +232,7 @@ impl Config {
             allow_path_sources: boolean(keys, "SLIPWAY_ALLOW_PATH_SOURCES", false)?,
             default_source_dir: get("SLIPWAY_DEFAULT_SOURCE_DIR").map(PathBuf::from).unwrap_or_else(default_source_dir),
             self_source: get("SLIPWAY_SELF_SOURCE").map(str::to_owned),
-            openbao_addr: get("OPENBAO_ADDR").map(str::to_owned),
-            nix_slots: number(keys, "NIX_SLOTS", 2)?,
+            provider: get("SLIPWAY_PROVIDER").unwrap_or("local").to_owned(),
             nix_timeout: duration(keys, "NIX_TIMEOUT", 300)?,
             build_slots: number(keys, "BUILD_SLOTS", 4)?,
             build_prefetch: match keys.get("BUILD_PREFETCH").filter(|v| !v.is_empty()) {
@@ -305,12 +328,24 @@ mod tests {
         let c = Config::from_keys(&BTreeMap::new()).unwrap();
         assert_eq!(c.database_url, "sqlite://.slipway/slipway.db");
         assert_eq!(c.bind, "127.0.0.1:8080");
-        assert_eq!(c.nix_slots, 2);
         assert_eq!(c.build_slots, 4);
         assert_eq!(c.build_prefetch, None);
         assert_eq!(c.deploy_timeout, Duration::from_secs(3600));
         assert_eq!(c.retention, Duration::from_secs(14 * 86400));
         assert_eq!(c.jwt_audience, "slipway");
+    }
+
+    #[test]
+    fn a_key_of_a_feature_this_release_does_not_have_is_refused_by_name() {
+        for (key, _) in UNSUPPORTED {
+            let keys = BTreeMap::from([(key.to_string(), "something".to_owned())]);
+            let err = Config::from_keys(&keys).unwrap_err().to_string();
+            assert!(err.starts_with(key) && err.contains("not supported by this release"), "{err}");
+            assert!(!err.contains("something"), "the value is echoed: {err}");
+        }
+        // Unset or empty, they are no trouble.
+        let keys = BTreeMap::from([("OPENBAO_ADDR".to_owned(), String::new())]);
+        assert!(Config::from_keys(&keys).is_ok());
     }
 
     #[test]

@@ -8,10 +8,12 @@ pub mod id;
 pub mod jobs;
 pub mod migrate;
 pub mod nix;
+pub mod read;
 pub mod source;
 pub mod state;
 pub mod store;
 pub mod submit;
+#[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
 pub mod validate;
 

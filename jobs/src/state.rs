@@ -74,11 +74,6 @@ impl DeploymentState {
             Some((_, Failed | Cancelled | Superseded)) => Self::Failed,
         }
     }
-
-    /// True for the states a channel stops at (DL-3).
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Active | Self::Idle | Self::Failed)
-    }
 }
 
 macro_rules! text_enum {
@@ -99,6 +94,13 @@ macro_rules! text_enum {
 }
 
 text_enum!(BuildKind { Deploy => "deploy", Destroy => "destroy" });
+text_enum!(DeploymentState {
+    Idle => "idle",
+    Building => "building",
+    Active => "active",
+    Destroying => "destroying",
+    Failed => "failed",
+});
 text_enum!(BuildStatus {
     Queued => "queued",
     Running => "running",

@@ -1,17 +1,19 @@
-//! The two procedures that queue builds: submit (MG-7, PUT /deployments/{id})
-//! and delete (DL-1). The api only adapts these to HTTP.
+//! The procedures a front-end calls that change builds: submit (MG-7,
+//! `PUT /deployments/{id}`), delete (DL-1) and cancel. The api only adapts
+//! them to HTTP; `slipway-worker run` calls [`submit`] too.
 //!
-//! Submit order (MG-7): migrate → validate (all errors) → take secret values
-//! out → store → enqueue. A refusal at any step writes nothing; the
-//! deployment row, the build row and the build's job commit in one
-//! transaction. A submit's deploy supersedes the deployment's queued
-//! deploys that have not started.
+//! Submit order (MG-7): migrate → validate (all errors) → refuse secret
+//! values (this release keeps none) → store → enqueue. A refusal at any step
+//! writes nothing; the deployment row, the build row and the build's job
+//! commit in one transaction. A submit's deploy supersedes the
+//! deployment's queued deploys that have not started.
 
 use crate::id::{new_build_id, DeploymentId};
 use crate::source::{ModuleSource, SourceError};
 use crate::state::{BuildKind, BuildStatus, DeploymentState};
-use crate::store::{builds, deployments, now_ms, Db, StoreError};
-use crate::validate::{Checker, Listing, SecretValues};
+use crate::store::builds::{self, BuildRow};
+use crate::store::{deployments, now_ms, Conn, Db, StoreError};
+use crate::validate::{Checker, Listing};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -90,15 +92,6 @@ pub struct Accepted {
     pub state: DeploymentState,
 }
 
-/// What the operator's secret store can do (§8). This release has none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SecretStore {
-    /// `OPENBAO_ADDR` is unset: a secret value is `invalid_configuration`.
-    NotConfigured,
-    /// `OPENBAO_ADDR` is set, but this release does not write to it yet.
-    Unsupported,
-}
-
 /// A submit's module source after MS-1/MS-6/MS-8 checks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolved {
@@ -127,47 +120,83 @@ impl SourcePolicy {
     }
 }
 
-/// Checks a configuration with `checker` (the schema of `module_source`, or
-/// of the built-in source when it is `None` or the self-pin), stores it and
-/// queues its deploy (MG-7), unless `queue_size` builds already wait.
-pub async fn submit(
-    db: &Db,
-    checker: &Checker,
-    secret_store: SecretStore,
-    id: &DeploymentId,
-    configuration: Value,
-    module_source: Option<&str>,
-    queue_size: u32,
-) -> Result<Accepted, SubmitError> {
-    let queueing = Queueing { kind: BuildKind::Deploy, limit: Some(queue_size) };
-    check_and_queue(db, checker, secret_store, id, configuration, module_source, queueing).await
+/// The module sources a submit can be checked against: for a requested
+/// source (or none), the checker of its schema and the source to store.
+pub trait Sources: Send + Sync {
+    /// The checker and the stored source for `requested` (MS-1, MS-6,
+    /// MS-8), or why the submit cannot use it.
+    fn checker_for(&self, requested: Option<&str>) -> Result<(&Checker, Option<String>), SubmitError>;
 }
 
-/// [`submit`] for either kind of build: a local `run destroy` (§11) checks
-/// and records its configuration the same way before it queues the destroy.
-pub async fn check_and_queue(
-    db: &Db,
-    checker: &Checker,
-    secret_store: SecretStore,
-    id: &DeploymentId,
-    configuration: Value,
-    module_source: Option<&str>,
-    queueing: Queueing,
-) -> Result<Accepted, SubmitError> {
-    let kind = queueing.kind;
-    let stored_source = module_source.map(str::to_owned);
-    let secret_values = match secret_store {
-        SecretStore::NotConfigured => SecretValues::Refuse(
-            "operator secrets are kept in OpenBao, and this service has none configured (OPENBAO_ADDR); leave the field empty",
-        ),
-        SecretStore::Unsupported => {
-            SecretValues::Refuse("this release does not store operator secrets yet; leave the field empty")
+/// The sources of an api: the built-in one (MS-5), under the self-pin when
+/// there is one (MS-8). An explicit, allowed source is refused with
+/// [`SubmitError::ExplicitSourceUnsupported`]: validating against it needs
+/// its own schema build (MS-6), which this release does not run.
+#[derive(Debug)]
+pub struct BuiltInSources {
+    /// Where module sources may come from.
+    pub policy: SourcePolicy,
+    /// The built-in source's outputs, schema compiled.
+    pub built_in: Checker,
+}
+
+impl Sources for BuiltInSources {
+    fn checker_for(&self, requested: Option<&str>) -> Result<(&Checker, Option<String>), SubmitError> {
+        match self.policy.resolve(requested)? {
+            Resolved::BuiltIn { pin } => Ok((&self.built_in, pin)),
+            Resolved::Explicit(s) => Err(SubmitError::ExplicitSourceUnsupported(s)),
         }
-    };
-    let checked = checker.check(configuration, secret_values).map_err(SubmitError::InvalidConfiguration)?;
+    }
+}
+
+/// One source its caller built itself (`slipway-worker run` builds the
+/// outputs of the source it was given): only that reference is served.
+#[derive(Debug)]
+pub struct OneSource {
+    /// The source's reference, as stored with the build (`path:<dir>`).
+    pub reference: String,
+    /// Its outputs, schema compiled.
+    pub checker: Checker,
+}
+
+impl Sources for OneSource {
+    fn checker_for(&self, requested: Option<&str>) -> Result<(&Checker, Option<String>), SubmitError> {
+        match requested {
+            Some(r) if r == self.reference => Ok((&self.checker, Some(r.to_owned()))),
+            other => Err(SubmitError::ExplicitSourceUnsupported(other.unwrap_or("the built-in source").to_owned())),
+        }
+    }
+}
+
+/// A submit: a deployment's configuration, the module source it asks for
+/// (`None`: the built-in one), and what to queue.
+#[derive(Debug, Clone)]
+pub struct SubmitRequest {
+    /// The deployment (ID-1).
+    pub deployment: DeploymentId,
+    /// The configuration as sent (an old shape is migrated).
+    pub configuration: Value,
+    /// The module source requested, as sent.
+    pub module_source: Option<String>,
+    /// The build to queue and the Q-3 bound.
+    pub queueing: Queueing,
+}
+
+/// What a submit refuses a secret value with: this release keeps no
+/// operator secrets (§8 needs OpenBao, not supported yet).
+pub const SECRETS_REFUSED: &str =
+    "this release does not keep operator secrets (OpenBao is not supported yet); leave the field empty";
+
+/// Checks a submit's configuration against its module source, stores it
+/// and queues its build (MG-7), unless `queueing.limit` builds already wait
+/// . Nothing is written when it is refused.
+pub async fn submit(db: &Db, sources: &dyn Sources, request: SubmitRequest) -> Result<Accepted, SubmitError> {
+    let (checker, stored_source) = sources.checker_for(request.module_source.as_deref())?;
+    let checked = checker.check(request.configuration, SECRETS_REFUSED).map_err(SubmitError::InvalidConfiguration)?;
+    let (id, kind) = (&request.deployment, request.queueing.kind);
     let mut admission = Admission::Shared;
     loop {
-        let stored = store(db, id, &checked, stored_source.as_deref(), kind, queueing.limit, admission).await?;
+        let stored = store(db, id, &checked, stored_source.as_deref(), kind, request.queueing.limit, admission).await?;
         match stored {
             Some(build_id) => {
                 crate::failpoint::hit("submit_committed");
@@ -178,6 +207,17 @@ pub async fn check_and_queue(
             None => admission = Admission::Exclusive,
         }
     }
+}
+
+/// Q-3 before a submit's body is read: `QueueFull` when `limit` builds
+/// already wait for a worker. A snapshot: [`submit`] counts again, exactly,
+/// in its own transaction.
+pub async fn admit(db: &Db, limit: u32) -> Result<(), SubmitError> {
+    let queued = builds::queued_up_to(&mut db.acquire().await?, i64::from(limit)).await?;
+    if queued >= i64::from(limit) {
+        return Err(SubmitError::QueueFull { queued, limit });
+    }
+    Ok(())
 }
 
 /// How a submit's transaction takes [`ADMISSION_LOCK`].
@@ -237,6 +277,8 @@ async fn store(
         builds::supersede_queued_deploys(&mut tx, id.as_str(), &build_id, now).await?;
     }
     builds::insert(&mut tx, new, now).await?;
+    crate::failpoint::hit("build_inserted");
+    builds::dispatch_next(&mut tx, id.as_str()).await?;
     if let Some(limit) = limit {
         // The count includes this build; the api also checked before it
         // read the body.
@@ -291,6 +333,54 @@ pub async fn delete(db: &Db, id: &DeploymentId) -> Result<Option<Accepted>, Stor
         instances: &[],
     };
     builds::insert(&mut tx, new, now_ms()).await?;
+    builds::dispatch_next(&mut tx, id.as_str()).await?;
     tx.commit().await?;
     Ok(Some(Accepted { deployment_id: id.to_string(), build_id, state: DeploymentState::Destroying }))
+}
+
+/// What a cancel request did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancel {
+    /// No such build.
+    NotFound,
+    /// The build had already finished with this status; nothing changed.
+    AlreadyFinished(BuildStatus),
+    /// The build was waiting: it is `cancelled` now and will never run.
+    Cancelled,
+    /// The build runs: its worker kills its effect and marks it `cancelled`
+    /// (a build whose worker died is cancelled when another worker takes it
+    /// over).
+    Requested,
+}
+
+/// Cancels a queued build at once, or asks the worker of a running one to
+/// stop it. In one transaction holding the deployment's lock; a cancelled
+/// queued build hands its turn to the deployment's next build (ST-2).
+pub async fn cancel(db: &Db, id: &str) -> Result<Cancel, StoreError> {
+    for _ in 0..5 {
+        let Some(build) = builds::get(&mut db.acquire().await?, id).await? else { return Ok(Cancel::NotFound) };
+        if build.status.is_terminal() {
+            return Ok(Cancel::AlreadyFinished(build.status));
+        }
+        let mut tx = db.begin_write().await?;
+        tx.lock_deployment(&build.deployment_id).await?;
+        if let Some(result) = cancel_as_read(&mut tx, &build).await? {
+            tx.commit().await?;
+            return Ok(result);
+        }
+        tx.rollback().await?;
+    }
+    Err(StoreError::Conflict("build"))
+}
+
+/// [`cancel`] on the build as read; `None` when it changed since.
+async fn cancel_as_read(tx: &mut Conn, build: &BuildRow) -> Result<Option<Cancel>, StoreError> {
+    Ok(match build.status {
+        BuildStatus::Queued if builds::cancel_queued(tx, build, now_ms()).await? => {
+            builds::dispatch_next(tx, &build.deployment_id).await?;
+            Some(Cancel::Cancelled)
+        }
+        BuildStatus::Running if builds::request_cancel(tx, build).await? => Some(Cancel::Requested),
+        _ => None,
+    })
 }

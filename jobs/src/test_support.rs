@@ -193,6 +193,19 @@ pub fn checker() -> crate::validate::Checker {
     crate::validate::Checker::new(outputs).expect("the baked schema compiles")
 }
 
+/// Any module source a test names, checked against the built-in source's
+/// schema (tests run their own effects with it), or the built-in one.
+pub struct AnySource(pub crate::validate::Checker);
+
+impl crate::submit::Sources for AnySource {
+    fn checker_for(
+        &self,
+        requested: Option<&str>,
+    ) -> Result<(&crate::validate::Checker, Option<String>), crate::submit::SubmitError> {
+        Ok((&self.0, requested.map(str::to_owned)))
+    }
+}
+
 /// A module source at `root` whose deploy effect is the shell script
 /// `script` (and whose destroy succeeds); returns its `path:` reference.
 pub fn source_with_deploy(root: &std::path::Path, script: &str) -> String {
@@ -247,18 +260,18 @@ impl World {
         source: Option<&str>,
         configuration: serde_json::Value,
     ) -> String {
-        let id = crate::id::DeploymentId::parse(id).expect("a valid deployment id");
-        let queueing = crate::submit::Queueing { kind, limit: None };
-        let secrets = crate::submit::SecretStore::NotConfigured;
-        crate::submit::check_and_queue(&self.ctx.db, &checker(), secrets, &id, configuration, source, queueing)
-            .await
-            .expect("the build is queued")
-            .build_id
+        let request = crate::submit::SubmitRequest {
+            deployment: crate::id::DeploymentId::parse(id).expect("a valid deployment id"),
+            configuration,
+            module_source: source.map(str::to_owned),
+            queueing: crate::submit::Queueing { kind, limit: None },
+        };
+        crate::submit::submit(&self.ctx.db, &AnySource(checker()), request).await.expect("the build is queued").build_id
     }
 
     /// Runs build `build_id` in-process to its end and returns its report.
     pub async fn run(&self, build_id: &str) -> crate::jobs::report::Report {
-        let job = crate::jobs::BuildJob { build_id: build_id.into() };
+        let job = crate::store::queue::BuildJob { build_id: build_id.into() };
         match crate::jobs::build::run(job, &self.ctx).await.expect("the build job runs") {
             crate::jobs::build::Ran::Finished(r) => r,
             other => panic!("the build did not run: {other:?}"),
@@ -321,4 +334,55 @@ where
         tokio::time::sleep(every).await;
         every = (every * 2).min(std::time::Duration::from_millis(250));
     }
+}
+
+/// Records build `id` as run to success by worker `a-worker`, as if a
+/// worker had claimed it and its effect had succeeded (no effect runs; the
+/// deployment's next build is dispatched as after a real end).
+pub async fn record_success(db: &crate::store::Db, id: &str) {
+    use crate::store::builds;
+    let now = crate::store::now_ms();
+    let mut tx = db.begin_write().await.expect("transaction");
+    let row = builds::get(&mut tx, id).await.expect("read").expect("the build exists");
+    tx.lock_deployment(&row.deployment_id).await.expect("lock");
+    assert!(builds::claim(&mut tx, &row, "a-worker", now).await.expect("claim"), "the build changed meanwhile");
+    let claimed = builds::get(&mut tx, id).await.expect("read").expect("the build exists");
+    let finish = builds::Finish {
+        status: crate::state::BuildStatus::Succeeded,
+        reason: None,
+        error: None,
+        report: serde_json::json!({}),
+    };
+    assert!(builds::finish(&mut tx, &claimed, &finish, now).await.expect("finish"), "the claim did not hold");
+    builds::dispatch_next(&mut tx, &row.deployment_id).await.expect("dispatch");
+    tx.commit().await.expect("commit");
+}
+
+/// Claims build `id` for worker `worker` as its next attempt, as a worker
+/// would before it dies or is taken for dead; returns the claimed row.
+pub async fn claim_as(db: &crate::store::Db, id: &str, worker: &str) -> crate::store::builds::BuildRow {
+    use crate::store::builds;
+    let mut tx = db.begin_write().await.expect("transaction");
+    let row = builds::get(&mut tx, id).await.expect("read").expect("the build exists");
+    assert!(builds::claim(&mut tx, &row, worker, crate::store::now_ms()).await.expect("claim"), "the build changed");
+    let claimed = builds::get(&mut tx, id).await.expect("read").expect("the build exists");
+    tx.commit().await.expect("commit");
+    claimed
+}
+
+/// A submit of the demo configuration to deployment `id` through the
+/// built-in source, within `queue_size`: what `PUT /deployments/{id}` does.
+pub async fn submit_demo(
+    db: &crate::store::Db,
+    sources: &dyn crate::submit::Sources,
+    id: &str,
+    queue_size: u32,
+) -> Result<crate::submit::Accepted, crate::submit::SubmitError> {
+    let request = crate::submit::SubmitRequest {
+        deployment: crate::id::DeploymentId::parse(id).expect("a valid deployment id"),
+        configuration: demo(),
+        module_source: None,
+        queueing: crate::submit::Queueing { kind: crate::state::BuildKind::Deploy, limit: Some(queue_size) },
+    };
+    crate::submit::submit(db, sources, request).await
 }

@@ -18,7 +18,6 @@
 
 use crate::migrate::{self, Skipped};
 use crate::source::{get_path, Instance, OutputError, SourceOutputs};
-use secrecy::SecretString;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -143,28 +142,6 @@ pub struct Checked {
     pub domain: Option<String>,
     /// The instances it serves (TF-1).
     pub instances: Vec<Instance>,
-    /// The non-empty secret values taken out (§8), by application and field.
-    pub secrets: Vec<SecretValue>,
-}
-
-/// A secret value taken out of a configuration before it is stored or built.
-#[derive(Debug)]
-pub struct SecretValue {
-    /// Application key.
-    pub application: String,
-    /// Secret field name.
-    pub field: String,
-    /// The value; never logged.
-    pub value: SecretString,
-}
-
-/// What a check may do with secret values (§8).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SecretValues {
-    /// Take them out and return them (they go to the secret store).
-    Take,
-    /// Refuse each one as a problem, with this sentence.
-    Refuse(&'static str),
 }
 
 /// A module source's outputs with its schema compiled once.
@@ -248,12 +225,13 @@ impl Checker {
         &self.outputs
     }
 
-    /// MG-7, first steps: migrate, validate (all errors), take secret values out.
-    /// Returns the checked configuration, or its problems: skipped renames,
-    /// schema problems, text Nix cannot carry to a node, and secret values
-    /// that cannot be kept, in that order; at most [`MAX_PROBLEMS`] are
+    /// MG-7, first steps: migrate, validate (all errors), refuse secret
+    /// values (each with the sentence `secrets_refused`: this release keeps
+    /// no operator secrets). Returns the checked configuration, or its
+    /// problems: skipped renames, schema problems, text Nix cannot carry to a
+    /// node, and secret values, in that order; at most [`MAX_PROBLEMS`] are
     /// listed and the rest counted.
-    pub fn check(&self, mut configuration: Value, secrets: SecretValues) -> Result<Checked, Listing> {
+    pub fn check(&self, mut configuration: Value, secrets_refused: &str) -> Result<Checked, Listing> {
         let skipped = migrate::migrate(&mut configuration, &self.outputs.renames);
         let mut found = Listing::default();
         for s in &skipped {
@@ -261,22 +239,17 @@ impl Checker {
         }
         self.schema_problems(&configuration, &mut found);
         undeployable_text(&configuration, &mut String::new(), &mut found);
-        if let SecretValues::Refuse(why) = secrets {
-            let mut probe = configuration.clone();
-            for s in self.take_secrets(&mut probe) {
-                found.add(|| Problem::new(s.pointer(self), "secret", why.to_owned()));
-            }
+        for at in self.take_secrets(&mut configuration) {
+            found.add(|| Problem::new(at, "secret", secrets_refused.to_owned()));
         }
         if !found.problems.is_empty() {
             return Err(found);
         }
-        let secrets = self.take_secrets(&mut configuration);
         let meta = &self.outputs.meta;
         Ok(Checked {
             domain: meta.domain_of(&configuration),
             instances: meta.instances_of(&configuration),
             configuration,
-            secrets,
         })
     }
 
@@ -327,11 +300,13 @@ impl Checker {
         }
     }
 
-    /// §8: removes every secret field's value. Non-empty values are returned;
-    /// empty and null ones mean "keep what the secret store has" and simply go.
-    fn take_secrets(&self, configuration: &mut Value) -> Vec<SecretValue> {
+    /// §8: removes every secret field's value and returns the JSON pointers
+    /// of the non-empty ones; empty and null ones mean "keep what the secret
+    /// store has" and simply go. `secretsSet` and `secretsClear` are derived
+    /// from what is left.
+    fn take_secrets(&self, configuration: &mut Value) -> Vec<String> {
         let mut out = Vec::new();
-        for (application, app) in &self.outputs.meta.applications {
+        for app in self.outputs.meta.applications.values() {
             if get_path(configuration, &app.path).is_none() {
                 continue;
             }
@@ -348,11 +323,7 @@ impl Checker {
                 match obj.remove(field) {
                     Some(Value::String(s)) if !s.is_empty() => {
                         set.push(field.clone());
-                        out.push(SecretValue {
-                            application: application.clone(),
-                            field: field.clone(),
-                            value: SecretString::from(s),
-                        })
+                        out.push(format!("{}{}", pointer(&app.path), segment(field)));
                     }
                     _ => {}
                 }
@@ -371,13 +342,5 @@ impl Checker {
             }
         }
         out
-    }
-}
-
-impl SecretValue {
-    /// JSON pointer of the field the value came from, given the application's path.
-    pub fn pointer(&self, checker: &Checker) -> String {
-        let app = &checker.outputs.meta.applications[&self.application];
-        format!("{}/{}", pointer(&app.path), self.field)
     }
 }

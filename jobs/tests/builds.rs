@@ -3,11 +3,13 @@
 
 use slipway_jobs::id::DeploymentId;
 use slipway_jobs::jobs::build::{self, Ran};
-use slipway_jobs::jobs::{sweep, BuildJob, Ctx};
+use slipway_jobs::jobs::report::Reason;
+use slipway_jobs::jobs::{sweep, Ctx};
 use slipway_jobs::state::{BuildKind, BuildStatus, DeploymentState};
+use slipway_jobs::store::queue::BuildJob;
 use slipway_jobs::store::{builds, sboms, Engine, Q};
-use slipway_jobs::submit::{self, SecretStore};
-use slipway_jobs::test_support::{checker, demo, process_runs, source_with_deploy, world};
+use slipway_jobs::submit;
+use slipway_jobs::test_support::{checker, claim_as, process_runs, source_with_deploy, submit_demo, world, AnySource};
 use std::sync::Arc;
 
 async fn a_deploy_stores_every_nodes_sbom_and_a_destroy_removes_them(engine: Engine) {
@@ -70,7 +72,7 @@ async fn an_effect_that_exits_non_zero_fails_the_build_keeps_its_log_and_changes
     let bad = w.queue("demo", BuildKind::Deploy, Some(&broken)).await;
     let report = w.run(&bad).await;
     assert_eq!(report.status, BuildStatus::Failed);
-    assert_eq!(report.reason.as_deref(), Some("effect_failed"));
+    assert_eq!(report.reason.map(Reason::as_str), Some("effect_failed"));
     assert_eq!(report.exit_code, Some(3));
     assert_eq!(w.state("demo").await, DeploymentState::Failed);
     let mut conn = w.ctx.db.acquire().await.unwrap();
@@ -98,7 +100,7 @@ exit 1
     let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
     let report = w.run(&id).await;
     assert_eq!(report.status, BuildStatus::Failed);
-    assert_eq!(report.reason.as_deref(), Some("nodes_failed"));
+    assert_eq!(report.reason.map(Reason::as_str), Some("nodes_failed"));
     let error = report.error.unwrap();
     assert!(error.contains("db (disk full)"), "{error}");
     assert_eq!(report.nodes.len(), 2);
@@ -113,7 +115,7 @@ async fn a_deploy_past_its_deadline_is_killed_with_its_whole_process_group(engin
     let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
     let report = w.run(&id).await;
     assert_eq!(report.status, BuildStatus::Failed);
-    assert_eq!(report.reason.as_deref(), Some("timeout"));
+    assert_eq!(report.reason.map(Reason::as_str), Some("timeout"));
     let pid: i32 =
         std::fs::read_to_string(w.ctx.provider_state_dir("demo").join("child.pid")).unwrap().trim().parse().unwrap();
     // The background `sleep` is gone (or a zombie waiting to be reaped): not running.
@@ -145,7 +147,7 @@ async fn a_build_whose_worker_died_is_taken_over_and_its_effect_run_again(engine
     let w = world(engine, &[]).await;
     let id = w.queue("demo", BuildKind::Deploy, None).await;
     // A worker claimed it and died before recording anything.
-    let claimed = builds::claim(&w.ctx.db, &id, "dead-worker").await.unwrap().unwrap();
+    let claimed = claim_as(&w.ctx.db, &id, "dead-worker").await;
     assert_eq!((claimed.status, claimed.attempts), (BuildStatus::Running, 1));
     let report = w.run(&id).await;
     assert_eq!(report.status, BuildStatus::Succeeded);
@@ -167,13 +169,13 @@ async fn a_cancelled_queued_build_never_runs_and_hands_its_turn_to_the_next(engi
     let w = world(engine, &[]).await;
     let first = w.queue("demo", BuildKind::Deploy, None).await;
     let second = w.queue("demo", BuildKind::Destroy, None).await;
-    assert_eq!(builds::cancel(&w.ctx.db, &first).await.unwrap(), builds::Cancel::Cancelled);
+    assert_eq!(submit::cancel(&w.ctx.db, &first).await.unwrap(), submit::Cancel::Cancelled);
     assert_eq!(w.dispatched().await, [first.clone(), second.clone()]);
     let again = build::run(BuildJob { build_id: first.clone() }, &w.ctx).await.unwrap();
     assert!(matches!(again, Ran::AlreadyFinished), "{again:?}");
     assert_eq!(
-        builds::cancel(&w.ctx.db, &first).await.unwrap(),
-        builds::Cancel::AlreadyFinished(BuildStatus::Cancelled)
+        submit::cancel(&w.ctx.db, &first).await.unwrap(),
+        submit::Cancel::AlreadyFinished(BuildStatus::Cancelled)
     );
     assert_eq!(w.run(&second).await.status, BuildStatus::Succeeded);
 }
@@ -193,7 +195,7 @@ async fn a_running_build_cancelled_on_request_has_its_effect_killed(engine: Engi
         assert!(std::time::Instant::now() < deadline, "the effect never started");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    assert_eq!(builds::cancel(&w.ctx.db, &id).await.unwrap(), builds::Cancel::Requested);
+    assert_eq!(submit::cancel(&w.ctx.db, &id).await.unwrap(), submit::Cancel::Requested);
     let report =
         match tokio::time::timeout(std::time::Duration::from_secs(30), running).await.unwrap().unwrap().unwrap() {
             Ran::Finished(r) => r,
@@ -212,7 +214,7 @@ async fn a_process_that_leaves_the_effects_group_is_killed_at_the_deadline_too(e
     let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
     let started = std::time::Instant::now();
     let report = w.run(&id).await;
-    assert_eq!(report.reason.as_deref(), Some("timeout"));
+    assert_eq!(report.reason.map(Reason::as_str), Some("timeout"));
     // The escaped process holds the log pipe open; the build must not wait for it.
     assert!(started.elapsed() < std::time::Duration::from_secs(20), "took {:?}", started.elapsed());
     let pid: i32 =
@@ -250,7 +252,7 @@ async fn a_huge_log_is_stored_up_to_its_limit_without_slowing_the_build(engine: 
     assert!(started.elapsed() < std::time::Duration::from_secs(60), "took {:?}", started.elapsed());
     let mut conn = w.ctx.db.acquire().await.unwrap();
     let log = builds::log(&mut conn, &id).await.unwrap().unwrap();
-    let limit = slipway_jobs::jobs::build::LOG_LIMIT as usize;
+    let limit = slipway_jobs::jobs::workspace::LOG_LIMIT as usize;
     assert!(log.len() > limit / 2 && log.len() < limit + 1024, "{} bytes stored", log.len());
     assert!(log.contains("further output is not stored"));
 }
@@ -310,13 +312,10 @@ async fn concurrent_submits_never_take_more_places_than_the_queue_has(engine: En
     // under the exclusive lock, all at once.
     for (limit, submits) in [(3u32, 16usize), (120, 140)] {
         let w = world(engine, &[]).await;
-        let checker = checker();
+        let sources = AnySource(checker());
         let submits = (0..submits).map(|i| {
-            let (db, checker) = (w.ctx.db.clone(), &checker);
-            async move {
-                let id = DeploymentId::parse(&format!("bound-{i}")).unwrap();
-                submit::submit(&db, checker, SecretStore::NotConfigured, &id, demo(), None, limit).await
-            }
+            let (db, sources) = (w.ctx.db.clone(), &sources);
+            async move { submit_demo(&db, sources, &format!("bound-{i}"), limit).await }
         });
         let answers = futures::future::join_all(submits).await;
         let accepted = answers.iter().filter(|a| a.is_ok()).count();
@@ -338,16 +337,19 @@ async fn concurrent_submits_never_take_more_places_than_the_queue_has(engine: En
 async fn a_worker_whose_build_was_taken_over_writes_no_more_log(engine: Engine) {
     let w = world(engine, &[]).await;
     let id = w.queue("demo", BuildKind::Deploy, None).await;
-    let first = builds::claim(&w.ctx.db, &id, "worker-a").await.unwrap().unwrap();
-    let (next, _) = builds::log_end(&w.ctx.db, &id, first.attempts).await.unwrap();
-    assert!(builds::append_log(&w.ctx.db, &first, next, "first attempt\n").await.unwrap());
-    let second = builds::claim(&w.ctx.db, &id, "worker-b").await.unwrap().unwrap();
+    let first = claim_as(&w.ctx.db, &id, "worker-a").await;
+    let (next, _) = builds::log_end(&mut w.ctx.db.acquire().await.unwrap(), &id, first.attempts).await.unwrap();
+    assert!(builds::append_log(&mut w.ctx.db.acquire().await.unwrap(), &first, next, "first attempt\n").await.unwrap());
+    let second = claim_as(&w.ctx.db, &id, "worker-b").await;
     assert_eq!(second.attempts, first.attempts + 1);
-    let (next_second, bytes) = builds::log_end(&w.ctx.db, &id, second.attempts).await.unwrap();
+    let (next_second, bytes) =
+        builds::log_end(&mut w.ctx.db.acquire().await.unwrap(), &id, second.attempts).await.unwrap();
     assert_eq!(bytes, "first attempt\n".len() as i64, "the limit counts every attempt's bytes");
     // The stale worker's next chunk is refused; the new attempt's is stored.
-    assert!(!builds::append_log(&w.ctx.db, &first, next + 1, "stale\n").await.unwrap());
-    assert!(builds::append_log(&w.ctx.db, &second, next_second, "second attempt\n").await.unwrap());
+    assert!(!builds::append_log(&mut w.ctx.db.acquire().await.unwrap(), &first, next + 1, "stale\n").await.unwrap());
+    assert!(builds::append_log(&mut w.ctx.db.acquire().await.unwrap(), &second, next_second, "second attempt\n")
+        .await
+        .unwrap());
     let mut conn = w.ctx.db.acquire().await.unwrap();
     let log = builds::log(&mut conn, &id).await.unwrap().unwrap();
     assert_eq!(log, "first attempt\nsecond attempt\n");

@@ -4,9 +4,11 @@
 //! enforces reaches them) and no scratch folder.
 
 use slipway_jobs::jobs::build::{self, Ran};
-use slipway_jobs::jobs::BuildJob;
+use slipway_jobs::jobs::report::Reason;
 use slipway_jobs::state::{BuildKind, BuildStatus};
-use slipway_jobs::store::{builds, Engine};
+use slipway_jobs::store::queue::BuildJob;
+use slipway_jobs::store::Engine;
+use slipway_jobs::submit;
 use slipway_jobs::test_support::{processes_with, sleepy_nix_source, wait_for, world, World};
 use std::time::Duration;
 
@@ -46,7 +48,7 @@ async fn a_cancelled_deploy_leaves_no_nix_builder_and_no_scratch_folder() {
     let job = BuildJob { build_id: id.clone() };
     let running = tokio::spawn(async move { build::run(job, &ctx).await });
     builder_runs(&token).await;
-    assert_eq!(builds::cancel(&w.ctx.db, &id).await.unwrap(), builds::Cancel::Requested);
+    assert_eq!(submit::cancel(&w.ctx.db, &id).await.unwrap(), submit::Cancel::Requested);
     let report = match tokio::time::timeout(Duration::from_secs(60), running).await.unwrap().unwrap().unwrap() {
         Ran::Finished(r) => r,
         other => panic!("{other:?}"),
@@ -60,6 +62,6 @@ async fn a_deploy_past_its_deadline_leaves_no_nix_builder_and_no_scratch_folder(
     let w = world(Engine::Sqlite, &[("DEPLOY_TIMEOUT", "8s")]).await;
     let (id, token) = sleepy_build(&w).await;
     let report = w.run(&id).await;
-    assert_eq!(report.reason.as_deref(), Some("timeout"), "{report:?}");
+    assert_eq!(report.reason.map(Reason::as_str), Some("timeout"), "{report:?}");
     assert_nothing_left(&w, &id, &token);
 }

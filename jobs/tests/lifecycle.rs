@@ -2,20 +2,19 @@
 //! the state of a deployment whose newest build never ran (ST-1), the
 //! order of submit times (ST-2), and what a build's log shows of the host.
 
-use slipway_jobs::id::DeploymentId;
 use slipway_jobs::jobs::build::{self, Ran};
-use slipway_jobs::jobs::BuildJob;
 use slipway_jobs::state::{BuildKind, BuildStatus, DeploymentState};
+use slipway_jobs::store::queue::BuildJob;
 use slipway_jobs::store::{builds, Engine};
-use slipway_jobs::submit::{self, SecretStore};
-use slipway_jobs::test_support::{checker, demo, source_with_deploy, world};
+use slipway_jobs::submit;
+use slipway_jobs::test_support::{checker, source_with_deploy, submit_demo, world, AnySource};
 
 async fn a_build_cancelled_before_it_ran_leaves_the_state_of_the_last_build_that_ran(engine: Engine) {
     let w = world(engine, &[]).await;
     let first = w.queue("demo", BuildKind::Deploy, None).await;
     assert_eq!(w.run(&first).await.status, BuildStatus::Succeeded);
     let second = w.queue("demo", BuildKind::Deploy, None).await;
-    assert_eq!(builds::cancel(&w.ctx.db, &second).await.unwrap(), builds::Cancel::Cancelled);
+    assert_eq!(submit::cancel(&w.ctx.db, &second).await.unwrap(), submit::Cancel::Cancelled);
     assert_eq!(w.state("demo").await, DeploymentState::Active, "a build that never started changed nothing");
     let mut conn = w.ctx.db.acquire().await.unwrap();
     let latest = builds::latest(&mut conn, "demo").await.unwrap().unwrap();
@@ -72,10 +71,8 @@ async fn a_deploy_and_a_destroy_never_supersede_each_other(engine: Engine) {
 
 async fn concurrent_submits_to_one_deployment_are_timed_in_submit_order(engine: Engine) {
     let w = world(engine, &[]).await;
-    let checker = checker();
-    let id = DeploymentId::parse("demo").unwrap();
-    let submits =
-        (0..24).map(|_| submit::submit(&w.ctx.db, &checker, SecretStore::NotConfigured, &id, demo(), None, 1000));
+    let sources = AnySource(checker());
+    let submits = (0..24).map(|_| submit_demo(&w.ctx.db, &sources, "demo", 1000));
     for answer in futures::future::join_all(submits).await {
         answer.unwrap();
     }

@@ -10,10 +10,11 @@ use crate::{LocalJob, Output};
 use slipway_jobs::config::Config;
 use slipway_jobs::id::DeploymentId;
 use slipway_jobs::jobs::build::{self, Ran};
-use slipway_jobs::jobs::{BuildJob, Ctx};
+use slipway_jobs::jobs::Ctx;
 use slipway_jobs::source::ModuleSource;
 use slipway_jobs::state::{BuildKind, BuildStatus};
-use slipway_jobs::submit::{self, SecretStore};
+use slipway_jobs::store::queue::BuildJob;
+use slipway_jobs::submit::{self, OneSource, Queueing, SubmitRequest};
 use slipway_jobs::validate::Checker;
 use std::path::Path;
 use std::process::ExitCode;
@@ -81,41 +82,42 @@ pub async fn run(
         Ok(db) => db,
         Err(e) => return refuse(output, e),
     };
-    let source_ref = format!("path:{}", dir.display());
-    let secret_store =
-        if config.openbao_addr.is_some() { SecretStore::Unsupported } else { SecretStore::NotConfigured };
+    let source = OneSource { reference: format!("path:{}", dir.display()), checker };
     let kind = match job {
         LocalJob::Deploy => BuildKind::Deploy,
         LocalJob::Destroy => BuildKind::Destroy,
     };
-    let queueing = submit::Queueing { kind, limit: None };
-    let accepted =
-        match submit::check_and_queue(&db, &checker, secret_store, &id, configuration, Some(&source_ref), queueing)
-            .await
-        {
-            Ok(a) => a,
-            Err(submit::SubmitError::InvalidConfiguration(listing)) => {
-                eprintln!("slipway-worker run: {} ({source}):", listing.message());
-                for p in &listing.problems {
-                    // Shown escaped: a key may hold control characters (a NUL, say).
-                    let path = if p.path.is_empty() { "/".to_owned() } else { p.path.escape_debug().to_string() };
-                    eprintln!("  {path} ({}): {}", p.kind, p.message);
-                }
-                if listing.omitted > 0 {
-                    eprintln!("  … and {} more problems, not listed", listing.omitted);
-                }
-                if output == Output::Json {
-                    let body = serde_json::json!({
-                        "error": "invalid_configuration",
-                        "message": listing.message(),
-                        "details": { "problems": listing.problems, "omitted": listing.omitted },
-                    });
-                    println!("{body}");
-                }
-                return ExitCode::from(INVALID_INPUT);
+    let request = SubmitRequest {
+        deployment: id.clone(),
+        configuration,
+        module_source: Some(source.reference.clone()),
+        // A local run has no shared queue to protect.
+        queueing: Queueing { kind, limit: None },
+    };
+    let accepted = match submit::submit(&db, &source, request).await {
+        Ok(a) => a,
+        Err(submit::SubmitError::InvalidConfiguration(listing)) => {
+            eprintln!("slipway-worker run: {} ({}):", listing.message(), source.reference);
+            for p in &listing.problems {
+                // Shown escaped: a key may hold control characters (a NUL, say).
+                let path = if p.path.is_empty() { "/".to_owned() } else { p.path.escape_debug().to_string() };
+                eprintln!("  {path} ({}): {}", p.kind, p.message);
             }
-            Err(e) => return refuse(output, e),
-        };
+            if listing.omitted > 0 {
+                eprintln!("  … and {} more problems, not listed", listing.omitted);
+            }
+            if output == Output::Json {
+                let body = serde_json::json!({
+                    "error": "invalid_configuration",
+                    "message": listing.message(),
+                    "details": { "problems": listing.problems, "omitted": listing.omitted },
+                });
+                println!("{body}");
+            }
+            return ExitCode::from(INVALID_INPUT);
+        }
+        Err(e) => return refuse(output, e),
+    };
     let build_id = accepted.build_id;
     let ctx = Ctx::new(db, Arc::new(config), format!("local-{}", std::process::id()), true);
     let report = match build::run(BuildJob { build_id }, &ctx).await {
@@ -124,7 +126,13 @@ pub async fn run(
         Err(e) => return refuse(output, e),
     };
     match output {
-        Output::Text => print!("{}", report.to_text()),
+        Output::Text => {
+            print!("{}", report.to_text());
+            let state = async { slipway_jobs::read::deployment(&mut ctx.db.acquire().await?, id.as_str()).await };
+            if let Ok(Some(read)) = state.await {
+                println!("  deployment {id} is {}", read.state.as_str());
+            }
+        }
         Output::Json => println!("{}", serde_json::to_string_pretty(&report).expect("report serialises")),
     }
     if report.status == BuildStatus::Succeeded {

@@ -1,31 +1,22 @@
 //! `slipway-worker work`: the apalis adapter around `slipway_jobs::jobs`.
 //!
-//! apalis traps handled here: the queue name is set explicitly; every
-//! process gets a unique worker name; apalis looks for dead workers' jobs
-//! every half heartbeat and hands them out again once the worker has missed
-//! `MISSED_HEARTBEATS` heartbeats, so a dead worker's build is taken over
-//! within `2.5 × SLIPWAY_HEARTBEAT` plus a poll and a second of clock
-//! rounding; idle workers poll (every 250 ms on SQLite, whose update hook
-//! only sees its own process; every second besides LISTEN/NOTIFY on
-//! PostgreSQL); no apalis timeout or catch-panic layer is used: deadlines
-//! live in the job body, which always records an outcome.
+//! [`register_all`] registers every job kind on one monitor: the `builds`
+//! queue (its storage made by [`QueueSettings`], the one place apalis's
+//! storage is configured) and the retention sweep on apalis-cron. Every
+//! process gets a unique worker name. No apalis timeout or catch-panic layer
+//! is used: deadlines live in the job body, which always records an outcome.
+//! A dead worker's build is taken over within `2.5 × SLIPWAY_HEARTBEAT` plus
+//! a poll and a second of clock rounding (see [`QueueSettings`]).
 
 use anyhow::Context as _;
 use apalis::prelude::*;
 use apalis_cron::{timezone::Utc, CronScheduler, Schedule, Tick};
-use apalis_postgres::{PostgresStorage, Pubsub};
-use apalis_sqlite::SqliteStorage;
 use slipway_jobs::config::Config;
-use slipway_jobs::jobs::{build, retry_backoff, sweep, BuildJob, Ctx, BUILDS_QUEUE, MISSED_HEARTBEATS};
+use slipway_jobs::jobs::{build, retry_backoff, sweep, Ctx};
+use slipway_jobs::store::queue::{BuildJob, QueueSettings, BUILDS_QUEUE};
 use slipway_jobs::store::Db;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// How often an idle SQLite worker looks for new builds.
-const POLL_EVERY: Duration = Duration::from_millis(250);
-/// How often an idle PostgreSQL worker looks, besides LISTEN/NOTIFY (a job
-/// handed out again after a worker died sends no notification).
-const PG_POLL_EVERY: Duration = Duration::from_secs(1);
 
 /// A name no other process has: `<prefix>-<host>-<pid>-<random>`.
 fn unique_name(prefix: &str) -> String {
@@ -90,11 +81,9 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
     // slot semaphore keeps the builds themselves at `slots`.
     let prefetch = config.build_prefetch.map_or(slots, |p| p as usize);
     let name = unique_name(prefix);
-    let heartbeat = config.heartbeat;
     let ctx = Ctx::new(db.clone(), Arc::new(config), name.clone(), false);
     let build_slots = Slots(Arc::new(tokio::sync::Semaphore::new(slots)));
     let all_slots = build_slots.clone();
-    let (ctx_for_sweep, name_for_sweep, ctx_for_alive) = (ctx.clone(), name.clone(), ctx.clone());
     let beats = Beats::default();
     tracing::info!(worker.name = %name, slots, prefetch, engine = ?db.engine(), "worker started");
     stop_orphans();
@@ -109,54 +98,8 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
         tokio::task::block_in_place(|| std::thread::sleep(wait));
         true
     });
-    // apalis looks for the jobs of dead workers on each of its heartbeats:
-    // every half heartbeat, after the same window of missed heartbeats.
-    let (apalis_beat, apalis_missed) = (heartbeat / 2, (MISSED_HEARTBEATS * 2) as usize);
-    let monitor = match db {
-        Db::Sqlite(pool) => monitor.register(move |_restarts| {
-            let config = apalis_sqlite::Config::default()
-                .queue(BUILDS_QUEUE)
-                .batch_size(prefetch)
-                .heartbeat_interval(apalis_beat)
-                .missed_heartbeats(apalis_missed);
-            // SQLite's update hook only sees this process's writes: poll.
-            let storage = SqliteStorage::<BuildJob>::new(&pool)
-                .with_config(config)
-                .poll_with_strategy(Strategy::new().interval(POLL_EVERY));
-            WorkerBuilder::new(name.clone())
-                .backend(storage)
-                .data(ctx.clone())
-                .data(build_slots.clone())
-                .concurrency(prefetch.max(slots))
-                .build(handle)
-        }),
-        Db::Postgres(pool) => monitor.register(move |_restarts| {
-            let config = apalis_postgres::Config::default()
-                .queue(BUILDS_QUEUE)
-                .batch_size(prefetch)
-                .heartbeat_interval(apalis_beat)
-                .missed_heartbeats(apalis_missed);
-            // LISTEN/NOTIFY wakes idle workers at once; the interval covers a
-            // lost notification (for example across a database restart).
-            let storage = PostgresStorage::<BuildJob>::new(&pool).with_config(config).poll_with_strategy(
-                Strategy::new().stream(Pubsub::new(pool.clone(), BUILDS_QUEUE.to_owned())).interval(PG_POLL_EVERY),
-            );
-            WorkerBuilder::new(name.clone())
-                .backend(storage)
-                .data(ctx.clone())
-                .data(build_slots.clone())
-                .concurrency(prefetch.max(slots))
-                .build(handle)
-        }),
-    };
-    let sweep_ctx = ctx_for_sweep;
-    let sweep_name = format!("{name_for_sweep}-sweep");
-    let monitor = monitor.register(move |_restarts| {
-        WorkerBuilder::new(sweep_name.clone())
-            .backend(CronScheduler::new(Every(SWEEP_EVERY)))
-            .data(sweep_ctx.clone())
-            .build(sweep_tick)
-    });
+    let monitor = register_all(monitor, &ctx, build_slots, prefetch);
+    let ctx_for_alive = ctx.clone();
     let alive = tokio::spawn(keep_alive(ctx_for_alive.clone(), beats.clone()));
     let result =
         monitor.run_with_signal(shutdown(ctx_for_alive, beats)).await.context("the worker stopped with an error");
@@ -173,6 +116,40 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
 #[derive(Clone, Default)]
 struct Beats(Arc<tokio::sync::Mutex<()>>);
 
+/// Every job kind this worker runs, on one monitor: `builds` jobs
+/// ([`handle`], on either engine, `prefetch` claimed at once, at most as many
+/// builds at a time as `slots` has permits) and the retention sweep, every
+/// [`SWEEP_EVERY`].
+fn register_all(monitor: Monitor, ctx: &Ctx, slots: Slots, prefetch: usize) -> Monitor {
+    let settings = QueueSettings { queue: BUILDS_QUEUE, batch_size: prefetch, heartbeat: ctx.config.heartbeat };
+    // apalis claims `prefetch` jobs at once and runs as many handlers; the
+    // slot semaphore keeps the builds themselves at its permits.
+    let concurrency = prefetch.max(slots.0.available_permits());
+    let (name, db) = (ctx.worker.clone(), ctx.db.clone());
+    let (builds_ctx, sweep_ctx) = (ctx.clone(), ctx.clone());
+    macro_rules! builds_worker {
+        ($storage:expr) => {
+            WorkerBuilder::new(name.clone())
+                .backend($storage)
+                .data(builds_ctx.clone())
+                .data(slots.clone())
+                .concurrency(concurrency)
+                .build(handle)
+        };
+    }
+    let monitor = match db {
+        Db::Sqlite(pool) => monitor.register(move |_restarts| builds_worker!(settings.sqlite::<BuildJob>(&pool))),
+        Db::Postgres(pool) => monitor.register(move |_restarts| builds_worker!(settings.postgres::<BuildJob>(&pool))),
+    };
+    let sweep_name = format!("{}-sweep", ctx.worker);
+    monitor.register(move |_restarts| {
+        WorkerBuilder::new(sweep_name.clone())
+            .backend(CronScheduler::new(Every(SWEEP_EVERY)))
+            .data(sweep_ctx.clone())
+            .build(sweep_tick)
+    })
+}
+
 /// Beats for this worker every half heartbeat, also while all its slots are
 /// busy and apalis does not poll (otherwise its long builds would be taken
 /// over by another worker while it still runs them), and tells the job
@@ -185,12 +162,8 @@ async fn keep_alive(ctx: Ctx, beats: Beats) {
         if ctx.here.abandoned() {
             return;
         }
-        match slipway_jobs::store::db::keep_worker_alive(&ctx.db, &ctx.worker).await {
-            Ok(_) => ctx.here.beat(true),
-            Err(e) => {
-                ctx.here.beat(false);
-                tracing::warn!(error = %e, "could not record this worker's heartbeat");
-            }
+        if let Err(e) = ctx.beat().await {
+            tracing::warn!(error = %e, "could not record this worker's heartbeat");
         }
     }
 }
@@ -294,8 +267,7 @@ async fn shutdown(ctx: Ctx, beats: Beats) -> std::io::Result<()> {
         ctx.here.abandon();
         let running = ctx.here.running();
         let killed = tokio::task::spawn_blocking(slipway_jobs::effect::kill_own).await.unwrap_or(0);
-        let released =
-            tokio::time::timeout(RELEASE_PATIENCE, slipway_jobs::store::db::release_worker(&ctx.db, &ctx.worker)).await;
+        let released = tokio::time::timeout(RELEASE_PATIENCE, ctx.hand_back()).await;
         match released {
             Ok(Ok(jobs)) => tracing::warn!(
                 processes = killed,

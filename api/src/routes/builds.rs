@@ -78,7 +78,7 @@ pub async fn cancel(
     BuildIdPath(id): BuildIdPath,
 ) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
     use axum::http::StatusCode;
-    use slipway_jobs::store::builds::Cancel;
+    use slipway_jobs::submit::Cancel;
     let missing = || ApiError::not_found(format!("no build {id}"));
     let mut conn = app.db.acquire().await?;
     let b = builds::get(&mut conn, &id).await?.ok_or_else(missing)?;
@@ -88,7 +88,7 @@ pub async fn cancel(
     }
     let answer =
         |status: StatusCode, state: &str| Ok((status, Json(serde_json::json!({ "build_id": id, "status": state }))));
-    match builds::cancel(&app.db, &id).await? {
+    match slipway_jobs::submit::cancel(&app.db, &id).await? {
         Cancel::NotFound => Err(missing()),
         Cancel::AlreadyFinished(s) => Err(ApiError::new(
             StatusCode::CONFLICT,

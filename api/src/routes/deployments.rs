@@ -9,12 +9,13 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use slipway_jobs::id::DeploymentId;
+use slipway_jobs::read::DeploymentRead;
 use slipway_jobs::source::Instance;
 use slipway_jobs::state::{BuildKind, DeploymentState};
 use slipway_jobs::store::builds::{self, BuildRow};
-use slipway_jobs::store::deployments::{self, DeploymentRow};
+use slipway_jobs::store::deployments;
 use slipway_jobs::store::Conn;
-use slipway_jobs::submit::{self, Resolved, SubmitError};
+use slipway_jobs::submit::{self, Queueing, SubmitRequest};
 
 /// Parses a path id (ID-1): anything else is `400 invalid_deployment_id`.
 pub fn parse_id(raw: &str) -> Result<DeploymentId, ApiError> {
@@ -87,26 +88,23 @@ pub struct DeploymentView {
     updated_at: String,
 }
 
-async fn view(conn: &mut Conn, row: DeploymentRow) -> Result<DeploymentView, ApiError> {
-    let latest = builds::latest(conn, &row.id).await?;
-    let deciding = builds::deciding(conn, &row.id).await?;
-    let deployed = builds::latest_succeeded(conn, &row.id).await?;
-    Ok(DeploymentView {
-        state: DeploymentState::derive(deciding.as_ref().map(|b| (b.kind, b.status))),
-        state_build_id: deciding.map(|b| b.id),
-        deployed_instances: match deployed {
-            Some(b) if b.kind == BuildKind::Deploy => b.instances,
-            _ => Vec::new(),
-        },
-        last_build: latest.as_ref().map(BuildSummary::from),
-        id: row.id,
-        module_source: row.module_source,
-        domain: row.domain,
-        instances: row.instances,
-        configuration: row.configuration,
-        created_at: rfc3339(row.created_at),
-        updated_at: rfc3339(row.updated_at),
-    })
+impl From<DeploymentRead> for DeploymentView {
+    fn from(read: DeploymentRead) -> Self {
+        let row = read.deployment;
+        Self {
+            id: row.id,
+            state: read.state,
+            state_build_id: read.state_build.map(|b| b.id),
+            module_source: row.module_source,
+            domain: row.domain,
+            instances: row.instances,
+            deployed_instances: read.deployed_instances,
+            configuration: row.configuration,
+            last_build: read.last_build.as_ref().map(BuildSummary::from),
+            created_at: rfc3339(row.created_at),
+            updated_at: rfc3339(row.updated_at),
+        }
+    }
 }
 
 /// `GET /deployments/{id}`.
@@ -116,11 +114,10 @@ pub async fn show(
     DeploymentIdPath(id): DeploymentIdPath,
 ) -> Result<Json<DeploymentView>, ApiError> {
     auth.require(id.as_str())?;
-    let mut conn = app.db.acquire().await?;
-    let row = deployments::get(&mut conn, id.as_str())
+    let read = slipway_jobs::read::deployment(&mut app.db.acquire().await?, id.as_str())
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
-    Ok(Json(view(&mut conn, row).await?))
+    Ok(Json(read.into()))
 }
 
 /// The most ids one `GET /deployments?ids=` may name.
@@ -156,11 +153,8 @@ pub async fn list(
     if ids.len() > MAX_LIST {
         return Err(ApiError::bad_request("invalid_request", format!("list at most {MAX_LIST} ids at a time")));
     }
-    let mut conn = app.db.acquire().await?;
-    let mut out = Vec::new();
-    for row in deployments::get_many(&mut conn, &ids).await? {
-        out.push(view(&mut conn, row).await?);
-    }
+    let reads = slipway_jobs::read::deployments(&mut app.db.acquire().await?, &ids).await?;
+    let out: Vec<DeploymentView> = reads.into_iter().map(DeploymentView::from).collect();
     Ok(Json(json!({ "deployments": out })))
 }
 
@@ -182,20 +176,13 @@ pub async fn submit(
     Json(body): Json<SubmitBody>,
 ) -> Result<(StatusCode, Json<submit::Accepted>), ApiError> {
     auth.require(id.as_str())?;
-    let source = match app.sources.resolve(body.module_source.as_deref())? {
-        Resolved::BuiltIn { pin } => pin,
-        Resolved::Explicit(s) => return Err(SubmitError::ExplicitSourceUnsupported(s).into()),
+    let request = SubmitRequest {
+        deployment: id.clone(),
+        configuration: body.configuration,
+        module_source: body.module_source,
+        queueing: Queueing { kind: BuildKind::Deploy, limit: Some(app.config.queue_size) },
     };
-    let accepted = submit::submit(
-        &app.db,
-        &app.built_in,
-        app.secret_store,
-        &id,
-        body.configuration,
-        source.as_deref(),
-        app.config.queue_size,
-    )
-    .await?;
+    let accepted = submit::submit(&app.db, &app.sources, request).await?;
     tracing::info!(deployment.id = %id, build.id = %accepted.build_id, "deploy queued");
     Ok((StatusCode::ACCEPTED, Json(accepted)))
 }

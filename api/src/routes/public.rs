@@ -1,4 +1,5 @@
-//! Public procedures (no token): health, the built-in schema (MS-5), labels (ID-2).
+//! Public procedures (no token): health, version, the built-in source's
+//! schema and renames (MS-5), labels (ID-2).
 
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -24,38 +25,21 @@ pub const READY_TIMEOUT: std::time::Duration = slipway_jobs::store::ACQUIRE_TIME
 /// elsewhere. The outage is logged once, not per poll
 /// ([`crate::database_health`]).
 pub async fn readyz(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let probe = async {
-        let mut conn = app.db.acquire().await?;
-        slipway_jobs::store::Q::new("SELECT 1 AS one").fetch_one(&mut conn).await
-    };
-    let engine = match app.db.engine() {
-        slipway_jobs::store::Engine::Sqlite => "sqlite",
-        slipway_jobs::store::Engine::Postgres => "postgres",
-    };
+    let probe = async { slipway_jobs::store::ping(&mut app.db.acquire().await?).await };
+    let engine = app.db.engine().name();
     match tokio::time::timeout(READY_TIMEOUT, probe).await {
         Ok(Ok(_)) => {
             app.database_health.answered();
             Ok(Json(json!({ "status": "ready", "database": engine })))
         }
         Ok(Err(e)) => Err(ApiError::database_away(
-            format!("not ready: the {engine} database does not answer ({})", why(&e)),
+            format!("not ready: the {engine} database does not answer ({})", e.why_unavailable()),
             e.to_string(),
         )),
         Err(_) => {
             let message = format!("the {engine} database did not answer within {}s", READY_TIMEOUT.as_secs());
             Err(ApiError::database_away(format!("not ready: {message}"), message))
         }
-    }
-}
-
-/// Why the database did not answer, in words that never carry the URL.
-fn why(e: &slipway_jobs::store::StoreError) -> String {
-    use slipway_jobs::store::StoreError;
-    match e {
-        StoreError::Database(sqlx::Error::PoolTimedOut) => "no connection came free in time".to_owned(),
-        StoreError::Database(sqlx::Error::PoolClosed) => "its connection pool is closed".to_owned(),
-        StoreError::Database(sqlx::Error::Io(io)) => format!("connection: {}", io.kind()),
-        _ => "it answered with an error".to_owned(),
     }
 }
 
@@ -79,7 +63,7 @@ pub struct SchemaQuery {
 /// `GET /schema` (`?application=`): the built-in source's schema, or one
 /// application's standalone schema (MS-2, MS-5). No fetch, no build.
 pub async fn schema(State(app): State<AppState>, Query(q): Query<SchemaQuery>) -> Result<Json<Value>, ApiError> {
-    let outputs = app.built_in.outputs();
+    let outputs = app.sources.built_in.outputs();
     match q.application {
         None => Ok(Json(outputs.schema.clone())),
         Some(name) => outputs.applications.get(&name).cloned().map(Json).ok_or_else(|| {
@@ -87,6 +71,34 @@ pub async fn schema(State(app): State<AppState>, Query(q): Query<SchemaQuery>) -
             ApiError::not_found(format!("no application {name:?} in the built-in source; it has {}", known.join(", ")))
         }),
     }
+}
+
+/// `?section=` of `GET /renames`.
+#[derive(Debug, Deserialize)]
+pub struct RenamesQuery {
+    section: Option<String>,
+}
+
+/// `GET /renames` (`?section=`): the built-in source's renames table
+/// (`renames.json`: ordered `{from, to, kind}` entries, MS-2), or only the
+/// entries inside one section, with paths relative to it (MG-4), so a form
+/// that edits one section migrates that value alone. No fetch, no build.
+pub async fn renames(State(app): State<AppState>, Query(q): Query<RenamesQuery>) -> Result<Json<Value>, ApiError> {
+    let outputs = app.sources.built_in.outputs();
+    let table = match q.section {
+        None => outputs.renames.clone(),
+        Some(id) => {
+            let Some(section) = outputs.meta.sections.iter().find(|s| s.id == id) else {
+                let known: Vec<&str> = outputs.meta.sections.iter().map(|s| s.id.as_str()).collect();
+                return Err(ApiError::not_found(format!(
+                    "no section {id:?} in the built-in source; it has {}",
+                    known.join(", ")
+                )));
+            };
+            slipway_jobs::migrate::section_renames(&outputs.renames, &section.path)
+        }
+    };
+    Ok(Json(serde_json::to_value(table).expect("renames serialise")))
 }
 
 /// Body of `POST /labels`.

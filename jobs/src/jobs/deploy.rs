@@ -10,8 +10,9 @@
 //!    the build succeeded). A failed build changes no SBOM, and its error
 //!    names each failed node.
 
-use super::build::{blank_report, cancelled, claim_lost, fail, resolve_source, run_effect, Outcome, SbomChange};
-use super::report::NodeReport;
+use super::build::{blank_report, cancelled, claim_lost, fail, resolve_source, Outcome, SbomChange};
+use super::report::{NodeOutcome, NodeReport, Reason};
+use super::workspace::run_effect;
 use super::Ctx;
 use crate::effect::{EffectOutcome, Stop};
 use crate::state::BuildStatus;
@@ -44,14 +45,14 @@ pub(crate) struct NodeEntry {
 /// Runs a claimed deploy build.
 pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
     let report = blank_report(build);
-    let no_change = |report| Outcome { report, sboms: SbomChange::None };
+    let no_change = Outcome::unchanged;
     let source = match resolve_source(build, ctx) {
         Ok(dir) => dir,
-        Err(e) => return no_change(fail(report, "source_unavailable", e)),
+        Err(e) => return no_change(fail(report, Reason::SourceUnavailable, e)),
     };
     let (outcome, work) = match run_effect(build, ctx, &source, "deploy", ctx.config.deploy_timeout).await {
         Ok(o) => o,
-        Err(e) => return no_change(fail(report, "worker_error", e)),
+        Err(e) => return no_change(fail(report, Reason::WorkerError, e)),
     };
     let sbom_dir = work.join("sbom");
     let mut report = report;
@@ -60,13 +61,13 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
     let failed: Vec<String> = report
         .nodes
         .iter()
-        .filter(|n| n.outcome == "failed")
+        .filter(|n| n.outcome == NodeOutcome::Failed)
         .map(|n| format!("{} ({})", n.name, n.error.as_deref().unwrap_or("failed")))
         .collect();
     match outcome {
         EffectOutcome::TimedOut => no_change(fail(
             report,
-            "timeout",
+            Reason::Timeout,
             format!("the deploy ran past DEPLOY_TIMEOUT ({}s) and was killed", ctx.config.deploy_timeout.as_secs()),
         )),
         EffectOutcome::Stopped(Stop::Cancel) => no_change(cancelled(report)),
@@ -76,19 +77,19 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
             if !failed.is_empty() {
                 no_change(fail(
                     report,
-                    "nodes_failed",
+                    Reason::NodesFailed,
                     format!("{} of {} nodes failed: {}", failed.len(), sboms.len(), failed.join("; ")),
                 ))
             } else if code != 0 {
                 no_change(fail(
                     report,
-                    "effect_failed",
+                    Reason::EffectFailed,
                     format!("the deploy effect exited with code {code}; see the build log"),
                 ))
             } else if sboms.is_empty() {
                 no_change(fail(
                     report,
-                    "effect_failed",
+                    Reason::EffectFailed,
                     "the deploy effect exited 0 but reported no nodes in nodes.json",
                 ))
             } else {
@@ -131,7 +132,7 @@ fn read_sbom_dir(dir: &Path, warnings: &mut Vec<String>) -> (Vec<NodeReport>, Ve
         }
         reports.push(NodeReport {
             name: node.name.clone(),
-            outcome: if failed { "failed".into() } else { "deployed".into() },
+            outcome: if failed { NodeOutcome::Failed } else { NodeOutcome::Deployed },
             dns_names: node.dns_names,
             system: node.system,
             sbom: Some(sbom_state.into()),

@@ -7,9 +7,10 @@
 //! `idle`; a failed destroy changes nothing and leaves it `failed`, so the
 //! front-end keeps its intent record and the operator can try again.
 
-use super::build::{blank_report, cancelled, claim_lost, fail, resolve_source, run_effect, Outcome, SbomChange};
+use super::build::{blank_report, cancelled, claim_lost, fail, resolve_source, Outcome, SbomChange};
 use super::deploy::read_nodes;
-use super::report::NodeReport;
+use super::report::{NodeOutcome, NodeReport, Reason};
+use super::workspace::run_effect;
 use super::Ctx;
 use crate::effect::{EffectOutcome, Stop};
 use crate::state::BuildStatus;
@@ -18,14 +19,14 @@ use crate::store::builds::BuildRow;
 /// Runs a claimed destroy build.
 pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
     let report = blank_report(build);
-    let no_change = |report| Outcome { report, sboms: SbomChange::None };
+    let no_change = Outcome::unchanged;
     let source = match resolve_source(build, ctx) {
         Ok(dir) => dir,
-        Err(e) => return no_change(fail(report, "source_unavailable", e)),
+        Err(e) => return no_change(fail(report, Reason::SourceUnavailable, e)),
     };
     let (outcome, work) = match run_effect(build, ctx, &source, "destroy", ctx.config.destroy_timeout).await {
         Ok(o) => o,
-        Err(e) => return no_change(fail(report, "worker_error", e)),
+        Err(e) => return no_change(fail(report, Reason::WorkerError, e)),
     };
     let mut report = report;
     // The nodes the effect removed, when it says (`nodes.json`, optional).
@@ -34,7 +35,10 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
             .into_iter()
             .map(|n| NodeReport {
                 name: n.name,
-                outcome: n.outcome.unwrap_or_else(|| "destroyed".to_owned()),
+                outcome: match n.outcome.as_deref() {
+                    Some("failed") => NodeOutcome::Failed,
+                    _ => NodeOutcome::Destroyed,
+                },
                 dns_names: n.dns_names,
                 system: n.system,
                 sbom: None,
@@ -45,7 +49,7 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
     match outcome {
         EffectOutcome::TimedOut => no_change(fail(
             report,
-            "timeout",
+            Reason::Timeout,
             format!("the destroy ran past DESTROY_TIMEOUT ({}s) and was killed", ctx.config.destroy_timeout.as_secs()),
         )),
         EffectOutcome::Stopped(Stop::Cancel) => no_change(cancelled(report)),
@@ -59,7 +63,7 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
             report.exit_code = Some(code);
             no_change(fail(
                 report,
-                "effect_failed",
+                Reason::EffectFailed,
                 format!("the destroy effect exited with code {code}; see the build log"),
             ))
         }

@@ -1,33 +1,22 @@
-//! Job payloads and job bodies (PRODUCT.md §6).
-//!
-//! Each job is a small serde payload carrying ids, and an
+//! Job bodies (PRODUCT.md §6): each job's payload is a small serde type in
+//! [`crate::store::queue`] carrying ids, and its body an
 //! `async fn run(payload, &Ctx)`; the apalis handler in `worker/` only adapts.
 //! [`build::run`] takes a `builds`-queue job, claims the build and hands it to
-//! [`deploy`] or [`destroy`], then records the outcome.
+//! [`deploy`] or [`destroy`], which run their effect in the attempt's
+//! [`workspace`]; then it records the outcome. [`sweep`] is the periodic
+//! retention sweep.
 
 pub mod build;
 pub mod deploy;
 pub mod destroy;
 pub mod report;
 pub mod sweep;
+pub mod workspace;
 
 use crate::config::Config;
 use crate::store::Db;
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
-
-/// The apalis queue deploys and destroys share (§6).
-pub const BUILDS_QUEUE: &str = "builds";
-
-/// How many times apalis may hand a build job out. A build whose worker died
-/// is handed out again; the job body itself never asks for a retry of a
-/// failed effect (the build is failed instead), so this bounds only crashes
-/// and database outages: with [`retry_backoff`] about 15 minutes of outage.
-pub const BUILD_JOB_ATTEMPTS: usize = 20;
-
-/// Heartbeats a worker may miss before its builds go to another worker.
-pub const MISSED_HEARTBEATS: u32 = 2;
 
 /// How long a job waits before it gives its failed attempt back to the
 /// queue: 1 s, 2 s, 4 s, … capped at 60 s. apalis re-queues a failed job at
@@ -36,26 +25,6 @@ pub const MISSED_HEARTBEATS: u32 = 2;
 pub fn retry_backoff(attempt: usize) -> std::time::Duration {
     let secs = 1u64.checked_shl(attempt.min(16) as u32).unwrap_or(u64::MAX).min(60);
     std::time::Duration::from_secs(secs)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::retry_backoff;
-    use std::time::Duration;
-
-    #[test]
-    fn backoff_doubles_from_one_second_up_to_a_minute() {
-        let waits: Vec<u64> = (0..9).map(|a| retry_backoff(a).as_secs()).collect();
-        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
-        assert_eq!(retry_backoff(usize::MAX), Duration::from_secs(60));
-    }
-}
-
-/// A deploy or destroy job: the build to run (its kind is on the row).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BuildJob {
-    /// The ST-4 build id.
-    pub build_id: String,
 }
 
 /// What a job body needs from its surroundings.
@@ -160,6 +129,26 @@ impl Ctx {
         Self { db, config, worker: worker.into(), echo_log, here: Arc::default() }
     }
 
+    /// Records this worker's heartbeat and tells [`Here`] whether the
+    /// database answered.
+    pub async fn beat(&self) -> Result<(), crate::store::StoreError> {
+        let beat = async { crate::store::workers::keep_alive(&mut self.db.acquire().await?, &self.worker).await };
+        let result = beat.await;
+        self.here.beat(result.is_ok());
+        result.map(|_| ())
+    }
+
+    /// Hands back, in one transaction, the builds and claimed jobs of this
+    /// worker (stopping at once, after its effects were killed), so another
+    /// worker takes them over at once ([`crate::store::workers::release`]).
+    /// Returns how many jobs were handed back.
+    pub async fn hand_back(&self) -> Result<u64, crate::store::StoreError> {
+        let mut tx = self.db.begin_write().await?;
+        let jobs = crate::store::workers::release(&mut tx, &self.worker).await?;
+        tx.commit().await?;
+        Ok(jobs)
+    }
+
     /// The work folder of one build: `<state dir>/builds/<build id>`; each
     /// attempt works in a folder of its own inside it ([`Ctx::attempt_dir`]).
     pub fn work_dir(&self, build_id: &str) -> PathBuf {
@@ -190,4 +179,17 @@ pub enum JobError {
     /// Storage failed.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retry_backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_doubles_from_one_second_up_to_a_minute() {
+        let waits: Vec<u64> = (0..9).map(|a| retry_backoff(a).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(retry_backoff(usize::MAX), Duration::from_secs(60));
+    }
 }

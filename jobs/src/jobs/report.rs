@@ -5,6 +5,64 @@ use crate::state::{BuildKind, BuildStatus};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
+/// Why a build failed, or ended without running (`builds.reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// The effect exited non-zero (or did not report its nodes).
+    EffectFailed,
+    /// One or more nodes failed to deploy; the error names each.
+    NodesFailed,
+    /// The effect ran past `DEPLOY_TIMEOUT` / `DESTROY_TIMEOUT`.
+    Timeout,
+    /// The build's module source could not be found or used.
+    SourceUnavailable,
+    /// The worker could not run the effect (its work folder, its start).
+    WorkerError,
+    /// Cancelled on request.
+    Cancelled,
+    /// Another worker took the build over; this attempt's outcome is never stored.
+    ClaimLost,
+}
+
+impl Reason {
+    /// The stored spelling (`nodes_failed`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EffectFailed => "effect_failed",
+            Self::NodesFailed => "nodes_failed",
+            Self::Timeout => "timeout",
+            Self::SourceUnavailable => "source_unavailable",
+            Self::WorkerError => "worker_error",
+            Self::Cancelled => "cancelled",
+            Self::ClaimLost => "claim_lost",
+        }
+    }
+}
+
+/// What happened to one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeOutcome {
+    /// Its system was built and activated.
+    Deployed,
+    /// It failed to deploy (its previous system, if any, stays).
+    Failed,
+    /// A destroy removed it.
+    Destroyed,
+}
+
+impl NodeOutcome {
+    /// The spelling in reports and `nodes.json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deployed => "deployed",
+            Self::Failed => "failed",
+            Self::Destroyed => "destroyed",
+        }
+    }
+}
+
 /// The result of one build.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
@@ -18,7 +76,7 @@ pub struct Report {
     pub status: BuildStatus,
     /// Machine-readable reason of a failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     /// The aggregated error (names each failed node, Q-5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -43,8 +101,8 @@ pub struct Report {
 pub struct NodeReport {
     /// Node name.
     pub name: String,
-    /// `deployed`, `failed` or `destroyed`.
-    pub outcome: String,
+    /// What happened to it.
+    pub outcome: NodeOutcome,
     /// Its DNS names.
     #[serde(default)]
     pub dns_names: Vec<String>,
@@ -75,7 +133,7 @@ impl Report {
     pub fn summarise(&mut self) {
         self.summary = Summary {
             nodes: self.nodes.len(),
-            failed: self.nodes.iter().filter(|n| n.outcome == "failed").count(),
+            failed: self.nodes.iter().filter(|n| n.outcome == NodeOutcome::Failed).count(),
             sboms_ready: self.nodes.iter().filter(|n| n.sbom.as_deref() == Some("ready")).count(),
         };
     }
@@ -86,7 +144,7 @@ impl Report {
         let _ =
             writeln!(s, "{} {} of {}: {}", self.kind.as_str(), self.build_id, self.deployment_id, self.status.as_str());
         for n in &self.nodes {
-            let _ = write!(s, "  node {:<12} {:<9}", n.name, n.outcome);
+            let _ = write!(s, "  node {:<12} {:<9}", n.name, n.outcome.as_str());
             if let Some(sbom) = &n.sbom {
                 let _ = write!(s, " sbom {sbom}");
             }
@@ -102,7 +160,7 @@ impl Report {
             let _ = writeln!(s, "  warning: {w}");
         }
         if let Some(e) = &self.error {
-            let _ = writeln!(s, "  error ({}): {e}", self.reason.as_deref().unwrap_or("failed"));
+            let _ = writeln!(s, "  error ({}): {e}", self.reason.map_or("failed", Reason::as_str));
         }
         let _ = writeln!(
             s,

@@ -10,7 +10,7 @@
 //! scratch folder however it ends; this catches a worker killed with it.
 
 use super::Ctx;
-use crate::store::{now_ms, StoreError, Q};
+use crate::store::{builds, now_ms, StoreError};
 use serde::Serialize;
 
 /// What one sweep removed.
@@ -28,24 +28,13 @@ pub struct Swept {
 pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
     let cutoff = now_ms() - ctx.config.retention.as_millis() as i64;
     let mut conn = ctx.db.acquire().await?;
-    let old = "SELECT id FROM builds WHERE finished_at < $1";
-    let logs = Q::new(format!("SELECT COUNT(DISTINCT build_id) AS n FROM build_log_chunks WHERE build_id IN ({old})"))
-        .int(cutoff)
-        .fetch_one(&mut conn)
-        .await?
-        .int("n")? as u64;
-    Q::new(format!("DELETE FROM build_log_chunks WHERE build_id IN ({old})")).int(cutoff).execute(&mut conn).await?;
+    let logs = builds::clear_logs_finished_before(&mut conn, cutoff).await?;
     let (mut work_dirs, mut scratch_dirs) = (0, 0);
     let root = ctx.config.state_dir.join("builds");
     for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
         let Some(build_id) = entry.file_name().to_str().map(str::to_owned) else { continue };
-        let row = Q::new("SELECT finished_at, attempts FROM builds WHERE id = $1")
-            .text(&build_id)
-            .fetch_optional(&mut conn)
-            .await?;
         // Unknown ids (another database's builds) are left alone.
-        let Some(row) = row else { continue };
-        let (finished, attempts) = (row.opt_int("finished_at")?, row.int("attempts")?);
+        let Some((finished, attempts)) = builds::ending(&mut conn, &build_id).await? else { continue };
         if finished.is_some_and(|at| at < cutoff) {
             match std::fs::remove_dir_all(entry.path()) {
                 Ok(()) => work_dirs += 1,

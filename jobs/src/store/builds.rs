@@ -1,17 +1,20 @@
 //! Build rows and their dispatch to the job queue (Q-1, ST-2, ST-3).
 //!
-//! A build is inserted `queued`. Its job is pushed (in the same transaction)
-//! only when it is the earliest waiting build of its deployment and no other
-//! build of that deployment is dispatched and unfinished; when a build
-//! finishes, the same transaction dispatches the next one. So one build per
-//! deployment runs at a time, fleet-wide, in submit order, without workers
-//! polling for their turn.
+//! A build is inserted `queued`. Its job is pushed by [`dispatch_next`], in
+//! the caller's transaction, only when it is the earliest waiting build of
+//! its deployment and no other build of that deployment is dispatched and
+//! unfinished; the transaction that ends a build dispatches the next one. So
+//! one build per deployment runs at a time, fleet-wide, in submit order,
+//! without workers polling for their turn.
+//!
+//! Every function runs on the caller's connection or transaction and opens
+//! none of its own; changes that must hold together (a build and its job, a
+//! build's end and the next dispatch) are the caller's transaction.
 
-use super::{json_col, now_ms, Conn, Db, Engine, Row, StoreError, Q};
-use crate::jobs::{BuildJob, BUILDS_QUEUE, BUILD_JOB_ATTEMPTS};
+use super::queue::push_build_job;
+use super::{json_col, Conn, Engine, Row, StoreError, Q};
 use crate::source::Instance;
 use crate::state::{BuildKind, BuildStatus};
-use apalis::prelude::{TaskBuilder, TaskId};
 use serde_json::Value;
 
 /// A stored build (without its log, which [`log`] reads).
@@ -115,15 +118,14 @@ pub fn log_base(attempt: i64) -> i64 {
 
 /// Where attempt `attempt` of a build's log ends: its next chunk number,
 /// and the bytes stored over all attempts (the limit is per build).
-pub async fn log_end(db: &Db, id: &str, attempt: i64) -> Result<(i64, i64), StoreError> {
-    let mut conn = db.acquire().await?;
+pub async fn log_end(conn: &mut Conn, id: &str, attempt: i64) -> Result<(i64, i64), StoreError> {
     let row = Q::new(
         "SELECT COALESCE(MAX(CASE WHEN seq >= $2 THEN seq END), $2) AS last, COALESCE(SUM(LENGTH(chunk)), 0) AS bytes
          FROM build_log_chunks WHERE build_id = $1",
     )
     .text(id)
     .int(log_base(attempt))
-    .fetch_one(&mut conn)
+    .fetch_one(conn)
     .await?;
     Ok((row.int("last")? + 1, row.int("bytes")?))
 }
@@ -205,9 +207,8 @@ pub struct NewBuild<'a> {
     pub instances: &'a [Instance],
 }
 
-/// Inserts a queued build and dispatches its deployment's next build (ST-2).
-/// Call inside the transaction that caused it, after
-/// [`Conn::lock_deployment`], so the row and its job commit together (Q-1).
+/// Inserts a queued build (its job is pushed by [`dispatch_next`]). Call
+/// inside the transaction that caused it, after [`Conn::lock_deployment`].
 pub async fn insert(conn: &mut Conn, b: NewBuild<'_>, now: i64) -> Result<(), StoreError> {
     Q::new(
         "INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at)
@@ -222,8 +223,7 @@ pub async fn insert(conn: &mut Conn, b: NewBuild<'_>, now: i64) -> Result<(), St
     .int(now)
     .execute(conn)
     .await?;
-    crate::failpoint::hit("build_inserted");
-    dispatch_next(conn, b.deployment_id).await
+    Ok(())
 }
 
 /// ST-2: when no build of `deployment` is dispatched and unfinished, pushes
@@ -247,7 +247,7 @@ pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), Stor
     .await?;
     let Some(next) = next else { return Ok(()) };
     let build_id = next.text("id")?;
-    push_job(conn, &build_id, None).await?;
+    push_build_job(conn, &build_id, None).await?;
     crate::failpoint::hit("job_pushed");
     Q::new("UPDATE builds SET dispatched = 1, version = version + 1 WHERE id = $1")
         .text(&build_id)
@@ -256,64 +256,36 @@ pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), Stor
     Ok(())
 }
 
-/// Pushes a [`BuildJob`] for `build_id` into the `builds` queue (in `conn`'s
-/// transaction), to run at once or after `delay`.
-async fn push_job(conn: &mut Conn, build_id: &str, delay: Option<std::time::Duration>) -> Result<(), StoreError> {
-    let job_id = ulid::Ulid::generate();
-    let args = serde_json::to_vec(&BuildJob { build_id: build_id.to_owned() }).expect("job payload serialises");
-    let mut task = TaskBuilder::new(args).task_id(TaskId::from(job_id)).max_attempts(BUILD_JOB_ATTEMPTS);
-    if let Some(delay) = delay {
-        task = task.run_after(delay);
-    }
-    conn.push_job(BUILDS_QUEUE, task.build()).await
-}
-
 /// Queues another job for a dispatched build, to run after `delay`: a
 /// worker found the build held by a live worker and looks again later
 /// (the job it holds is then acknowledged).
-pub async fn push_recheck(db: &Db, id: &str, delay: std::time::Duration) -> Result<(), StoreError> {
-    let mut conn = db.acquire().await?;
-    push_job(&mut conn, id, Some(delay)).await
+pub async fn push_recheck(conn: &mut Conn, id: &str, delay: std::time::Duration) -> Result<(), StoreError> {
+    push_build_job(conn, id, Some(delay)).await
 }
 
-/// Marks a dispatched build `running` for `worker` (a conditional update on
-/// the version read, ST-3). A build found `running` was started by a worker
-/// that died: it is taken over and its effect re-run (Q-1). Returns `None`
-/// when the build is already finished (nothing to do).
-pub async fn claim(db: &Db, id: &str, worker: &str) -> Result<Option<BuildRow>, StoreError> {
-    for _ in 0..5 {
-        let mut tx = db.begin_write().await?;
-        let Some(row) = get(&mut tx, id).await? else {
-            return Err(StoreError::Corrupt(format!("job for unknown build {id}")));
-        };
-        if row.status.is_terminal() {
-            return Ok(None);
-        }
-        let changed = Q::new(
-            "UPDATE builds SET status = 'running', attempts = attempts + 1, worker = $1, started_at = $2,
-                    version = version + 1
-             WHERE id = $3 AND version = $4",
-        )
-        .text(worker)
-        .int(now_ms())
-        .text(id)
-        .int(row.version)
-        .execute(&mut tx)
-        .await?;
-        if changed == 1 {
-            tx.commit().await?;
-            return get(&mut db.acquire().await?, id).await;
-        }
-        tx.rollback().await?;
-    }
-    Err(StoreError::Conflict("build"))
+/// Marks build `row` (as read) `running` for `worker` as its next attempt:
+/// a conditional update on the version read (ST-3). `false`: the row changed
+/// since it was read; read it again and decide again.
+pub async fn claim(conn: &mut Conn, row: &BuildRow, worker: &str, now: i64) -> Result<bool, StoreError> {
+    let changed = Q::new(
+        "UPDATE builds SET status = 'running', attempts = attempts + 1, worker = $1, started_at = $2,
+                version = version + 1
+         WHERE id = $3 AND version = $4",
+    )
+    .text(worker)
+    .int(now)
+    .text(&row.id)
+    .int(row.version)
+    .execute(conn)
+    .await?;
+    Ok(changed == 1)
 }
 
 /// Appends chunk number `seq` to a build's log (Q-4: readable while it
 /// runs), only while `build`'s claim holds (same worker, same attempt, still
 /// running): a worker whose build was taken over writes nothing more.
 /// Returns whether the chunk was stored.
-pub async fn append_log(db: &Db, build: &BuildRow, seq: i64, chunk: &str) -> Result<bool, StoreError> {
+pub async fn append_log(conn: &mut Conn, build: &BuildRow, seq: i64, chunk: &str) -> Result<bool, StoreError> {
     let stored = Q::new(
         "INSERT INTO build_log_chunks (build_id, seq, chunk)
          SELECT id, $2, $3 FROM builds WHERE id = $1 AND status = 'running' AND worker = $4 AND attempts = $5",
@@ -323,7 +295,7 @@ pub async fn append_log(db: &Db, build: &BuildRow, seq: i64, chunk: &str) -> Res
     .text(chunk)
     .opt_text(build.worker.clone())
     .int(build.attempts)
-    .execute_on(db)
+    .execute(conn)
     .await?;
     Ok(stored == 1)
 }
@@ -341,19 +313,12 @@ pub struct Finish {
     pub report: Value,
 }
 
-/// Records how a build ended and dispatches its deployment's next build, in
-/// one transaction holding the deployment's lock; `before` runs in the same
-/// transaction (the SBOMs of a deploy are stored with the build's end).
-/// Conditional on the claim this worker holds (same worker, same attempt,
-/// still running): when another worker took the build over, nothing is
-/// written (`Ok(false)`). A cancel request changes the row's version but not
-/// the claim, so it does not stop the worker from recording the end.
-pub async fn finish<F>(db: &Db, build: &BuildRow, outcome: &Finish, before: F) -> Result<bool, StoreError>
-where
-    F: for<'c> FnOnce(&'c mut Conn) -> futures::future::BoxFuture<'c, Result<(), StoreError>>,
-{
-    let mut tx = db.begin_write().await?;
-    tx.lock_deployment(&build.deployment_id).await?;
+/// Records how `build` ended, conditional on the claim it was run under
+/// (same worker, same attempt, still running): when another worker took
+/// the build over, nothing is written (`Ok(false)`). A cancel request
+/// changes the row's version but not the claim, so it does not stop the
+/// worker from recording the end.
+pub async fn finish(conn: &mut Conn, build: &BuildRow, outcome: &Finish, now: i64) -> Result<bool, StoreError> {
     let changed = Q::new(
         "UPDATE builds SET status = $1, reason = $2, error = $3, report = $4, finished_at = $5, version = version + 1
          WHERE id = $6 AND status = 'running' AND worker = $7 AND attempts = $8",
@@ -362,21 +327,13 @@ where
     .opt_text(outcome.reason.clone())
     .opt_text(outcome.error.clone())
     .text(outcome.report.to_string())
-    .int(now_ms())
+    .int(now)
     .text(&build.id)
     .opt_text(build.worker.clone())
     .int(build.attempts)
-    .execute(&mut tx)
+    .execute(conn)
     .await?;
-    if changed != 1 {
-        tx.rollback().await?;
-        return Ok(false);
-    }
-    crate::failpoint::hit("build_finishing");
-    before(&mut tx).await?;
-    dispatch_next(&mut tx, &build.deployment_id).await?;
-    tx.commit().await?;
-    Ok(true)
+    Ok(changed == 1)
 }
 
 /// A deployment's builds, newest first, at most `limit`; with `before`
@@ -423,57 +380,31 @@ pub async fn queued_up_to_and_unseen(conn: &mut Conn, cap: i64) -> Result<(i64, 
     Ok((row.int("n")?, row.int("unseen")?))
 }
 
-/// What a cancel request did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Cancel {
-    /// No such build.
-    NotFound,
-    /// The build had already finished with this status; nothing changed.
-    AlreadyFinished(BuildStatus),
-    /// The build was waiting: it is `cancelled` now and will never run.
-    Cancelled,
-    /// The build runs: its worker kills the effect's process group and
-    /// marks it `cancelled` (a build whose worker died is cancelled when
-    /// another worker takes it over).
-    Requested,
+/// Cancels queued build `build` (as read): it never runs. Conditional on
+/// the version read (ST-3); `false` when the row changed since.
+pub async fn cancel_queued(conn: &mut Conn, build: &BuildRow, now: i64) -> Result<bool, StoreError> {
+    let changed = Q::new(
+        "UPDATE builds SET status = 'cancelled', reason = 'cancelled', error = 'cancelled before it ran',
+                finished_at = $1, version = version + 1 WHERE id = $2 AND version = $3",
+    )
+    .int(now)
+    .text(&build.id)
+    .int(build.version)
+    .execute(conn)
+    .await?;
+    Ok(changed == 1)
 }
 
-/// Cancels a queued build at once, or asks the worker of a running one to
-/// stop it. In one transaction holding the deployment's lock; a cancelled
-/// queued build hands its turn to the deployment's next build (ST-2).
-pub async fn cancel(db: &Db, id: &str) -> Result<Cancel, StoreError> {
-    for _ in 0..5 {
-        let mut conn = db.acquire().await?;
-        let Some(build) = get(&mut conn, id).await? else { return Ok(Cancel::NotFound) };
-        drop(conn);
-        let mut tx = db.begin_write().await?;
-        tx.lock_deployment(&build.deployment_id).await?;
-        let (query, result) = match build.status {
-            s if s.is_terminal() => return Ok(Cancel::AlreadyFinished(s)),
-            BuildStatus::Queued => (
-                Q::new(
-                    "UPDATE builds SET status = 'cancelled', reason = 'cancelled', error = 'cancelled before it ran',
-                            finished_at = $1, version = version + 1 WHERE id = $2 AND version = $3",
-                )
-                .int(now_ms()),
-                Cancel::Cancelled,
-            ),
-            _ => (
-                Q::new("UPDATE builds SET cancel_requested = 1, version = version + 1 WHERE id = $1 AND version = $2"),
-                Cancel::Requested,
-            ),
-        };
-        let changed = query.text(id).int(build.version).execute(&mut tx).await?;
-        if changed == 1 {
-            if result == Cancel::Cancelled {
-                dispatch_next(&mut tx, &build.deployment_id).await?;
-            }
-            tx.commit().await?;
-            return Ok(result);
-        }
-        tx.rollback().await?;
-    }
-    Err(StoreError::Conflict("build"))
+/// Asks the worker of running build `build` (as read) to stop it.
+/// Conditional on the version read (ST-3); `false` when the row changed since.
+pub async fn request_cancel(conn: &mut Conn, build: &BuildRow) -> Result<bool, StoreError> {
+    let changed =
+        Q::new("UPDATE builds SET cancel_requested = 1, version = version + 1 WHERE id = $1 AND version = $2")
+            .text(&build.id)
+            .int(build.version)
+            .execute(conn)
+            .await?;
+    Ok(changed == 1)
 }
 
 /// Where a running build stands for the worker that claimed it.
@@ -488,15 +419,34 @@ pub struct ClaimStatus {
 /// Whether `build`'s claim (worker and attempt, as claimed) still holds,
 /// and whether someone asked to cancel it. A build that is gone or
 /// finished counts as not held.
-pub async fn claim_status(db: &Db, build: &BuildRow) -> Result<ClaimStatus, StoreError> {
-    let mut conn = db.acquire().await?;
+pub async fn claim_status(conn: &mut Conn, build: &BuildRow) -> Result<ClaimStatus, StoreError> {
     let row = Q::new("SELECT status, worker, attempts, cancel_requested FROM builds WHERE id = $1")
         .text(&build.id)
-        .fetch_optional(&mut conn)
+        .fetch_optional(conn)
         .await?;
     let Some(row) = row else { return Ok(ClaimStatus { held: false, cancel_requested: false }) };
     let held = row.text("status")? == BuildStatus::Running.as_str()
         && row.opt_text("worker")? == build.worker
         && row.int("attempts")? == build.attempts;
     Ok(ClaimStatus { held, cancel_requested: row.int("cancel_requested")? != 0 })
+}
+
+/// Empties the logs of builds that finished before `cutoff` (Unix ms; Q-6)
+/// and returns how many builds had a log to empty.
+pub async fn clear_logs_finished_before(conn: &mut Conn, cutoff: i64) -> Result<u64, StoreError> {
+    let old = "SELECT id FROM builds WHERE finished_at < $1";
+    let logs = Q::new(format!("SELECT COUNT(DISTINCT build_id) AS n FROM build_log_chunks WHERE build_id IN ({old})"))
+        .int(cutoff)
+        .fetch_one(conn)
+        .await?
+        .int("n")? as u64;
+    Q::new(format!("DELETE FROM build_log_chunks WHERE build_id IN ({old})")).int(cutoff).execute(conn).await?;
+    Ok(logs)
+}
+
+/// When build `id` finished (Unix ms; `None` while it has not) and how many
+/// attempts it has had; `None` for a build this database does not have.
+pub async fn ending(conn: &mut Conn, id: &str) -> Result<Option<(Option<i64>, i64)>, StoreError> {
+    let row = Q::new("SELECT finished_at, attempts FROM builds WHERE id = $1").text(id).fetch_optional(conn).await?;
+    row.map(|r| Ok((r.opt_int("finished_at")?, r.int("attempts")?))).transpose()
 }

@@ -46,17 +46,6 @@ pub async fn get(conn: &mut Conn, id: &str) -> Result<Option<DeploymentRow>, Sto
     row.as_ref().map(from_row).transpose()
 }
 
-/// Reads the deployments among `ids` that exist, in the order given.
-pub async fn get_many(conn: &mut Conn, ids: &[String]) -> Result<Vec<DeploymentRow>, StoreError> {
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        if let Some(row) = get(conn, id).await? {
-            out.push(row);
-        }
-    }
-    Ok(out)
-}
-
 /// What a submit stores about its deployment.
 #[derive(Debug, Clone, Copy)]
 pub struct Snapshot<'a> {

@@ -11,10 +11,11 @@
 pub mod builds;
 pub mod db;
 pub mod deployments;
+pub mod queue;
 pub mod sboms;
-pub mod slots;
+pub mod workers;
 
-pub use db::{Conn, Db, Engine, Row, Q};
+pub use db::{ping, Conn, Db, Engine, Row, Q};
 
 use crate::config::Config;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -46,6 +47,45 @@ pub enum StoreError {
     /// scheme is kept: the URL may hold a password).
     #[error("DATABASE_URL with scheme {0}: expected sqlite://<file> or postgres://…")]
     UnsupportedUrl(String),
+}
+
+impl StoreError {
+    /// Whether the database is away for now rather than refusing this
+    /// request (answered `503`, tried again later): no connection came free,
+    /// the pool is closed, the connection broke, or PostgreSQL refuses or
+    /// drops connections (SQLSTATE classes 08 connection exception, 53
+    /// insufficient resources, 57 operator intervention such as a shutdown,
+    /// and 55000 for a database that does not accept connections now).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Database(e) => match e {
+                sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::Io(_)
+                | sqlx::Error::WorkerCrashed => true,
+                sqlx::Error::Database(d) => d
+                    .code()
+                    .is_some_and(|c| c.starts_with("08") || c.starts_with("53") || c.starts_with("57") || c == "55000"),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// Whether the pool was closed (the process is stopping).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, Self::Database(sqlx::Error::PoolClosed))
+    }
+
+    /// Why the database did not answer, in words that never carry its URL.
+    pub fn why_unavailable(&self) -> String {
+        match self {
+            Self::Database(sqlx::Error::PoolTimedOut) => "no connection came free in time".to_owned(),
+            Self::Database(sqlx::Error::PoolClosed) => "its connection pool is closed".to_owned(),
+            Self::Database(sqlx::Error::Io(io)) => format!("connection: {}", io.kind()),
+            _ => "it answered with an error".to_owned(),
+        }
+    }
 }
 
 /// Unix milliseconds now.

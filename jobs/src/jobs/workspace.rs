@@ -1,0 +1,223 @@
+//! The workspace of one build attempt: its work folder, the
+//! environment its effect gets, its log in the database, and the watch on
+//! its claim and on cancel requests. Deploy and destroy run their effects
+//! through [`run_effect`].
+
+use super::Ctx;
+use crate::effect::{EffectOutcome, EffectSpec, LogSink, Stop};
+use crate::store::builds::{self, BuildRow};
+use crate::store::Db;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use std::path::PathBuf;
+
+/// The most a build's log keeps, in bytes; output beyond it is counted, not stored.
+pub const LOG_LIMIT: i64 = 8 * 1024 * 1024;
+
+/// Appends effect output to the build's log in the database, up to
+/// [`LOG_LIMIT`] bytes over all attempts of the build.
+/// Only the worker that holds the build's claim writes; each attempt
+/// numbers its chunks apart ([`builds::log_base`]). Paths of this host are
+/// shown relative to the attempt's work folder (`./sbom/…`) or by the
+/// variable that names them (`$STATE_DIR/…`, `$MODULE_SOURCE_DIR/…`), so
+/// token holders never see the server's layout.
+pub(crate) struct DbLog {
+    db: Db,
+    build: BuildRow,
+    echo: bool,
+    /// Host paths and what the log shows instead, longest first.
+    paths: Vec<(String, String)>,
+    /// Next chunk number and bytes stored so far.
+    end: std::sync::Mutex<(i64, i64)>,
+}
+
+impl DbLog {
+    pub(crate) async fn open(db: Db, build: &BuildRow, echo: bool, paths: Vec<(String, String)>) -> Self {
+        let end = async { builds::log_end(&mut db.acquire().await?, &build.id, build.attempts).await };
+        let end = end.await.unwrap_or((builds::log_base(build.attempts) + 1, 0));
+        let mut paths = paths;
+        paths.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
+        Self { db, build: build.clone(), echo, paths, end: std::sync::Mutex::new(end) }
+    }
+}
+
+/// Replaces each host path `from` in `text` by `to` where the path ends
+/// there (followed by `/`, the end, or a character that cannot continue a
+/// file name such as a space or quote).
+pub(crate) fn hide_paths(text: &str, paths: &[(String, String)]) -> String {
+    let mut out = text.to_owned();
+    for (from, to) in paths {
+        if from.is_empty() || !out.contains(from.as_str()) {
+            continue;
+        }
+        let mut result = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        while let Some(at) = rest.find(from.as_str()) {
+            let after = &rest[at + from.len()..];
+            let ends = after.chars().next().is_none_or(|c| !(c.is_alphanumeric() || "-_.+".contains(c)));
+            result.push_str(&rest[..at]);
+            result.push_str(if ends { to } else { from });
+            rest = after;
+        }
+        result.push_str(rest);
+        out = result;
+    }
+    out
+}
+
+impl LogSink for DbLog {
+    fn append<'a>(&'a self, chunk: &'a str) -> BoxFuture<'a, ()> {
+        async move {
+            if self.echo {
+                eprint!("{chunk}");
+            }
+            let chunk = hide_paths(chunk, &self.paths);
+            let (seq, text) = {
+                let mut end = self.end.lock().expect("log position lock");
+                let (seq, bytes) = *end;
+                let room = LOG_LIMIT - bytes;
+                let text = if room <= 0 {
+                    None
+                } else if chunk.len() as i64 <= room {
+                    Some(chunk.clone())
+                } else {
+                    let mut cut = room as usize;
+                    while !chunk.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    Some(format!(
+                        "{}\nslipway: the log reached {} MiB; further output is not stored\n",
+                        &chunk[..cut],
+                        LOG_LIMIT / 1024 / 1024
+                    ))
+                };
+                *end = (seq + 1, bytes + chunk.len() as i64);
+                (seq, text)
+            };
+            let Some(text) = text else { return };
+            let appended = async { builds::append_log(&mut self.db.acquire().await?, &self.build, seq, &text).await };
+            match appended.await {
+                Ok(true) => {}
+                Ok(false) => tracing::debug!("build log not appended: another worker holds the build now"),
+                Err(e) => tracing::warn!(error = %e, "could not append to the build log"),
+            }
+        }
+        .boxed()
+    }
+}
+
+/// Prepares the attempt's work folder (with an empty `sbom/` folder, the
+/// effect's `SBOM_OUT_DIR`) and runs one of the source's effects with the
+/// environment of Q-4. Returns how it ended and the attempt's work folder.
+///
+/// Everything here is scoped to this attempt: it stops only older attempts'
+/// effects on this host, removes only older attempts' folders, and runs the
+/// effect only while this worker still holds the build's claim (checked
+/// before the start and every second while it runs; the deployment's lock,
+/// which the effect holds, keeps a late start from running beside the
+/// attempt that took over).
+pub(crate) async fn run_effect(
+    build: &BuildRow,
+    ctx: &Ctx,
+    source: &std::path::Path,
+    effect: &str,
+    deadline: std::time::Duration,
+) -> Result<(EffectOutcome, PathBuf), String> {
+    let work = ctx.attempt_dir(&build.id, build.attempts);
+    let state = ctx.provider_state_dir(&build.deployment_id);
+    // A worker that died (or was taken for dead) on this host may have left
+    // an older attempt's effect running: stop it before running again (Q-1;
+    // one build of a deployment at a time).
+    let stale = crate::effect::kill_stale(&build.id, build.attempts);
+    if stale > 0 {
+        tracing::warn!(processes = stale, "stopped an older attempt's effect left running on this host");
+    }
+    // A database that does not answer now is no reason to give up: the
+    // claim is watched while the effect runs, and the lock keeps a late
+    // start from running beside the attempt that took over.
+    let status = async { builds::claim_status(&mut ctx.db.acquire().await?, build).await };
+    if status.await.is_ok_and(|status| !status.held) {
+        return Ok((EffectOutcome::Stopped(Stop::ClaimLost), work));
+    }
+    let prepare = || -> std::io::Result<PathBuf> {
+        // Older attempts' folders go; this attempt starts from a clean one.
+        for entry in std::fs::read_dir(ctx.work_dir(&build.id)).into_iter().flatten().flatten() {
+            let older = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("attempt-")?.parse::<i64>().ok())
+                .is_some_and(|n| n < build.attempts);
+            if older {
+                std::fs::remove_dir_all(entry.path())?;
+            }
+        }
+        if work.exists() {
+            std::fs::remove_dir_all(&work)?;
+        }
+        std::fs::create_dir_all(work.join("sbom"))?;
+        std::fs::create_dir_all(&state)?;
+        let file = work.join("configuration.json");
+        std::fs::write(&file, serde_json::to_vec_pretty(&build.configuration).expect("configuration serialises"))?;
+        Ok(file)
+    };
+    let config_file = prepare().map_err(|e| format!("cannot prepare the build's work folder: {e}"))?;
+    let abs = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
+    let (work_abs, state_abs, source_abs) = (abs(&work), abs(&state), abs(source));
+    let env = vec![
+        ("DEPLOYMENT_ID".to_owned(), build.deployment_id.clone()),
+        ("BUILD_ID".to_owned(), build.id.clone()),
+        ("CONFIGURATION_FILE".to_owned(), abs(&config_file)),
+        ("MODULE_SOURCE_DIR".to_owned(), source_abs.clone()),
+        ("STATE_DIR".to_owned(), state_abs.clone()),
+        ("SBOM_OUT_DIR".to_owned(), abs(&work.join("sbom"))),
+        ("DEPLOY_SBOM_TIMEOUT".to_owned(), ctx.config.deploy_sbom_timeout.as_secs().to_string()),
+        ("PROVIDER".to_owned(), ctx.config.provider.clone()),
+    ];
+    let spec = EffectSpec {
+        program: source.join("core/effects").join(effect),
+        dir: work.clone(),
+        env,
+        deadline,
+        build: build.id.clone(),
+        attempt: build.attempts,
+        lock: ctx.deployment_lock(&build.deployment_id),
+        scratch: work.join("tmp"),
+    };
+    // Each folder as the effect sees it, and as the worker's configuration names it.
+    let paths = [
+        (work_abs, &work, "."),
+        (state_abs, &state, "$STATE_DIR"),
+        (source_abs, &source.to_path_buf(), "$MODULE_SOURCE_DIR"),
+    ]
+    .into_iter()
+    .flat_map(|(canonical, given, to)| [(canonical, to.to_owned()), (given.display().to_string(), to.to_owned())])
+    .filter(|(from, _)| from.starts_with('/'))
+    .collect();
+    let log = DbLog::open(ctx.db.clone(), build, ctx.echo_log, paths).await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(build.cancel_requested.then_some(Stop::Cancel));
+    let watcher = tokio::spawn(watch_claim(ctx.db.clone(), build.clone(), stop_tx));
+    let outcome = crate::effect::run(&spec, &log, stop_rx).await;
+    watcher.abort();
+    Ok((outcome.map_err(|e| e.to_string())?, work))
+}
+
+/// How often a running build looks for a cancel request and its claim.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Sends why the effect must stop: someone asked to cancel the build, or
+/// this worker no longer holds its claim.
+async fn watch_claim(db: Db, build: BuildRow, tx: tokio::sync::watch::Sender<Option<Stop>>) {
+    let mut tick = tokio::time::interval(WATCH_EVERY);
+    loop {
+        tick.tick().await;
+        let status = async { builds::claim_status(&mut db.acquire().await?, &build).await };
+        let stop = match status.await {
+            Ok(status) if !status.held => Stop::ClaimLost,
+            Ok(status) if status.cancel_requested => Stop::Cancel,
+            // A database outage is not a reason to stop the effect.
+            _ => continue,
+        };
+        let _ = tx.send(Some(stop));
+        return;
+    }
+}

@@ -1,0 +1,56 @@
+//! What a deployment is now (ST-1, TF-1): the one read of a deployment that
+//! the api's `GET /deployments/{id}` and `GET /deployments?ids=`, the local
+//! CLI and the tests share, so the state is derived in one place.
+
+use crate::source::Instance;
+use crate::state::{BuildKind, DeploymentState};
+use crate::store::builds::{self, BuildRow};
+use crate::store::deployments::{self, DeploymentRow};
+use crate::store::{Conn, StoreError};
+
+/// A deployment as a front-end reads it.
+#[derive(Debug, Clone)]
+pub struct DeploymentRead {
+    /// The stored snapshot of its last submit: configuration, module
+    /// source, domain and instances (seed 000: the intent of the last submit).
+    pub deployment: DeploymentRow,
+    /// Its state, derived from [`DeploymentRead::state_build`] (ST-1).
+    pub state: DeploymentState,
+    /// The build the state comes from: the latest that ran or may still run
+    /// ([`builds::deciding`]); `None` before any.
+    pub state_build: Option<BuildRow>,
+    /// Its newest build, which may be newer than the state's: cancelled
+    /// before it ran, or superseded.
+    pub last_build: Option<BuildRow>,
+    /// Instances of the last successful build (TF-1); none after a destroy.
+    pub deployed_instances: Vec<Instance>,
+}
+
+/// Reads deployment `id`; `None` when it was never submitted.
+pub async fn deployment(conn: &mut Conn, id: &str) -> Result<Option<DeploymentRead>, StoreError> {
+    let Some(deployment) = deployments::get(conn, id).await? else { return Ok(None) };
+    let last_build = builds::latest(conn, id).await?;
+    let state_build = builds::deciding(conn, id).await?;
+    let deployed_instances = match builds::latest_succeeded(conn, id).await? {
+        Some(b) if b.kind == BuildKind::Deploy => b.instances,
+        _ => Vec::new(),
+    };
+    Ok(Some(DeploymentRead {
+        state: DeploymentState::derive(state_build.as_ref().map(|b| (b.kind, b.status))),
+        deployment,
+        state_build,
+        last_build,
+        deployed_instances,
+    }))
+}
+
+/// Reads the deployments among `ids` that exist, in the order given.
+pub async fn deployments(conn: &mut Conn, ids: &[String]) -> Result<Vec<DeploymentRead>, StoreError> {
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(read) = deployment(conn, id).await? {
+            out.push(read);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,100 @@
+//! The job queues (§6): their names, the jobs they carry, how a job is
+//! pushed in the caller's transaction, and how a worker takes jobs
+//! from a queue on either engine ([`QueueSettings`], the one place apalis's
+//! storage is configured: the fleet worker and the queue benchmark use it).
+//!
+//! apalis traps handled here: the queue name is always set explicitly (the
+//! default is the Rust type's name, so a renamed type would orphan its
+//! queue); idle workers poll (SQLite's update hook only sees its own
+//! process's writes; on PostgreSQL LISTEN/NOTIFY wakes them and a poll
+//! covers a job handed out again after its worker died, which sends no
+//! notification); apalis looks for dead workers' jobs on each of its
+//! heartbeats, set to half of Slipway's so a dead worker's jobs go out again
+//! within half a heartbeat of the missed-beat window.
+
+use super::{Conn, StoreError};
+use apalis::prelude::{BackendExt, PollWith, Strategy, TaskBuilder, TaskId};
+use apalis_postgres::{PostgresStorage, Pubsub};
+use apalis_sqlite::SqliteStorage;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// The queue deploys and destroys share (§6).
+pub const BUILDS_QUEUE: &str = "builds";
+
+/// How many times apalis may hand a build job out. A build whose worker died
+/// is handed out again; the job body itself never asks for a retry of a
+/// failed effect (the build is failed instead), so this bounds only crashes
+/// and database outages.
+pub const BUILD_JOB_ATTEMPTS: usize = 20;
+
+/// Heartbeats a worker may miss before its builds go to another worker.
+pub const MISSED_HEARTBEATS: u32 = 2;
+
+/// A deploy or destroy job: the build to run (its kind is on the row).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildJob {
+    /// The ST-4 build id.
+    pub build_id: String,
+}
+
+/// Pushes a [`BuildJob`] for `build_id` into the `builds` queue in `conn`'s
+/// transaction, to run at once or after `delay`.
+pub async fn push_build_job(conn: &mut Conn, build_id: &str, delay: Option<Duration>) -> Result<(), StoreError> {
+    let args = serde_json::to_vec(&BuildJob { build_id: build_id.to_owned() }).expect("job payload serialises");
+    let mut task =
+        TaskBuilder::new(args).task_id(TaskId::from(ulid::Ulid::generate())).max_attempts(BUILD_JOB_ATTEMPTS);
+    if let Some(delay) = delay {
+        task = task.run_after(delay);
+    }
+    conn.push_job(BUILDS_QUEUE, task.build()).await
+}
+
+/// How long an idle SQLite worker waits before it looks for jobs again.
+pub const SQLITE_POLL: Duration = Duration::from_millis(250);
+/// How long an idle PostgreSQL worker waits, besides LISTEN/NOTIFY.
+pub const POSTGRES_POLL: Duration = Duration::from_secs(1);
+
+/// How a worker takes jobs from one queue: the queue, how many jobs it
+/// claims at once, and Slipway's heartbeat.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSettings {
+    /// The queue's name.
+    pub queue: &'static str,
+    /// Jobs claimed at once (`BUILD_PREFETCH` for builds).
+    pub batch_size: usize,
+    /// Slipway's heartbeat (`SLIPWAY_HEARTBEAT`); apalis beats twice as
+    /// often and declares a worker dead after [`MISSED_HEARTBEATS`] of ours.
+    pub heartbeat: Duration,
+}
+
+impl QueueSettings {
+    /// apalis's heartbeat and how many of its beats a worker may miss.
+    fn beats(&self) -> (Duration, usize) {
+        (self.heartbeat / 2, (MISSED_HEARTBEATS * 2) as usize)
+    }
+
+    /// The queue's storage on SQLite, polled every [`SQLITE_POLL`].
+    pub fn sqlite<J>(&self, pool: &sqlx::SqlitePool) -> PollWith<SqliteStorage<J>, Strategy> {
+        let (beat, missed) = self.beats();
+        let config = apalis_sqlite::Config::default()
+            .queue(self.queue)
+            .batch_size(self.batch_size)
+            .heartbeat_interval(beat)
+            .missed_heartbeats(missed);
+        SqliteStorage::<J>::new(pool).with_config(config).poll_with_strategy(Strategy::new().interval(SQLITE_POLL))
+    }
+
+    /// The queue's storage on PostgreSQL, woken by LISTEN/NOTIFY and polled
+    /// every [`POSTGRES_POLL`].
+    pub fn postgres<J>(&self, pool: &sqlx::PgPool) -> PollWith<PostgresStorage<J>, Strategy> {
+        let (beat, missed) = self.beats();
+        let config = apalis_postgres::Config::default()
+            .queue(self.queue)
+            .batch_size(self.batch_size)
+            .heartbeat_interval(beat)
+            .missed_heartbeats(missed);
+        let wake = Strategy::new().stream(Pubsub::new(pool.clone(), self.queue.to_owned())).interval(POSTGRES_POLL);
+        PostgresStorage::<J>::new(pool).with_config(config).poll_with_strategy(wake)
+    }
+}
