@@ -239,11 +239,11 @@ w(f"""- **Same PostgreSQL, same steps for every queue.** Each drain gets a new d
 - **Latency**: the worker runs idle; one job is inserted every {S['spacing_ms']} ms from a separate
   connection, after 20 warm-up jobs and a 1 s pause; the figure is handler start − the instant just
   before the insert was sent.
-- **Slipway's queue** is built as slipway-worker builds it (`slipway_queue_worker` in
-  `worker/src/bin/slipway-queue-bench.rs`): explicit queue name, a unique name per worker,
-  `PostgresStorage::new(&pool).with_config(Config::default().queue(..).batch_size(..)
-  .heartbeat_interval(5 s).missed_heartbeats(2)).with_pubsub()`, `WorkerBuilder` with
-  `.concurrency(n)`. `--batch-size` is slipway-worker's `BUILD_PREFETCH` (apalis `batch_size`;
+- **Slipway's queue** is built by the same constructor slipway-worker builds its `builds` queue
+  with (`QueueSettings::postgres` in `jobs/src/store/queue.rs`, called by `slipway_queue_worker`
+  in `bench/queue/src/main.rs`): explicit queue name, batch size, apalis's heartbeat at half of
+  Slipway's 5 s with the same missed-beat window, LISTEN/NOTIFY plus a 1 s poll; a unique name per
+  worker and a `WorkerBuilder` with `.concurrency(n)`. `--batch-size` is slipway-worker's `BUILD_PREFETCH` (apalis `batch_size`;
   its default is `BUILD_SLOTS`), `--concurrency` is what the worker gives apalis (the larger of
   the two); the worker's own slot semaphore, which keeps builds at `BUILD_SLOTS`, and the build
   bodies (claim, effect, finish) are not part of a no-op job. Several workers of one setting run in

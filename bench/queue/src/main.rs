@@ -20,7 +20,7 @@
 //!   `jobs_per_s` = N / (last job Done − first job started), the definition
 //!   the peer drivers in `bench/peers` use too; `jobs_per_s_wall` counts from
 //!   the worker launch.
-//! - `latency`: the worker runs idle, woken by LISTEN/NOTIFY (`with_pubsub`);
+//! - `latency`: the worker runs idle, woken by LISTEN/NOTIFY;
 //!   the bench enqueues one job every `--spacing-ms` from its own connection,
 //!   noting the instant just before the insert is sent; the handler notes the
 //!   instant it starts. Both clocks are this process's monotonic clock. The
@@ -29,6 +29,7 @@
 use anyhow::{bail, Context as _};
 use apalis::prelude::*;
 use apalis_postgres::{PgTask, PostgresStorage};
+use slipway_jobs::store::queue::QueueSettings;
 use clap::{Args, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -105,12 +106,9 @@ struct Tuning {
     /// holds one for LISTEN and uses one at a time for fetch/ack/heartbeat).
     #[arg(long, default_value_t = 0)]
     pool_size: u32,
-    /// `Config::heartbeat_interval`, seconds.
+    /// Slipway's heartbeat (`SLIPWAY_HEARTBEAT`), seconds.
     #[arg(long, default_value_t = 5)]
     heartbeat_secs: u64,
-    /// `Config::missed_heartbeats`.
-    #[arg(long, default_value_t = 2)]
-    missed_heartbeats: usize,
 }
 
 impl Tuning {
@@ -164,23 +162,23 @@ async fn noop(job: NoopJob, probe: Data<Arc<Probe>>) -> Result<(), BoxDynError> 
 /// Builds one worker of Slipway's queue on PostgreSQL the way Slipway's worker
 /// configures it, and returns its context (to stop it) and its run future.
 ///
-/// This is the ONE place where the bench constructs apalis storage and
-/// worker: explicit queue name, unique worker name, batch size, heartbeat and
-/// missed-beat window set explicitly, LISTEN/NOTIFY (`with_pubsub`) instead
-/// of polling, `.concurrency(n)`. When `slipway_jobs` has its shared
-/// PostgreSQL constructor, swap the body for a call to it.
+/// The storage comes from [`QueueSettings::postgres`], the constructor
+/// `slipway-worker` builds its `builds` queue with (queue name, batch size,
+/// heartbeat and missed-beat window, LISTEN/NOTIFY with a poll), so the
+/// figures are those of the worker's own queue; the worker has a unique
+/// name and `.concurrency(n)`.
 fn slipway_queue_worker(
     pool: &PgPool,
     tuning: &Tuning,
     worker_name: &str,
     probe: Arc<Probe>,
 ) -> (WorkerContext, impl Future<Output = Result<(), WorkerError>> + Send + 'static) {
-    let config = apalis_postgres::Config::default()
-        .queue(QUEUE)
-        .batch_size(tuning.batch_size)
-        .heartbeat_interval(Duration::from_secs(tuning.heartbeat_secs))
-        .missed_heartbeats(tuning.missed_heartbeats);
-    let storage = PostgresStorage::<NoopJob>::new(pool).with_config(config).with_pubsub();
+    let settings = QueueSettings {
+        queue: QUEUE,
+        batch_size: tuning.batch_size,
+        heartbeat: Duration::from_secs(tuning.heartbeat_secs),
+    };
+    let storage = settings.postgres::<NoopJob>(pool);
     let ctx = WorkerContext::new(worker_name);
     let worker = WorkerBuilder::new(&ctx).backend(storage).data(probe).concurrency(tuning.concurrency).build(noop);
     (ctx, worker.run())
