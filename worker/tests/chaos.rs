@@ -576,6 +576,108 @@ fn strays(work: &Path, build_ids: &HashSet<String>, run_id: &str, run_started: u
     all.iter().filter(|p| ours(p) || contained(p)).cloned().collect()
 }
 
+/// What the deployment checks counted over the run.
+#[derive(Default)]
+struct Tally {
+    /// Overlaps the test source recorded.
+    overlaps: usize,
+    superseded: usize,
+    /// Attempts beyond the first, and the builds that had them (`<id> x<attempts>`).
+    reruns: u64,
+    rerun_builds: Vec<String>,
+    /// Builds no submit was seen accepted for.
+    extras: Vec<String>,
+}
+
+/// Checks deployment `d`: its `builds` (submit order) against what its
+/// submits met, the deployment as the api shows it, and the overlaps its
+/// provider state recorded. Returns `problems` with what it found added.
+fn check_deployment(
+    d: &str,
+    builds: &[Value],
+    outcomes: &Outcomes,
+    deployment: &Result<Value, String>,
+    work: &Path,
+    mut problems: Vec<String>,
+    tally: &mut Tally,
+) -> Vec<String> {
+    let known: Vec<&str> = builds.iter().map(|b| b["id"].as_str().unwrap_or_default()).collect();
+    for b in &outcomes.accepted {
+        if !known.contains(&b.as_str()) {
+            problems.push(format!("accepted build {b} is missing"));
+        }
+    }
+    let extra: Vec<&str> = known.iter().copied().filter(|b| !outcomes.accepted.iter().any(|a| a == b)).collect();
+    tally.extras.extend(extra.iter().map(|b| b.to_string()));
+    let transport = &outcomes.transport;
+    if extra.len() > transport.len() {
+        let why = if transport.is_empty() {
+            "no submit of it failed at the transport level".to_owned()
+        } else {
+            format!("{} submit(s) of it failed at the transport level ({})", transport.len(), transport.join("; "))
+        };
+        let refused = if outcomes.refused.is_empty() {
+            String::new()
+        } else {
+            format!("; 5xx answers: {}", outcomes.refused.join("; "))
+        };
+        problems.push(format!("{} build(s) not seen accepted ({}) but {why}{refused}", extra.len(), extra.join(", ")));
+    }
+    for (i, b) in builds.iter().enumerate() {
+        let (id, attempts) = (text(&b["id"]), b["attempts"].as_u64().unwrap_or(0));
+        tally.reruns += attempts.saturating_sub(1);
+        if attempts > 1 {
+            tally.rerun_builds.push(format!("{id} x{attempts}"));
+        }
+        if b["status"] == "superseded" {
+            // Q-7: a queued deploy a newer submit made pointless; never the newest, never started.
+            tally.superseded += 1;
+            let newest = i == builds.len() - 1;
+            if newest || !b["started_at"].is_null() {
+                let why = if newest { "is the newest" } else { "had started" };
+                problems.push(format!("build {id} was superseded although it {why}"));
+            }
+        } else if b["status"] != "succeeded" {
+            problems.push(format!(
+                "build {id} ended {} (reason {}, error {}, attempts {attempts})",
+                text(&b["status"]),
+                text(&b["reason"]),
+                text(&b["error"])
+            ));
+        }
+    }
+    let ran: Vec<&Value> = builds.iter().filter(|b| b["status"] != "superseded").collect();
+    for pair in ran.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a["finished_at"].is_string()
+            && b["started_at"].is_string()
+            && ms_of(&b["started_at"]) < ms_of(&a["finished_at"])
+        {
+            problems.push(format!(
+                "build {} started at {}, before {} finished at {} (ST-2)",
+                text(&b["id"]),
+                text(&b["started_at"]),
+                text(&a["id"]),
+                text(&a["finished_at"])
+            ));
+        }
+    }
+    match deployment {
+        Err(why) => problems.push(format!("GET /deployments/{d} {why}")),
+        Ok(deployment) if deployment["state"] != "active" => {
+            problems.push(format!("state is {}, expected active", text(&deployment["state"])))
+        }
+        Ok(_) => {}
+    }
+    let recorded = std::fs::read_to_string(work.join("state/provider").join(d).join("overlaps")).unwrap_or_default();
+    let recorded: Vec<&str> = recorded.lines().filter(|l| !l.trim().is_empty()).collect();
+    if !recorded.is_empty() {
+        tally.overlaps += recorded.len();
+        problems.push(format!("effects overlapped: {}", recorded.join(" | ")));
+    }
+    problems
+}
+
 /// A chaos action.
 #[derive(Clone, Copy)]
 enum Chaos {
@@ -592,6 +694,69 @@ fn postgres_version() -> String {
         .filter_map(|e| e.file_name().into_string().ok())
         .max_by_key(|v| numbers(v))
         .expect("a PostgreSQL cluster")
+}
+
+/// What the chaos did.
+struct ChaosDone {
+    /// Worker SIGKILLs.
+    kills: u64,
+    /// PostgreSQL restarts that succeeded.
+    pg_restarts: u64,
+    /// What went wrong.
+    errors: Vec<String>,
+}
+
+/// The chaos: worker kills every 1–2.5 s, the PostgreSQL restarts spread
+/// evenly among them (the first after the api kill, the last before the
+/// last wave of submits).
+async fn chaos(run: &Run, p: &Params, rng: &mut StdRng) -> ChaosDone {
+    let mut actions = vec![Chaos::KillWorker; p.kills as usize];
+    for i in (1..=p.pg_restarts).rev() {
+        let at = (i as f64 * p.kills as f64 / (p.pg_restarts + 1) as f64).round_ties_even() as usize;
+        actions.insert(at, Chaos::RestartPostgres);
+    }
+    let (mut kills, mut pg_tries, mut pg_restarts) = (0u64, 0u64, 0u64);
+    let mut errors: Vec<String> = Vec::new();
+    if p.pg_restarts == 0 {
+        run.pg_restarted.send_replace(true);
+    }
+    for action in actions {
+        let pause = rng.random_range(1.0..2.5);
+        tokio::time::sleep(Duration::from_secs_f64(pause)).await; // pacing of the chaos, not a check
+        match action {
+            Chaos::RestartPostgres => {
+                if !set_within(&run.api_killed, Duration::from_secs(300)).await {
+                    errors.push("the api kill was not over 300s after a PostgreSQL restart was due".into());
+                }
+                let version = postgres_version();
+                pg_tries += 1;
+                run.log.line(format_args!("restarting PostgreSQL {version} ({pg_tries}/{})", p.pg_restarts));
+                let restart = tokio::process::Command::new("pg_ctlcluster")
+                    .args(["--skip-systemctl-redirect", &version, "main", "restart"])
+                    .status()
+                    .await;
+                match restart {
+                    Ok(status) if status.success() => {
+                        pg_restarts += 1;
+                        run.log.line("PostgreSQL is back");
+                    }
+                    other => errors.push(format!("pg_ctlcluster {version} main restart: {other:?}")),
+                }
+                if pg_tries == p.pg_restarts {
+                    run.pg_restarted.send_replace(true);
+                }
+            }
+            Chaos::KillWorker => {
+                let workers = run.fleet.workers();
+                let name = &workers[rng.random_range(0..workers.len())];
+                let pid = run.fleet.sigkill(name);
+                run.fleet.spawn(name);
+                kills += 1;
+                run.log.line(format_args!("SIGKILLed {name} (pid {pid}) and restarted it ({kills}/{})", p.kills));
+            }
+        }
+    }
+    ChaosDone { kills, pg_restarts, errors }
 }
 
 /// Whether `tool` is an executable on `PATH`.
@@ -702,55 +867,7 @@ async fn the_fleet_loses_nothing_under_worker_kills_an_api_kill_and_database_res
     let submitter_rng = StdRng::seed_from_u64(rng.random());
     let mut submitter = tokio::spawn(submit_waves(run.clone(), waves, (n_waves - 1) / 2, submitter_rng));
 
-    // The chaos: worker kills every 1–2.5 s, the PostgreSQL restarts spread
-    // evenly among them (the first after the api kill, the last before the
-    // last wave of submits).
-    let mut actions = vec![Chaos::KillWorker; p.kills as usize];
-    for i in (1..=p.pg_restarts).rev() {
-        let at = (i as f64 * p.kills as f64 / (p.pg_restarts + 1) as f64).round_ties_even() as usize;
-        actions.insert(at, Chaos::RestartPostgres);
-    }
-    let (mut kills, mut pg_tries, mut pg_restarts) = (0u64, 0u64, 0u64);
-    let mut chaos_errors: Vec<String> = Vec::new();
-    if p.pg_restarts == 0 {
-        run.pg_restarted.send_replace(true);
-    }
-    for action in actions {
-        let pause = rng.random_range(1.0..2.5);
-        tokio::time::sleep(Duration::from_secs_f64(pause)).await; // pacing of the chaos, not a check
-        match action {
-            Chaos::RestartPostgres => {
-                if !set_within(&run.api_killed, Duration::from_secs(300)).await {
-                    chaos_errors.push("the api kill was not over 300s after a PostgreSQL restart was due".into());
-                }
-                let version = postgres_version();
-                pg_tries += 1;
-                run.log.line(format_args!("restarting PostgreSQL {version} ({pg_tries}/{})", p.pg_restarts));
-                let restart = tokio::process::Command::new("pg_ctlcluster")
-                    .args(["--skip-systemctl-redirect", &version, "main", "restart"])
-                    .status()
-                    .await;
-                match restart {
-                    Ok(status) if status.success() => {
-                        pg_restarts += 1;
-                        run.log.line("PostgreSQL is back");
-                    }
-                    other => chaos_errors.push(format!("pg_ctlcluster {version} main restart: {other:?}")),
-                }
-                if pg_tries == p.pg_restarts {
-                    run.pg_restarted.send_replace(true);
-                }
-            }
-            Chaos::KillWorker => {
-                let workers = run.fleet.workers();
-                let name = &workers[rng.random_range(0..workers.len())];
-                let pid = run.fleet.sigkill(name);
-                run.fleet.spawn(name);
-                kills += 1;
-                run.log.line(format_args!("SIGKILLed {name} (pid {pid}) and restarted it ({kills}/{})", p.kills));
-            }
-        }
-    }
+    let ChaosDone { kills, pg_restarts, errors: mut chaos_errors } = chaos(&run, &p, &mut rng).await;
     match tokio::time::timeout(p.deadline, &mut submitter).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => chaos_errors.push(format!("the submitter failed: {e}")),
@@ -836,91 +953,18 @@ async fn the_fleet_loses_nothing_under_worker_kills_an_api_kill_and_database_res
     let selftest_problem = selftest.result().await;
 
     // Per deployment.
-    let (mut passed, mut failed, mut overlaps, mut superseded, mut reruns) = (0, 0, 0, 0, 0);
-    let (mut rerun_builds, mut extras) = (Vec::new(), Vec::new());
+    let (mut passed, mut failed, mut tally) = (0, 0, Tally::default());
     for d in &ids {
-        let builds = &builds_of[d.as_str()];
-        let outcomes = &submits.of[d];
-        let problems = problems.get_mut(d.as_str()).unwrap();
-        let known: Vec<&str> = builds.iter().map(|b| b["id"].as_str().unwrap_or_default()).collect();
-        for b in &outcomes.accepted {
-            if !known.contains(&b.as_str()) {
-                problems.push(format!("accepted build {b} is missing"));
-            }
-        }
-        let extra: Vec<&str> = known.iter().copied().filter(|b| !outcomes.accepted.iter().any(|a| a == b)).collect();
-        extras.extend(extra.iter().map(|b| b.to_string()));
-        let transport = &outcomes.transport;
-        if extra.len() > transport.len() {
-            let why = if transport.is_empty() {
-                "no submit of it failed at the transport level".to_owned()
-            } else {
-                format!("{} submit(s) of it failed at the transport level ({})", transport.len(), transport.join("; "))
-            };
-            let refused = if outcomes.refused.is_empty() {
-                String::new()
-            } else {
-                format!("; 5xx answers: {}", outcomes.refused.join("; "))
-            };
-            problems.push(format!(
-                "{} build(s) not seen accepted ({}) but {why}{refused}",
-                extra.len(),
-                extra.join(", ")
-            ));
-        }
-        for (i, b) in builds.iter().enumerate() {
-            let (id, attempts) = (text(&b["id"]), b["attempts"].as_u64().unwrap_or(0));
-            reruns += attempts.saturating_sub(1);
-            if attempts > 1 {
-                rerun_builds.push(format!("{id} x{attempts}"));
-            }
-            if b["status"] == "superseded" {
-                // Q-7: a queued deploy a newer submit made pointless; never the newest, never started.
-                superseded += 1;
-                let newest = i == builds.len() - 1;
-                if newest || !b["started_at"].is_null() {
-                    let why = if newest { "is the newest" } else { "had started" };
-                    problems.push(format!("build {id} was superseded although it {why}"));
-                }
-            } else if b["status"] != "succeeded" {
-                problems.push(format!(
-                    "build {id} ended {} (reason {}, error {}, attempts {attempts})",
-                    text(&b["status"]),
-                    text(&b["reason"]),
-                    text(&b["error"])
-                ));
-            }
-        }
-        let ran: Vec<&Value> = builds.iter().filter(|b| b["status"] != "superseded").collect();
-        for pair in ran.windows(2) {
-            let (a, b) = (pair[0], pair[1]);
-            if a["finished_at"].is_string()
-                && b["started_at"].is_string()
-                && ms_of(&b["started_at"]) < ms_of(&a["finished_at"])
-            {
-                problems.push(format!(
-                    "build {} started at {}, before {} finished at {} (ST-2)",
-                    text(&b["id"]),
-                    text(&b["started_at"]),
-                    text(&a["id"]),
-                    text(&a["finished_at"])
-                ));
-            }
-        }
-        match &deployment_of[d.as_str()] {
-            Err(why) => problems.push(format!("GET /deployments/{d} {why}")),
-            Ok(deployment) if deployment["state"] != "active" => {
-                problems.push(format!("state is {}, expected active", text(&deployment["state"])))
-            }
-            Ok(_) => {}
-        }
-        let recorded =
-            std::fs::read_to_string(work.join("state/provider").join(d).join("overlaps")).unwrap_or_default();
-        let recorded: Vec<&str> = recorded.lines().filter(|l| !l.trim().is_empty()).collect();
-        if !recorded.is_empty() {
-            overlaps += recorded.len();
-            problems.push(format!("effects overlapped: {}", recorded.join(" | ")));
-        }
+        let problems = problems.remove(d.as_str()).unwrap();
+        let problems = check_deployment(
+            d,
+            &builds_of[d.as_str()],
+            &submits.of[d],
+            &deployment_of[d.as_str()],
+            &work,
+            problems,
+            &mut tally,
+        );
         if problems.is_empty() {
             passed += 1;
         } else {
@@ -943,6 +987,7 @@ async fn the_fleet_loses_nothing_under_worker_kills_an_api_kill_and_database_res
     }
     run_problems.extend(submits.errors.iter().cloned().chain(chaos_errors));
     run_problems.extend(selftest_problem);
+    let Tally { overlaps, superseded, reruns, rerun_builds, extras } = tally;
     if reruns > bound {
         run_problems.push(format!(
             "{reruns} build re-runs exceed {kills} worker kills x BUILD_SLOTS {BUILD_SLOTS} = {bound}: \
