@@ -24,6 +24,8 @@ pub struct TestDatabase {
     /// A temporary folder for the SQLite file and for state.
     pub dir: tempfile::TempDir,
     postgres_name: Option<String>,
+    /// Set by [`TestDatabase::keep`]: nothing is removed on drop.
+    kept: std::sync::atomic::AtomicBool,
 }
 
 impl TestDatabase {
@@ -31,9 +33,12 @@ impl TestDatabase {
     pub async fn new(engine: Engine) -> Self {
         let dir = tempfile::tempdir().expect("temporary folder");
         match engine {
-            Engine::Sqlite => {
-                Self { url: format!("sqlite://{}", dir.path().join("slipway.db").display()), dir, postgres_name: None }
-            }
+            Engine::Sqlite => Self {
+                url: format!("sqlite://{}", dir.path().join("slipway.db").display()),
+                dir,
+                postgres_name: None,
+                kept: Default::default(),
+            },
             Engine::Postgres => {
                 use sqlx::Connection;
                 let name = format!("slipway_test_{}", ulid::Ulid::generate().to_string().to_lowercase());
@@ -47,7 +52,7 @@ impl TestDatabase {
                     .expect("create database");
                 let _ = conn.close().await;
                 let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap_or(admin);
-                Self { url: format!("{base}/{name}"), dir, postgres_name: Some(name) }
+                Self { url: format!("{base}/{name}"), dir, postgres_name: Some(name), kept: Default::default() }
             }
         }
     }
@@ -79,10 +84,20 @@ impl TestDatabase {
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
+
+    /// With `true`, the database and the temporary folder outlive this
+    /// value (to inspect them after a failure); `false` undoes it.
+    pub fn keep(&self, keep: bool) {
+        self.kept.store(keep, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
+        if *self.kept.get_mut() {
+            self.dir.disable_cleanup(true);
+            return;
+        }
         let Some(name) = self.postgres_name.take() else { return };
         // Drop runs outside any runtime guarantee: use a thread of its own.
         let _ = std::thread::spawn(move || {
@@ -100,26 +115,80 @@ impl Drop for TestDatabase {
     }
 }
 
-/// The running processes of this host (other than this one) whose
-/// environment or command line contains `needle`, or whose working folder
-/// lies under it when it is a path: what is left of an effect, Nix builders
-/// included (they start with a clean environment, but with the
-/// derivation's attributes and their build folder).
-pub fn processes_with(needle: &str) -> Vec<u32> {
-    let me = std::process::id();
-    let found = |pid: u32| -> bool {
+/// A running process of this host, as `/proc` showed it when it was read.
+#[derive(Debug, Clone)]
+pub struct Process {
+    /// Its pid, as this host numbers it.
+    pub pid: u32,
+    /// Its environment: `KEY=value` entries separated by NUL bytes (empty when unreadable).
+    pub environ: Vec<u8>,
+    /// Its command line, the arguments joined by spaces.
+    pub cmdline: String,
+    /// Its working folder (empty when unreadable; a deleted one keeps its old path).
+    pub cwd: PathBuf,
+    /// Its PID namespace, as `/proc/<pid>/ns/pid` names it (`pid:[4026531836]`).
+    pub pid_namespace: String,
+    /// When it started, in clock ticks since boot (`/proc/<pid>/stat` field 22).
+    pub started: u64,
+}
+
+impl Process {
+    /// Process `pid`, or `None` when it is gone, a zombie, or its PID namespace is unreadable.
+    pub fn of(pid: u32) -> Option<Self> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        if fields.first() == Some(&"Z") {
+            return None;
+        }
+        let started = fields.get(19)?.parse().ok()?;
+        let pid_namespace = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?.display().to_string();
         let read = |what: &str| std::fs::read(format!("/proc/{pid}/{what}")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&read("cmdline")).replace('\0', " ").trim().to_owned();
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_default().display().to_string();
+        let cwd = PathBuf::from(cwd.strip_suffix(" (deleted)").unwrap_or(&cwd));
+        Some(Self { pid, environ: read("environ"), cmdline, cwd, pid_namespace, started })
+    }
+
+    /// The value of environment variable `key`, if set.
+    pub fn env(&self, key: &str) -> Option<String> {
+        self.environ.split(|b| *b == 0).find_map(|entry| {
+            let value = entry.strip_prefix(key.as_bytes())?.strip_prefix(b"=")?;
+            Some(String::from_utf8_lossy(value).into_owned())
+        })
+    }
+
+    /// Whether its environment or command line contains `needle`, or, when
+    /// `needle` is an absolute path, it works in that folder or under it.
+    pub fn mentions(&self, needle: &str) -> bool {
+        if needle.is_empty() {
+            return false;
+        }
         let contains = |hay: &[u8]| hay.windows(needle.len()).any(|w| w == needle.as_bytes());
-        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).map(|p| p.display().to_string()).unwrap_or_default();
-        contains(&read("environ")) || contains(&read("cmdline")) || (needle.starts_with('/') && cwd.starts_with(needle))
-    };
+        contains(&self.environ)
+            || self.cmdline.contains(needle)
+            || (needle.starts_with('/') && self.cwd.starts_with(needle))
+    }
+}
+
+/// Every running process of this host but this one, read from `/proc` in one pass.
+pub fn processes() -> Vec<Process> {
+    let me = std::process::id();
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| *pid != me && process_runs(*pid as i32) && found(*pid))
+        .filter(|pid| *pid != me)
+        .filter_map(Process::of)
         .collect()
+}
+
+/// The running processes of this host (other than this one) that
+/// [mention](Process::mentions) `needle`: what is left of an effect, Nix
+/// builders included (they start with a clean environment, but with the
+/// derivation's attributes and their build folder).
+pub fn processes_with(needle: &str) -> Vec<u32> {
+    processes().into_iter().filter(|p| p.mentions(needle)).map(|p| p.pid).collect()
 }
 
 /// A copy of the reference module source at `dest` whose node builders

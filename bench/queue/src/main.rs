@@ -29,10 +29,10 @@
 use anyhow::{bail, Context as _};
 use apalis::prelude::*;
 use apalis_postgres::{PgTask, PostgresStorage};
-use slipway_jobs::store::queue::QueueSettings;
 use clap::{Args, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use slipway_jobs::store::queue::QueueSettings;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgPool};
 use std::future::Future;

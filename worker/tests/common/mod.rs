@@ -87,8 +87,8 @@ pub fn start(mut cmd: Command, db: &TestDatabase, log: &str) -> Running {
     Running(cmd.stdout(Stdio::null()).stderr(Stdio::from(file)).spawn().unwrap())
 }
 
-/// Polls `check` until it yields, backing off from 20 ms to 250 ms; panics past `deadline`.
-pub async fn wait_for<F, Fut, T>(what: &str, deadline: Duration, mut check: F) -> T
+/// Polls `check` until it yields, backing off from 20 ms to 250 ms; `None` past `deadline`.
+pub async fn poll<F, Fut, T>(deadline: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -97,12 +97,34 @@ where
     let mut every = Duration::from_millis(20);
     loop {
         if let Some(v) = check().await {
-            return v;
+            return Some(v);
         }
-        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        if start.elapsed() >= deadline {
+            return None;
+        }
         tokio::time::sleep(every).await;
         every = (every * 2).min(Duration::from_millis(250));
     }
+}
+
+/// [`poll`]s `check` until it yields; panics naming `what` past `deadline`.
+pub async fn wait_for<F, Fut, T>(what: &str, deadline: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    poll(deadline, check).await.unwrap_or_else(|| panic!("timed out after {deadline:?} waiting for {what}"))
+}
+
+/// An error and its sources, `: `-separated (reqwest's own message omits the cause).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text = format!("{text}: {e}");
+        source = e.source();
+    }
+    text
 }
 
 /// The api as a front-end sees it.
@@ -116,18 +138,68 @@ pub struct Api {
 impl Api {
     /// Mints a token for every deployment and waits for `/healthz`.
     pub async fn connect(db: &TestDatabase, port: u16) -> Self {
+        let api = Self::new(db, port);
+        api.wait_healthy().await;
+        api
+    }
+
+    /// The api on `port` with a token for every deployment (valid 2 h), without waiting for it.
+    pub fn new(db: &TestDatabase, port: u16) -> Self {
         let out = command(&binary("slipway-api"), db, port)
-            .args(["token", "--deployments", "*", "--ttl", "1h"])
+            .args(["token", "--deployments", "*", "--ttl", "2h"])
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let api = Self {
+        Self {
             http: reqwest::Client::new(),
             base: format!("http://127.0.0.1:{port}"),
             token: String::from_utf8(out.stdout).unwrap().trim().to_owned(),
+        }
+    }
+
+    /// Any request, with the token: status and body (JSON; a body that is
+    /// not JSON as a JSON string; none as null). `Err` when no whole answer
+    /// came back: refused, reset, timed out or cut off mid-body.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), reqwest::Error> {
+        let mut request = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let r = request.send().await?;
+        let status = r.status().as_u16();
+        let bytes = r.bytes().await?;
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
         };
-        api.wait_healthy().await;
-        api
+        Ok((status, body))
+    }
+
+    /// Every build of deployment `id`, newest first, read page by page;
+    /// `Err` says why a page could not be read.
+    pub async fn builds(&self, id: &str) -> Result<Vec<Value>, String> {
+        let mut builds = Vec::new();
+        let mut path = format!("/deployments/{id}/builds");
+        loop {
+            let (status, page) = self
+                .call(reqwest::Method::GET, &path, None)
+                .await
+                .map_err(|e| format!("GET {path}: {}", error_chain(&e)))?;
+            if status != 200 {
+                return Err(format!("GET {path} answered {status}: {page}"));
+            }
+            builds.extend(page["builds"].as_array().into_iter().flatten().cloned());
+            match page["next"].as_str() {
+                Some(next) => path = format!("/deployments/{id}/builds?before={next}"),
+                None => return Ok(builds),
+            }
+        }
     }
 
     pub async fn wait_healthy(&self) {
