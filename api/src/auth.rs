@@ -258,6 +258,11 @@ pub fn mint(config: &Config, subject: &str, deployments: Vec<String>, ttl_secs: 
         .jwt_secret
         .as_ref()
         .ok_or_else(|| anyhow::anyhow!("minting needs SLIPWAY_JWT_SECRET (an Ed25519 public key cannot sign)"))?;
+    if secret.expose_secret().len() < MIN_SECRET_BYTES {
+        anyhow::bail!(
+            "SLIPWAY_JWT_SECRET is shorter than {MIN_SECRET_BYTES} bytes, so the api would refuse to start with it; use a random secret of at least that length"
+        )
+    }
     let now = time::OffsetDateTime::now_utc().unix_timestamp() as u64;
     let mut claims = json!({
         "sub": subject,
@@ -328,6 +333,12 @@ mod tests {
             assert!(!e.message.contains(part), "the message repeats the token: {}", e.message);
         }
         e.message
+    }
+
+    #[test]
+    fn a_short_secret_mints_no_token() {
+        let err = mint(&config("short"), "dev", vec!["demo".into()], 60).unwrap_err().to_string();
+        assert!(err.contains("at least"), "{err}");
     }
 
     #[test]

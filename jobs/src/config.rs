@@ -64,7 +64,8 @@ pub struct Config {
     pub database_url: String,
     /// `SLIPWAY_BIND`: the api's listen address.
     pub bind: String,
-    /// `SLIPWAY_STATE_DIR`: work dirs, caches, local-provider state.
+    /// `SLIPWAY_STATE_DIR`: work dirs, caches, local-provider state; made
+    /// absolute against the starting folder.
     pub state_dir: PathBuf,
     /// `SLIPWAY_JWT_SECRET`: HS256 secret of a front-end.
     pub jwt_secret: Option<SecretString>,
@@ -83,7 +84,8 @@ pub struct Config {
     /// (MS-1: local runs and tests only). Default `false`.
     pub allow_path_sources: bool,
     /// `SLIPWAY_DEFAULT_SOURCE_DIR`: the folder holding the built-in module
-    /// source's `core/` that workers deploy a deployment without a source from.
+    /// source's `core/` that workers deploy a deployment without a source
+    /// from; made absolute against the starting folder.
     pub default_source_dir: PathBuf,
     /// `SLIPWAY_SELF_SOURCE`: the self-pin (MS-8); unset: sources float.
     pub self_source: Option<String>,
@@ -215,7 +217,10 @@ impl Config {
         if let Some((key, feature)) = UNSUPPORTED.iter().find(|(k, _)| get(k).is_some()) {
             return Err(ConfigError::Unsupported { key, feature });
         }
-        let state_dir = PathBuf::from(get("SLIPWAY_STATE_DIR").unwrap_or(".slipway"));
+        // Folders are made absolute against the folder the process starts
+        // in: effects run in folders of their own and are handed these paths.
+        let folder = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+        let state_dir = folder(PathBuf::from(get("SLIPWAY_STATE_DIR").unwrap_or(".slipway")));
         Ok(Self {
             database_url: get("DATABASE_URL").unwrap_or("sqlite://.slipway/slipway.db").to_owned(),
             bind: get("SLIPWAY_BIND").unwrap_or("127.0.0.1:8080").to_owned(),
@@ -230,7 +235,9 @@ impl Config {
                 None => vec![crate::source::PROJECT_REPOSITORY.to_owned()],
             },
             allow_path_sources: boolean(keys, "SLIPWAY_ALLOW_PATH_SOURCES", false)?,
-            default_source_dir: get("SLIPWAY_DEFAULT_SOURCE_DIR").map(PathBuf::from).unwrap_or_else(default_source_dir),
+            default_source_dir: folder(
+                get("SLIPWAY_DEFAULT_SOURCE_DIR").map(PathBuf::from).unwrap_or_else(default_source_dir),
+            ),
             self_source: get("SLIPWAY_SELF_SOURCE").map(str::to_owned),
             provider: get("SLIPWAY_PROVIDER").unwrap_or("local").to_owned(),
             nix_timeout: duration(keys, "NIX_TIMEOUT", 300)?,
@@ -346,6 +353,19 @@ mod tests {
         // Unset or empty, they are no trouble.
         let keys = BTreeMap::from([("OPENBAO_ADDR".to_owned(), String::new())]);
         assert!(Config::from_keys(&keys).is_ok());
+    }
+
+    #[test]
+    fn relative_folders_are_taken_from_the_starting_folder() {
+        let keys = BTreeMap::from([
+            ("SLIPWAY_STATE_DIR".to_owned(), "state".to_owned()),
+            ("SLIPWAY_DEFAULT_SOURCE_DIR".to_owned(), "nix".to_owned()),
+        ]);
+        let c = Config::from_keys(&keys).unwrap();
+        let here = std::env::current_dir().unwrap();
+        assert_eq!((c.state_dir, c.default_source_dir), (here.join("state"), here.join("nix")));
+        let c = Config::from_keys(&BTreeMap::new()).unwrap();
+        assert!(c.state_dir.is_absolute(), "{}", c.state_dir.display());
     }
 
     #[test]

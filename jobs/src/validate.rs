@@ -47,7 +47,8 @@ pub struct Problem {
     /// `schema` (the schema refuses the value), `unexpected_key` (MG-6),
     /// `skipped_rename` (MG-3), `secret` (§8), `unsupported_character` (a
     /// NUL character in a string or key, which Nix cannot carry to a node),
-    /// or `reserved_key` (one of [`RESERVED_KEYS`]).
+    /// `reserved_key` (one of [`RESERVED_KEYS`]) or `unsupported_number` (a
+    /// whole number outside Nix's 64-bit integers).
     pub kind: &'static str,
     /// What is wrong, and the remedy where there is one; never the value.
     /// At most [`MAX_PROBLEM_TEXT`] bytes.
@@ -170,6 +171,20 @@ fn segment(key: &str) -> String {
     format!("/{}", key.replace('~', "~0").replace('/', "~1"))
 }
 
+/// Whether Nix can hold number `n` as written: a whole number must fit a
+/// 64-bit signed integer (Nix's only integers; `1e20` or
+/// 18446744073709551615 would wrap or turn into a float on the node).
+fn fits_nix(n: &serde_json::Number) -> bool {
+    if n.is_i64() {
+        return true;
+    }
+    if n.is_u64() {
+        return false;
+    }
+    // A float: only a whole one that is too large for an integer is refused.
+    n.as_f64().is_none_or(|f| f.fract() != 0.0 || f.abs() < 9.223_372_036_854_775_808e18)
+}
+
 /// Adds a problem for every string and key under `value` (at the JSON
 /// pointer `path`) that Nix cannot carry to a node: one holding a NUL
 /// character, and each of [`RESERVED_KEYS`]. The sentences name the
@@ -182,6 +197,15 @@ fn undeployable_text(value: &Value, path: &mut String, found: &mut Listing) {
         Value::String(s) if s.contains('\0') => {
             found.add(|| Problem::new(path.clone(), "unsupported_character", format!("this text {NUL}")))
         }
+        Value::Number(n) if !fits_nix(n) => found.add(|| {
+            Problem::new(
+                path.clone(),
+                "unsupported_number",
+                "this whole number is outside the 64-bit integers a Nix value can hold \
+                 (-9223372036854775808 to 9223372036854775807), so it cannot reach the node"
+                    .to_owned(),
+            )
+        }),
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
                 path.push('/');

@@ -7,7 +7,7 @@ use slipway_jobs::state::{BuildKind, BuildStatus, DeploymentState};
 use slipway_jobs::store::queue::BuildJob;
 use slipway_jobs::store::{builds, Engine};
 use slipway_jobs::submit;
-use slipway_jobs::test_support::{checker, source_with_deploy, submit_demo, world, AnySource};
+use slipway_jobs::test_support::{checker, source_with_deploy, submit_demo, wait_for, world, AnySource};
 
 async fn a_build_cancelled_before_it_ran_leaves_the_state_of_the_last_build_that_ran(engine: Engine) {
     let w = world(engine, &[]).await;
@@ -127,3 +127,46 @@ slipway_jobs::on_both_engines!(
     concurrent_submits_to_one_deployment_are_timed_in_submit_order,
     a_build_log_shows_no_absolute_path_of_the_host,
 );
+
+/// Output an effect writes while the database is away is kept and stored
+/// once it is back: the log misses no line.
+#[tokio::test]
+async fn a_build_log_keeps_the_output_written_while_the_database_was_away() {
+    let w = world(Engine::Postgres, &[]).await;
+    let script = r#"#!/bin/sh
+for i in 1 2 3 4 5 6 7 8; do
+  echo "tick $i"
+  echo "$i" > "$STATE_DIR/ticks"
+  [ "$i" = 2 ] && while [ ! -e "$STATE_DIR/resume" ]; do sleep 0.05; done
+  sleep 0.3
+done
+echo '{"nodes": [{"name": "web", "dnsNames": [], "outcome": "deployed"}]}' > "$SBOM_OUT_DIR/nodes.json"
+echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SBOM_OUT_DIR/web.cdx.json"
+"#;
+    let source = source_with_deploy(&w.db.path("ticks"), script);
+    let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
+    let ctx = w.ctx.clone();
+    let job = BuildJob { build_id: id.clone() };
+    let running = tokio::spawn(async move { build::run(job, &ctx).await });
+    let state = w.ctx.provider_state_dir("demo");
+    let tick = || std::fs::read_to_string(state.join("ticks")).ok().and_then(|t| t.trim().parse::<u32>().ok());
+    wait_for("the effect's second tick", std::time::Duration::from_secs(60), || async {
+        (tick() == Some(2)).then_some(())
+    })
+    .await;
+    // The database goes away while the effect writes ticks 3 to 8.
+    w.db.accept_connections(false).await;
+    std::fs::write(state.join("resume"), "").unwrap();
+    wait_for("the effect's last tick", std::time::Duration::from_secs(60), || async {
+        (tick() == Some(8)).then_some(())
+    })
+    .await;
+    w.db.accept_connections(true).await;
+    let ran = tokio::time::timeout(std::time::Duration::from_secs(120), running).await.unwrap().unwrap().unwrap();
+    assert!(matches!(ran, Ran::Finished(ref r) if r.status == BuildStatus::Succeeded), "{ran:?}");
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let log = builds::log(&mut conn, &id).await.unwrap().unwrap();
+    for i in 1..=8 {
+        assert!(log.contains(&format!("tick {i}\n")), "tick {i} is missing from the log:\n{log}");
+    }
+}

@@ -173,3 +173,43 @@ async fn every_string_and_key_of_a_configuration_reaches_the_node_byte_for_byte(
         assert_reached(&sent, &node["services"][app], &format!("/applications/{app}"));
     }
 }
+
+/// A whole number written with a fraction (`500.0`: JSON Schema's integer
+/// includes it, Nix reads it as a float) reaches the node as that integer,
+/// in a module option and inside a JSON-valued one; the largest 64-bit
+/// integer and the smallest reach it exactly.
+#[tokio::test]
+async fn a_whole_number_written_with_a_fraction_reaches_the_node_as_that_integer() {
+    let w = world(Engine::Sqlite, &[]).await;
+    let mut config = demo();
+    config["applications"]["mastodon"]["maxPostLength"] = json!(500.0);
+    config["applications"]["peertube"]["transcoding"]["threads"] = json!(3.0);
+    config["applications"]["peertube"]["settings"]["signup"]["userLimit"] = json!(i64::MAX);
+    let id = w.queue_configuration("numbers", BuildKind::Deploy, None, config).await;
+    let report = w.run(&id).await;
+    assert_eq!(report.status, BuildStatus::Succeeded, "{report:?}");
+    let node = |app: &str| {
+        evaluate(&w.ctx.provider_state_dir("numbers").join("nodes").join(app).join("system/configuration.nix"))
+    };
+    let (mastodon, peertube) = (node("mastodon"), node("peertube"));
+    assert_eq!(mastodon["services"]["mastodon"]["maxPostLength"], json!(500));
+    assert_eq!(peertube["services"]["peertube"]["transcoding"]["threads"], json!(3));
+    assert_eq!(peertube["services"]["peertube"]["settings"]["signup"]["userLimit"], json!(i64::MAX));
+}
+
+/// A whole number beyond Nix's 64-bit integers cannot reach a node: it is
+/// refused at submit with its path, whatever the schema allows.
+#[tokio::test]
+async fn a_whole_number_beyond_64_bits_is_refused_with_its_path() {
+    let checker = slipway_jobs::test_support::checker();
+    for (value, path) in [
+        (json!(u64::MAX), "/applications/peertube/settings/signup/userLimit"),
+        (json!(1e20), "/applications/peertube/settings/signup/userLimit"),
+    ] {
+        let mut config = demo();
+        config["applications"]["peertube"]["settings"]["signup"]["userLimit"] = value;
+        let listing = checker.check(config, "no secrets").unwrap_err();
+        let problem = listing.problems.iter().find(|p| p.path == path).unwrap_or_else(|| panic!("{listing:?}"));
+        assert_eq!(problem.kind, "unsupported_number", "{problem:?}");
+    }
+}

@@ -93,8 +93,12 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
         // Supervision: a worker whose heartbeat or storage failed starts
         // again, after a pause that grows while the failures go on (the
         // database may be away for a while; builds keep running meanwhile).
-        let wait = restarts.lock().expect("restart backoff lock").next(std::time::Instant::now());
-        tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "worker stopped with an error; restarting it");
+        let (wait, first) = restarts.lock().expect("restart backoff lock").next(std::time::Instant::now());
+        if first {
+            tracing::warn!(%error, "the queue worker stopped with an error; restarting it (with backoff while this goes on)");
+        } else {
+            tracing::debug!(%error, retry_in_ms = wait.as_millis() as u64, "the queue worker stopped again; restarting it");
+        }
         tokio::task::block_in_place(|| std::thread::sleep(wait));
         true
     });
@@ -162,9 +166,7 @@ async fn keep_alive(ctx: Ctx, beats: Beats) {
         if ctx.here.abandoned() {
             return;
         }
-        if let Err(e) = ctx.beat().await {
-            tracing::warn!(error = %e, "could not record this worker's heartbeat");
-        }
+        ctx.beat().await;
     }
 }
 
@@ -198,15 +200,16 @@ impl Restarts {
     const MOST: Duration = Duration::from_secs(5);
     const QUIET: Duration = Duration::from_secs(60);
 
-    /// Records a failure at `now` and returns how long to wait.
-    fn next(&mut self, now: std::time::Instant) -> Duration {
+    /// Records a failure at `now` and returns how long to wait, and whether
+    /// it is the first of a run of failures.
+    fn next(&mut self, now: std::time::Instant) -> (Duration, bool) {
         if self.last.is_some_and(|last| now.duration_since(last) > Self::QUIET) {
             self.count = 0;
         }
         self.last = Some(now);
         let wait = Self::FIRST.saturating_mul(1 << self.count.min(16)).min(Self::MOST);
         self.count += 1;
-        wait
+        (wait, self.count == 1)
     }
 }
 
@@ -292,8 +295,8 @@ mod tests {
     fn restarts_back_off_while_failures_go_on_and_start_over_after_a_quiet_minute() {
         let mut r = Restarts::default();
         let t = Instant::now();
-        let waits: Vec<u128> = (0..8).map(|i| r.next(t + Duration::from_secs(i)).as_millis()).collect();
+        let waits: Vec<u128> = (0..8).map(|i| r.next(t + Duration::from_secs(i)).0.as_millis()).collect();
         assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
-        assert_eq!(r.next(t + Duration::from_secs(120)), Duration::from_millis(100));
+        assert_eq!(r.next(t + Duration::from_secs(120)), (Duration::from_millis(100), true));
     }
 }

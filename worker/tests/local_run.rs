@@ -122,3 +122,24 @@ fn a_missing_configuration_file_or_source_folder_is_named_in_the_refusal() {
     assert_eq!(code, 2);
     assert!(out.contains("/nonexistent"), "{out}");
 }
+
+/// The default state folder is relative (`.slipway`): a run started in
+/// some folder keeps its state there, and its effect (which runs in a
+/// folder of its own) still finds its lock and folders.
+#[test]
+fn a_local_deploy_with_a_relative_state_folder_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = format!("path:{}", repo().join("nix").display());
+    let config = repo().join("examples/demo.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_slipway-worker"))
+        .args(["run", "deploy", "--source", &source, "--config", config.to_str().unwrap(), "--output", "json"])
+        .current_dir(dir.path())
+        .env("SLIPWAY_STATE_DIR", "relative-state")
+        .env_remove("SLIPWAY_CONFIG")
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert!(out.status.success(), "{report}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(report["status"], "succeeded");
+    assert!(dir.path().join("relative-state/provider/local/nodes").is_dir());
+}

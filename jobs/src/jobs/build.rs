@@ -193,7 +193,7 @@ async fn run_claimed(build: BuildRow, ctx: &Ctx) -> Result<Ran, JobError> {
 
 /// How long a finished build keeps trying to record its end while the
 /// database is away, before it gives the job back (and the effect re-runs).
-const RECORD_PATIENCE: Duration = Duration::from_secs(600);
+pub(crate) const RECORD_PATIENCE: Duration = Duration::from_secs(600);
 
 /// The first pause between tries to record a build's end, doubling up to
 /// [`RECORD_RETRY_MOST`]: the end is recorded within seconds of the

@@ -95,13 +95,21 @@ impl Here {
         self.abandoned.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Records a heartbeat of this worker: `true` when it reached the database.
-    pub fn beat(&self, reached: bool) {
+    /// Records a heartbeat of this worker: `reached` when it reached the
+    /// database. Returns whether that changed: `Some(false)` when the
+    /// database has just gone away, `Some(true)` when it has just come back.
+    pub fn beat(&self, reached: bool) -> Option<bool> {
         let mut since = self.reachable_since.lock().expect("reachability lock");
         match (reached, *since) {
-            (true, None) => *since = Some(std::time::Instant::now()),
-            (false, _) => *since = None,
-            (true, Some(_)) => {}
+            (true, None) => {
+                *since = Some(std::time::Instant::now());
+                Some(true)
+            }
+            (false, Some(_)) => {
+                *since = None;
+                Some(false)
+            }
+            _ => None,
         }
     }
 
@@ -130,12 +138,20 @@ impl Ctx {
     }
 
     /// Records this worker's heartbeat and tells [`Here`] whether the
-    /// database answered.
-    pub async fn beat(&self) -> Result<(), crate::store::StoreError> {
+    /// database answered. A database that stops or starts answering is
+    /// logged once each way, not on every beat.
+    pub async fn beat(&self) {
         let beat = async { crate::store::workers::keep_alive(&mut self.db.acquire().await?, &self.worker).await };
         let result = beat.await;
-        self.here.beat(result.is_ok());
-        result.map(|_| ())
+        match (self.here.beat(result.is_ok()), result) {
+            (Some(false), Err(e)) => tracing::error!(
+                error = %e,
+                "the database is away: builds that end meanwhile wait to record their end (logged once per outage)"
+            ),
+            (Some(true), _) => tracing::info!("the database answers again"),
+            (_, Err(e)) => tracing::debug!(error = %e, "could not record this worker's heartbeat"),
+            _ => {}
+        }
     }
 
     /// Hands back, in one transaction, the builds and claimed jobs of this

@@ -29,6 +29,9 @@ pub(crate) struct DbLog {
     paths: Vec<(String, String)>,
     /// Next chunk number and bytes stored so far.
     end: std::sync::Mutex<(i64, i64)>,
+    /// Chunks not stored yet (the database was away), in order: sent before
+    /// the next chunk, and waited for when the effect ends ([`DbLog::flush`]).
+    unsent: std::sync::Mutex<std::collections::VecDeque<(i64, String)>>,
 }
 
 impl DbLog {
@@ -37,7 +40,50 @@ impl DbLog {
         let end = end.await.unwrap_or((builds::log_base(build.attempts) + 1, 0));
         let mut paths = paths;
         paths.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
-        Self { db, build: build.clone(), echo, paths, end: std::sync::Mutex::new(end) }
+        Self { db, build: build.clone(), echo, paths, end: std::sync::Mutex::new(end), unsent: Default::default() }
+    }
+
+    /// Stores the chunks not stored yet, in order; `false` when the
+    /// database is still away (they stay for the next try). A chunk refused
+    /// because another worker holds the build now is dropped.
+    async fn send_unsent(&self) -> bool {
+        loop {
+            let Some((seq, text)) = self.unsent.lock().expect("unsent log lock").front().cloned() else { return true };
+            let appended = async { builds::append_log(&mut self.db.acquire().await?, &self.build, seq, &text).await };
+            match appended.await {
+                Ok(stored) => {
+                    if !stored {
+                        tracing::debug!("build log not appended: another worker holds the build now");
+                    }
+                    self.unsent.lock().expect("unsent log lock").pop_front();
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot append to the build log yet; keeping the output");
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Waits, trying again every few seconds, until every chunk is stored or
+    /// `patience` has passed (then says how much output was lost).
+    pub(crate) async fn flush(&self, patience: std::time::Duration) {
+        let started = std::time::Instant::now();
+        let mut wait = std::time::Duration::from_millis(250);
+        let mut told = false;
+        while !self.send_unsent().await {
+            if !told {
+                tracing::warn!("the effect has ended; cannot record the build's end yet: the database is away, so its log and outcome wait for it");
+                told = true;
+            }
+            if started.elapsed() >= patience {
+                let lost = self.unsent.lock().expect("unsent log lock").len();
+                tracing::warn!(chunks = lost, "the database stayed away; part of the build log is lost");
+                return;
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(std::time::Duration::from_secs(4));
+        }
     }
 }
 
@@ -94,13 +140,10 @@ impl LogSink for DbLog {
                 *end = (seq + 1, bytes + chunk.len() as i64);
                 (seq, text)
             };
-            let Some(text) = text else { return };
-            let appended = async { builds::append_log(&mut self.db.acquire().await?, &self.build, seq, &text).await };
-            match appended.await {
-                Ok(true) => {}
-                Ok(false) => tracing::debug!("build log not appended: another worker holds the build now"),
-                Err(e) => tracing::warn!(error = %e, "could not append to the build log"),
+            if let Some(text) = text {
+                self.unsent.lock().expect("unsent log lock").push_back((seq, text));
             }
+            self.send_unsent().await;
         }
         .boxed()
     }
@@ -128,7 +171,8 @@ pub(crate) async fn run_effect(
     // A worker that died (or was taken for dead) on this host may have left
     // an older attempt's effect running: stop it before running again (Q-1;
     // one build of a deployment at a time).
-    let stale = crate::effect::kill_stale(&build.id, build.attempts);
+    let (id, attempt) = (build.id.clone(), build.attempts);
+    let stale = tokio::task::spawn_blocking(move || crate::effect::kill_stale(&id, attempt)).await.unwrap_or(0);
     if stale > 0 {
         tracing::warn!(processes = stale, "stopped an older attempt's effect left running on this host");
     }
@@ -194,10 +238,18 @@ pub(crate) async fn run_effect(
     .filter(|(from, _)| from.starts_with('/'))
     .collect();
     let log = DbLog::open(ctx.db.clone(), build, ctx.echo_log, paths).await;
+    if build.attempts > 1 {
+        // Earlier attempts' output is above this line in the same log.
+        let line = format!("slipway: attempt {} of this build starts here (a worker took it over)\n", build.attempts);
+        log.append(&line).await;
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(build.cancel_requested.then_some(Stop::Cancel));
     let watcher = tokio::spawn(watch_claim(ctx.db.clone(), build.clone(), stop_tx));
     let outcome = crate::effect::run(&spec, &log, stop_rx).await;
     watcher.abort();
+    // Output written while the database was away is stored before the end
+    // is recorded (which waits for the database as long).
+    log.flush(super::build::RECORD_PATIENCE).await;
     Ok((outcome.map_err(|e| e.to_string())?, work))
 }
 

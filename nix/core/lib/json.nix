@@ -20,6 +20,23 @@ let
     in
     go "" value + "\n";
 
+  # A float as a Nix literal that reads back as the same float: one with no
+  # fraction that fits an integer is written as that integer (JSON Schema's
+  # integer includes `500.0`); otherwise toJSON's text, with `.0` added where
+  # it has no point (Nix's float literal needs one: `1e+20` is `1.0e+20`),
+  # and a negative one in parentheses (in a list `-1.5` would subtract).
+  floatLiteral = v:
+    let
+      integral = builtins.floor v == v && v >= -9.0e18 && v <= 9.0e18;
+      text = toJSON v;
+      parts = match "(-?[0-9]+)([eE].*)?" text;
+      pointed =
+        if parts == null then text
+        else builtins.elemAt parts 0 + ".0" + (if builtins.elemAt parts 1 == null then "" else builtins.elemAt parts 1);
+      literal = if integral then toString (builtins.floor v) else pointed;
+    in
+    if v < 0 then "(${literal})" else literal;
+
   # Nix source text for a value of strings, booleans, integers, null, lists
   # and attribute sets. Every string and key reads back exactly as it was
   # (docs/MODULE-SOURCE.md "Strings and keys"): strings are written in double
@@ -50,7 +67,7 @@ let
         else if isString v then str v
         else if isBool v then (if v then "true" else "false")
         else if isInt v then (if v < 0 then "(${toString v})" else toString v)
-        else if builtins.isFloat v then toJSON v
+        else if builtins.isFloat v then floatLiteral v
         else if v == null then "null"
         else throw "slipway: toNix cannot write a ${builtins.typeOf v}";
     in

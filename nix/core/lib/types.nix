@@ -5,7 +5,7 @@
 { util, options }:
 let
   inherit (builtins)
-    all attrNames concatMap elem genList isAttrs isBool isInt isList isString
+    all attrNames concatMap elem floor genList isAttrs isBool isFloat isInt isList isString
     length match mapAttrs substring stringLength typeOf;
   inherit (util) filterAttrs mapAttrsToList mergeDefs optionalAttrs showPath;
   inherit (options) isOption isAlias optionSchema;
@@ -40,15 +40,23 @@ rec {
   bool = mkType { description = "a boolean"; schema = { type = "boolean"; }; check = isBool; };
 
   int = intBetween null null;
-  intBetween = min: max: mkType {
-    description = "an integer"
-      + (if min != null then " >= ${toString min}" else "")
-      + (if max != null then " <= ${toString max}" else "");
-    schema = { type = "integer"; }
-      // optionalAttrs (min != null) { minimum = min; }
-      // optionalAttrs (max != null) { maximum = max; };
-    check = v: isInt v && (min == null || v >= min) && (max == null || v <= max);
-  };
+  intBetween = min: max:
+    let
+      type = mkType {
+        description = "an integer"
+          + (if min != null then " >= ${toString min}" else "")
+          + (if max != null then " <= ${toString max}" else "");
+        schema = { type = "integer"; }
+          // optionalAttrs (min != null) { minimum = min; }
+          // optionalAttrs (max != null) { maximum = max; };
+        check = v: isInt v && (min == null || v >= min) && (max == null || v <= max);
+      };
+    in
+    type // {
+      # JSON Schema's integer includes `500.0`, which fromJSON reads as a
+      # float: a float with no fraction is that integer.
+      merge = path: value: type.merge path (if isFloat value && floor value == value then floor value else value);
+    };
 
   str = mkType { description = "a string"; schema = { type = "string"; }; check = isString; };
   strMatching = pattern: mkType {
