@@ -182,7 +182,7 @@ fn fits_nix(n: &serde_json::Number) -> bool {
         return false;
     }
     // A float: only a whole one that is too large for an integer is refused.
-    n.as_f64().is_none_or(|f| f.fract() != 0.0 || f.abs() < 9.223_372_036_854_775_808e18)
+    n.as_f64().is_none_or(|f| f.fract() != 0.0 || f.abs() < 2f64.powi(63))
 }
 
 /// Adds a problem for every string and key under `value` (at the JSON
