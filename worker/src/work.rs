@@ -102,7 +102,7 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
         tokio::task::block_in_place(|| std::thread::sleep(wait));
         true
     });
-    let monitor = register_all(monitor, &ctx, build_slots, prefetch);
+    let monitor = register_all(monitor, &ctx, build_slots, slots, prefetch);
     let ctx_for_alive = ctx.clone();
     let alive = tokio::spawn(keep_alive(ctx_for_alive.clone(), beats.clone()));
     let result =
@@ -124,11 +124,11 @@ struct Beats(Arc<tokio::sync::Mutex<()>>);
 /// ([`handle`], on either engine, `prefetch` claimed at once, at most as many
 /// builds at a time as `slots` has permits) and the retention sweep, every
 /// [`SWEEP_EVERY`].
-fn register_all(monitor: Monitor, ctx: &Ctx, slots: Slots, prefetch: usize) -> Monitor {
+fn register_all(monitor: Monitor, ctx: &Ctx, slots: Slots, slot_count: usize, prefetch: usize) -> Monitor {
     let settings = QueueSettings { queue: BUILDS_QUEUE, batch_size: prefetch, heartbeat: ctx.config.heartbeat };
     // apalis claims `prefetch` jobs at once and runs as many handlers; the
     // slot semaphore keeps the builds themselves at its permits.
-    let concurrency = prefetch.max(slots.0.available_permits());
+    let concurrency = prefetch.max(slot_count);
     let (name, db) = (ctx.worker.clone(), ctx.db.clone());
     let (builds_ctx, sweep_ctx) = (ctx.clone(), ctx.clone());
     macro_rules! builds_worker {

@@ -219,22 +219,37 @@ async fn a_worker_stopped_at_once_hands_its_build_back_at_once(engine: Engine) {
     assert!(took < 5000, "taken over {took} ms after the stop: the build was not handed back");
 }
 
-/// The reference source's deploy, with node builders that sleep unless
-/// `flag` is gone, on one worker with its own Nix builds.
-fn sleepy_world(db: &TestDatabase) -> (std::path::PathBuf, String, std::path::PathBuf) {
+/// An api and one worker on a copy of the reference source whose node
+/// builders sleep while `flag` exists, with the demo's deploy running: a
+/// real Nix builder, carrying `token` in its environment, runs.
+struct SleepyBuild {
+    _api_process: common::Running,
+    worker: common::Running,
+    api: Api,
+    port: u16,
+    source: std::path::PathBuf,
+    build_id: String,
+    token: String,
+    flag: std::path::PathBuf,
+}
+
+async fn a_sleepy_build_whose_builder_runs(db: &TestDatabase) -> SleepyBuild {
     let token = format!("slipway-sleepy-{}", db.dir.path().file_name().unwrap().to_string_lossy());
     let flag = db.path("builders-sleep");
     std::fs::write(&flag, "").unwrap();
     let source = db.path("sleepy-source");
     sleepy_nix_source(&source, &token, &flag);
-    (source, token, flag)
-}
-
-async fn builder_runs(token: &str) {
+    let port = free_port();
+    let api_process = start(command(&binary("slipway-api"), db, port), db, "api.log");
+    let worker = start(slow_worker(db, port, &source), db, "worker-1.log");
+    let api = Api::connect(db, port).await;
+    let (_, accepted) = api.submit("demo", &demo()).await.unwrap();
+    let build_id = accepted["build_id"].as_str().unwrap().to_owned();
     wait_for("a Nix builder of the build to run", Duration::from_secs(120), || async {
-        (!processes_with(token).is_empty()).then_some(())
+        (!processes_with(&token).is_empty()).then_some(())
     })
-    .await
+    .await;
+    SleepyBuild { _api_process: api_process, worker, api, port, source, build_id, token, flag }
 }
 
 fn scratch_folders(db: &TestDatabase) -> Vec<std::path::PathBuf> {
@@ -257,15 +272,9 @@ fn scratch_folders(db: &TestDatabase) -> Vec<std::path::PathBuf> {
 #[tokio::test]
 async fn a_worker_stopped_at_once_leaves_no_nix_builder_and_no_scratch_folder() {
     let db = TestDatabase::new(Engine::Sqlite).await;
-    let (source, token, _flag) = sleepy_world(&db);
-    let port = free_port();
-    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
-    let mut worker = start(slow_worker(&db, port, &source), &db, "worker.log");
-    let api = Api::connect(&db, port).await;
-    api.submit("demo", &demo()).await.unwrap();
-    builder_runs(&token).await;
-    assert_eq!(stop_at_once(&mut worker, &db.path("worker.log")).await.code(), Some(1));
-    let left = processes_with(&token);
+    let mut build = a_sleepy_build_whose_builder_runs(&db).await;
+    assert_eq!(stop_at_once(&mut build.worker, &db.path("worker-1.log")).await.code(), Some(1));
+    let left = processes_with(&build.token);
     assert!(left.is_empty(), "processes of the effect outlived the worker: {left:?}");
     assert_eq!(scratch_folders(&db), Vec::<std::path::PathBuf>::new());
 }
@@ -277,22 +286,17 @@ async fn a_worker_stopped_at_once_leaves_no_nix_builder_and_no_scratch_folder() 
 #[tokio::test]
 async fn a_killed_workers_nix_builders_go_with_it_and_another_worker_takes_the_build_over() {
     let db = TestDatabase::new(Engine::Sqlite).await;
-    let (source, token, flag) = sleepy_world(&db);
-    let port = free_port();
-    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
-    let mut first = start(slow_worker(&db, port, &source), &db, "worker-1.log");
-    let api = Api::connect(&db, port).await;
-    let (_, accepted) = api.submit("demo", &demo()).await.unwrap();
-    let build_id = accepted["build_id"].as_str().unwrap().to_owned();
-    builder_runs(&token).await;
-    first.kill();
+    let mut build = a_sleepy_build_whose_builder_runs(&db).await;
+    let (build_id, token) = (build.build_id.clone(), build.token.clone());
+    build.worker.kill();
     wait_for("every process of the dead worker's effect to be gone", Duration::from_secs(10), || async {
         processes_with(&token).is_empty().then_some(())
     })
     .await;
-    std::fs::remove_file(&flag).unwrap();
-    let _second = start(slow_worker(&db, port, &source), &db, "worker-2.log");
-    let done = wait_build(&api, &format!("/builds/{build_id}"), "another worker to finish the build", ENDED).await;
+    std::fs::remove_file(&build.flag).unwrap();
+    let _second = start(slow_worker(&db, build.port, &build.source), &db, "worker-2.log");
+    let done =
+        wait_build(&build.api, &format!("/builds/{build_id}"), "another worker to finish the build", ENDED).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_eq!(done["attempts"], 2, "{done}");
     let builds = db.path("state").join("builds").join(&build_id);

@@ -259,7 +259,8 @@ const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// Sends why the effect must stop: someone asked to cancel the build, or
 /// this worker no longer holds its claim.
 async fn watch_claim(db: Db, build: BuildRow, tx: tokio::sync::watch::Sender<Option<Stop>>) {
-    let mut tick = tokio::time::interval(WATCH_EVERY);
+    // The claim was just checked before the effect started: the first look is one period later.
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + WATCH_EVERY, WATCH_EVERY);
     loop {
         tick.tick().await;
         let status = async { builds::claim_status(&mut db.acquire().await?, &build).await };
