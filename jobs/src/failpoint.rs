@@ -3,7 +3,16 @@
 //! stop itself with `SIGSTOP`, as `kill -STOP` would, at point `b` (a test
 //! resumes it with `SIGCONT`). Read once from the environment; unset in
 //! production, where [`hit`] is a single comparison against an empty list.
+//!
+//! A stop at a point outside any transaction of ours
+//! ([`hit_between_statements`]) first waits until no other task of the
+//! process is inside a statement: otherwise the stop could land inside, say,
+//! apalis marking the job started, and the stopped process would hold that
+//! transaction's locks (on SQLite, the write lock of the whole file) until
+//! it resumes, which is the other scenario, that of a point inside a
+//! transaction ([`hit`] in the transaction that records a build's end).
 
+use crate::store::Db;
 use std::sync::OnceLock;
 
 /// What the process does at an armed point.
@@ -35,7 +44,8 @@ fn armed() -> &'static [(String, Action)] {
     })
 }
 
-/// Aborts the process, or stops it, when `name` is armed.
+/// Aborts the process, or stops it, when `name` is armed. A stop holds
+/// whatever locks the caller's transaction (and any other task's) holds.
 pub fn hit(name: &str) {
     match armed().iter().find(|(p, _)| p == name).map(|(_, action)| *action) {
         None => {}
@@ -48,5 +58,20 @@ pub fn hit(name: &str) {
             // SAFETY: stops this process, as `kill -STOP` would; SIGCONT resumes it here.
             unsafe { libc::kill(std::process::id() as libc::pid_t, libc::SIGSTOP) };
         }
+    }
+}
+
+/// Like [`hit`], but a stop lands between two statements: it first takes
+/// every connection of `db` ([`Db::hold_all`]), so no task of this process
+/// is inside a statement or a transaction, holds them while stopped, and
+/// gives them back once resumed. The caller must hold no connection itself.
+pub async fn hit_between_statements(name: &str, db: &Db) {
+    match armed().iter().find(|(p, _)| p == name).map(|(_, action)| *action) {
+        Some(Action::Stop) => {
+            let held = db.hold_all().await;
+            hit(name);
+            drop(held);
+        }
+        _ => hit(name),
     }
 }

@@ -57,6 +57,57 @@ impl TestDatabase {
         }
     }
 
+    /// Whether process `pid`, a Slipway binary using this database, holds a
+    /// transaction open, as a process stopped inside one does. On SQLite:
+    /// the write lock does not come free within 3 s (another process holds
+    /// it only for a moment). On PostgreSQL: one of its sessions (named by
+    /// [`crate::store::application_name`]) is idle in a transaction once its
+    /// running statements ended.
+    pub async fn holds_a_transaction(&self, pid: u32) -> bool {
+        use sqlx::Connection;
+        match &self.postgres_name {
+            None => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(self.path("slipway.db"))
+                    .busy_timeout(std::time::Duration::from_secs(3));
+                let mut conn = sqlx::SqliteConnection::connect_with(&options).await.expect("sqlite connection");
+                let locked = match sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await {
+                    Ok(_) => {
+                        sqlx::query("ROLLBACK").execute(&mut conn).await.expect("rollback");
+                        false
+                    }
+                    Err(e) => {
+                        let busy = e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == "5");
+                        assert!(busy, "sqlite write lock: {e}");
+                        true
+                    }
+                };
+                let _ = conn.close().await;
+                locked
+            }
+            Some(name) => {
+                let mut conn = sqlx::PgConnection::connect(&self.url).await.expect("postgres connection");
+                let states = format!(
+                    "SELECT state FROM pg_stat_activity WHERE datname = '{name}' AND application_name LIKE '% {pid}'"
+                );
+                // A statement still running after 100 looks waits on a lock: counted as held.
+                let mut held = true;
+                for _ in 0..100 {
+                    let rows: Vec<(Option<String>,)> =
+                        sqlx::query_as(sqlx::AssertSqlSafe(states.clone())).fetch_all(&mut conn).await.unwrap();
+                    if rows.iter().any(|(s,)| s.as_deref() == Some("active")) {
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
+                    held = rows.iter().any(|(s,)| s.as_deref().is_some_and(|s| s.starts_with("idle in transaction")));
+                    break;
+                }
+                let _ = conn.close().await;
+                held
+            }
+        }
+    }
+
     /// PostgreSQL only: simulates an outage of this database. `false` makes
     /// the server refuse new connections to it and drops those it has (as a
     /// restart or a failover does) and returns how many were dropped; `true`

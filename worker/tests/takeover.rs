@@ -7,7 +7,7 @@
 mod common;
 
 use common::{
-    binary, command, demo, free_port, ms_of, now_ms, signal, slow_source, slow_worker, start, stop_at_once, stopped,
+    binary, command, demo, free_port, ms_of, now_ms, pause_between_statements, signal, slow_source, slow_worker, start, stop_at_once, stopped,
     wait_build, wait_for, Api, ENDED,
 };
 use slipway_jobs::store::Engine;
@@ -79,7 +79,7 @@ async fn a_paused_worker_that_resumes_harms_nothing_of_the_new_attempt(engine: E
                 runs(&db).contains("start 1 ").then_some(())
             })
             .await;
-            signal(a_pid, libc::SIGSTOP);
+            pause_between_statements(a_pid, &db).await;
         }
         _ => {
             wait_for("A to stop itself at the step", Duration::from_secs(60), || async { stopped(a_pid).then_some(()) })

@@ -150,7 +150,7 @@ async fn claim(ctx: &Ctx, id: &str) -> Result<Option<BuildRow>, StoreError> {
 async fn run_claimed(build: BuildRow, ctx: &Ctx) -> Result<Ran, JobError> {
     let _here = ctx.here.enter(&build.id);
     tracing::info!("build started");
-    crate::failpoint::hit("build_claimed");
+    crate::failpoint::hit_between_statements("build_claimed", &ctx.db).await;
     let started = Instant::now();
     let mut outcome = match build.kind {
         // Cancelled while its worker was dead: it is not run again, and what
@@ -166,7 +166,7 @@ async fn run_claimed(build: BuildRow, ctx: &Ctx) -> Result<Ran, JobError> {
         tracing::warn!("this worker is stopping at once; the build is left for another worker");
         return Ok(Ran::Abandoned);
     }
-    crate::failpoint::hit("effect_ended");
+    crate::failpoint::hit_between_statements("effect_ended", &ctx.db).await;
     outcome.report.duration_ms = started.elapsed().as_millis() as i64;
     outcome.report.summarise();
     let report = outcome.report;

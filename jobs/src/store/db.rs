@@ -88,6 +88,35 @@ impl Db {
         })
     }
 
+    /// Holds every connection of the pool, each taken once it is free: while
+    /// the returned connections live, no other task of this process is
+    /// inside a statement or a transaction of this pool, so this process
+    /// holds no database lock. When not all come free within
+    /// [`super::ACQUIRE_TIMEOUT`] (a task may hold one while it waits for
+    /// another), all are given back and it starts again; a closed pool ends the
+    /// wait with what is held. For failpoints
+    /// that stop the process between two statements
+    /// ([`crate::failpoint::hit_between_statements`]).
+    pub async fn hold_all(&self) -> Vec<Conn> {
+        let size = match self {
+            Self::Sqlite(p) => p.options().get_max_connections(),
+            Self::Postgres(p) => p.options().get_max_connections(),
+        } as usize;
+        loop {
+            let mut held = Vec::with_capacity(size);
+            while held.len() < size {
+                match self.acquire().await {
+                    Ok(conn) => held.push(conn),
+                    Err(e) if e.is_closed() => return held,
+                    Err(_) => break,
+                }
+            }
+            if held.len() == size {
+                return held;
+            }
+        }
+    }
+
     /// Closes every connection (tests drop their databases after this).
     pub async fn close(&self) {
         match self {

@@ -129,14 +129,19 @@ pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
     let options = SqliteConnectOptions::from_str("sqlite://")?
         .filename(path)
         .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
         // Durable commits: an accepted submit survives a power cut.
         .synchronous(SqliteSynchronous::Full)
         .foreign_keys(true)
         .busy_timeout(Duration::from_secs(10));
+    // Processes opening the file at once (an api and a worker started
+    // together) take turns: switching a new file to WAL needs an exclusive
+    // lock that SQLite does not wait for (it answers "database is locked" at
+    // once), so it is done here, once, under this lock. WAL stays with the
+    // file; pooled connections leave the journal mode alone.
+    let _lock = lock_file(&path.with_extension("migrate.lock")).await?;
+    sqlx::SqliteConnection::connect_with(&options.clone().journal_mode(SqliteJournalMode::Wal)).await?.close().await?;
     let pool =
         SqlitePoolOptions::new().max_connections(8).acquire_timeout(ACQUIRE_TIMEOUT).connect_with(options).await?;
-    let _lock = lock_file(&path.with_extension("migrate.lock")).await?;
     // apalis's own tables. We do not call `SqliteStorage::setup`, which would
     // also set `synchronous = OFF` on one pooled connection.
     apalis_sqlite::SqliteStorage::<()>::migrations().run(&pool).await?;
@@ -150,7 +155,10 @@ pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
 /// PostgreSQL advisory locks, so api replicas and workers starting together
 /// wait for one another instead of racing.
 pub async fn open_postgres(url: &str) -> Result<Db, StoreError> {
-    let options = PgConnectOptions::from_str(url)?;
+    let mut options = PgConnectOptions::from_str(url)?;
+    if options.get_application_name().is_none() {
+        options = options.application_name(&application_name());
+    }
     // One plain connection first: a server that is down or a database that
     // does not exist is reported at once and by name, not as a pool timeout.
     sqlx::PgConnection::connect_with(&options).await?.close().await?;
@@ -160,6 +168,17 @@ pub async fn open_postgres(url: &str) -> Result<Db, StoreError> {
     ours.dangerous_set_table_name("_slipway_migrations");
     ours.run(&pool).await?;
     Ok(Db::Postgres(pool))
+}
+
+/// What this process calls itself to PostgreSQL (`application_name`, shown
+/// by `pg_stat_activity`) unless the URL names it: its program and pid, such
+/// as `slipway-worker 4242`, so an operator sees which process holds what.
+pub fn application_name() -> String {
+    let program = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "slipway".to_owned());
+    format!("{program} {}", std::process::id())
 }
 
 /// Takes an exclusive lock on `path` (created if missing) until the guard drops.
@@ -201,6 +220,25 @@ mod tests {
             let message = open(&Config::from_keys(&keys).unwrap()).await.unwrap_err().to_string();
             assert!(message.contains(shown), "{message}");
             assert!(!message.contains("hunter2"), "the URL leaked: {message}");
+        }
+    }
+
+    /// An api and a worker started together open a new SQLite file at once;
+    /// switching it to WAL must not answer "database is locked" to either.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn processes_opening_a_new_sqlite_file_at_once_all_open_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for round in 0..20 {
+            let path = dir.path().join(format!("round-{round}.db"));
+            let opens: Vec<_> = (0..6)
+                .map(|_| {
+                    let path = path.clone();
+                    tokio::spawn(async move { super::open_sqlite(&path).await.map(|db| db.engine()) })
+                })
+                .collect();
+            for open in opens {
+                open.await.unwrap().unwrap_or_else(|e| panic!("round {round}: {e}"));
+            }
         }
     }
 }

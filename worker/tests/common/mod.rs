@@ -308,6 +308,23 @@ pub fn signal(pid: u32, signal: i32) {
     unsafe { libc::kill(pid as i32, signal) };
 }
 
+/// Stops process `pid` (SIGSTOP) at a moment it holds no database
+/// transaction, as a `kill -STOP` that lands between two statements: a stop
+/// that landed inside one is undone (SIGCONT) and tried again. (A process
+/// stopped inside a transaction holds its locks until it resumes, on SQLite
+/// the write lock of the whole file: that is another scenario.)
+pub async fn pause_between_statements(pid: u32, db: &TestDatabase) {
+    for _ in 0..20 {
+        signal(pid, libc::SIGSTOP);
+        wait_for("the process to stop", Duration::from_secs(10), || async { stopped(pid).then_some(()) }).await;
+        if !db.holds_a_transaction(pid).await {
+            return;
+        }
+        signal(pid, libc::SIGCONT);
+    }
+    panic!("process {pid} was inside a transaction at each of 20 stops");
+}
+
 /// Whether process `pid` is stopped (`T` in `/proc/<pid>/stat`).
 pub fn stopped(pid: u32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
