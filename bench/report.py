@@ -5,7 +5,11 @@ Usage: report.py META_JSON RESULTS_TSV > report.md
 RESULTS_TSV lines: label <TAB> quiet(yes|no|n/a) <TAB> JSON (or a plain text such as "not measured").
 """
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report_migrate  # noqa: E402
 
 meta = json.load(open(sys.argv[1]))
 results = {}
@@ -81,7 +85,7 @@ def lat(label):
 out = []
 w = out.append
 
-w("# Benchmarks: Slipway's job queue on PostgreSQL")
+w(report_migrate.TITLE)
 w("")
 w("Written by `scripts/bench` (issue 3, item 9): do not edit by hand, re-run it. "
   "Every figure below comes from ONE run on ONE PostgreSQL server; absolute figures drift "
@@ -294,13 +298,20 @@ often with other work running, not from the run above: compare ratios, not absol
   while tuning were fsync stalls of the insert, shared by every queue, when other work used the disk.""")
 w("")
 
+if report_migrate.LABEL in results:
+    m_quiet, m_result = results[report_migrate.LABEL]
+    out.extend(report_migrate.section(meta, m_quiet, m_result, own_run=False))
+    w("")
+
 w("## Raw results")
 w("")
-w("One line per measurement: label, whether the machine was quiet, the driver's JSON output.")
+w("One line per measurement: label, whether the machine was quiet, the driver's JSON output "
+  "(migrate + validate: in its own section).")
 w("")
 w("```text")
 for label, quiet, payload in raw:
-    w(f"{label}\t{quiet}\t{payload}")
+    if label != report_migrate.LABEL:
+        w(f"{label}\t{quiet}\t{payload}")
 w("```")
 
 print("\n".join(out))

@@ -81,6 +81,16 @@
 //! need a third. The output is thus a fixed point by construction: applying
 //! the table to it changes nothing.
 //!
+//! # Cost
+//!
+//! A pass walks the value once to see which keys it holds, then skips every
+//! entry whose `from` has a literal segment that is not among them (most
+//! entries of a long table name nothing); the others cost the values they
+//! match. What a pass has moved and pinned, and where the later entries
+//! write, are kept in trees walked in the length of a path, so a pass over
+//! a list of thousands of items stays linear in the size of the value
+//! (`scripts/bench --only migrate` measures it).
+//!
 //! # Sections (MG-4)
 //!
 //! [`section_renames`] gives the table of one section (at present an
@@ -91,7 +101,9 @@
 //! section from outside is dropped too, so when such an entry restores a
 //! name inside the section, only the whole-configuration migration knows it.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -251,9 +263,10 @@ impl Skipped {
 /// fixed point; the skipped entries are those of that last pass, in table
 /// order and, within an entry, in the order of the value's keys.
 pub fn migrate(value: &mut Value, renames: &[Rename]) -> Vec<Skipped> {
+    let index = TableIndex::of(renames);
     let mut passes = 1;
     loop {
-        let pass = Pass::run(value, renames);
+        let pass = Pass::run(value, renames, &index);
         if !pass.changed || passes == MAX_PASSES {
             debug_assert!(!pass.changed, "no fixed point after {MAX_PASSES} passes");
             return pass.skipped;
@@ -321,7 +334,7 @@ fn relative_to_section(rename: &Rename, section: &[String]) -> Option<Rename> {
 }
 
 /// One step of a concrete path: an object key or a list index.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Step {
     Key(String),
     Index(usize),
@@ -339,16 +352,246 @@ impl Step {
 /// The state of one pass of [`migrate`] over the table.
 struct Pass<'t> {
     renames: &'t [Rename],
+    /// What the table says in one place, for every pass.
+    index: &'t TableIndex<'t>,
+    /// For each literal segment of a `from` ([`TableIndex::literals`]),
+    /// whether it is an object key in the value as the pass started or a
+    /// literal segment of a `to` (the only keys a move can create). An entry
+    /// whose `from` has a literal segment that is neither names nothing, and
+    /// the pass does not look for it: a table of a thousand entries, most
+    /// naming nothing, then costs one walk of the value per pass, not one
+    /// per entry.
+    present: Vec<bool>,
     /// Where this pass put values. A value at or below one of these is as
     /// old as the entry that moved it, whatever its path suggests.
-    moved: Vec<Vec<Step>>,
+    moved: PathSet,
     /// Values that a skip pinned in place for the rest of the pass: the
     /// skipped value and the one that blocked it. No later move takes a value
     /// at, above or below them, or puts one into them.
-    pinned: Vec<Vec<Step>>,
+    pinned: PathSet,
     skipped: Vec<Skipped>,
     /// Whether this pass moved anything.
     changed: bool,
+}
+
+/// A [`Hasher`] for the maps keyed by the table's own segments (a
+/// multiply-rotate hash over eight bytes at a time, as rustc's FxHash):
+/// several times cheaper than the default, and safe there because the keys
+/// of a configuration are only looked up in those maps, never inserted, so
+/// keys chosen to collide cannot make one degrade. Maps keyed by the
+/// configuration's keys ([`PathSet`]) keep the default hasher.
+#[derive(Default)]
+struct Fast(u64);
+
+impl Fast {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for Fast {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            self.add(u64::from_le_bytes(chunk.try_into().expect("a chunk of eight bytes")));
+        }
+        let mut rest = [0u8; 8];
+        rest[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+        self.add(u64::from_le_bytes(rest));
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fast>>;
+
+/// What a pass needs to know of the table beyond its entries, built once
+/// per [`migrate`].
+struct TableIndex<'t> {
+    /// Where the entries write, for [`Pass::is_old`].
+    writes: Writes,
+    /// Every distinct literal segment of a `from`, with its number.
+    literals: FastMap<&'t str, usize>,
+    /// For each entry, the numbers of the literal segments of its `from`.
+    from_literals: Vec<Vec<usize>>,
+    /// For each literal segment of a `from`, whether it is also a literal
+    /// segment of a `to`, a key a move can create.
+    written: Vec<bool>,
+}
+
+impl<'t> TableIndex<'t> {
+    fn of(renames: &'t [Rename]) -> Self {
+        let mut literals = FastMap::default();
+        let from_literals = renames
+            .iter()
+            .map(|rename| {
+                rename
+                    .from
+                    .iter()
+                    .filter(|segment| *segment != WILDCARD)
+                    .map(|segment| {
+                        let next = literals.len();
+                        *literals.entry(segment.as_str()).or_insert(next)
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut written = vec![false; literals.len()];
+        for segment in renames.iter().flat_map(|rename| &rename.to) {
+            if let Some(&number) = literals.get(segment.as_str()) {
+                written[number] = true;
+            }
+        }
+        TableIndex { writes: Writes::of(renames), literals, from_literals, written }
+    }
+
+    /// Marks in `present` the literal segments that are keys in `value`.
+    fn mark_keys(&self, value: &Value, present: &mut [bool]) {
+        match value {
+            Value::Object(map) => {
+                for (key, child) in map {
+                    if let Some(&number) = self.literals.get(key.as_str()) {
+                        present[number] = true;
+                    }
+                    self.mark_keys(child, present);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|child| self.mark_keys(child, present)),
+            _ => {}
+        }
+    }
+}
+
+/// A set of concrete paths as a tree of steps, so that the questions a pass
+/// asks ("is one of them above this path?", "below it?") cost the length of
+/// the path, not the number of paths: a pass over a list of thousands of
+/// items moves and pins thousands of values.
+#[derive(Default)]
+struct PathSet {
+    /// Whether the path that leads here is in the set.
+    here: bool,
+    children: HashMap<Step, PathSet>,
+}
+
+impl PathSet {
+    fn insert(&mut self, path: &[Step]) {
+        let mut node = self;
+        for step in path {
+            if !node.children.contains_key(step) {
+                node.children.insert(step.clone(), PathSet::default());
+            }
+            node = node.children.get_mut(step).expect("inserted above");
+        }
+        node.here = true;
+    }
+
+    /// Removes every path at or below `path`.
+    fn remove_below(&mut self, path: &[Step]) {
+        let Some((first, rest)) = path.split_first() else {
+            *self = PathSet::default();
+            return;
+        };
+        if let Some(child) = self.children.get_mut(first) {
+            child.remove_below(rest);
+            if !child.here && child.children.is_empty() {
+                self.children.remove(first);
+            }
+        }
+    }
+
+    /// Whether a path of the set is `path` or lies above it.
+    fn holds_at_or_above(&self, path: &[Step]) -> bool {
+        let mut node = self;
+        for step in path {
+            if node.here {
+                return true;
+            }
+            match node.children.get(step) {
+                Some(child) => node = child,
+                None => return false,
+            }
+        }
+        node.here
+    }
+
+    /// Whether a path of the set is `path`, lies above it or below it. (A
+    /// node exists only on the way to a path of the set.)
+    fn holds_on_the_line_of(&self, path: &[Step]) -> bool {
+        let mut node = self;
+        for step in path {
+            if node.here {
+                return true;
+            }
+            match node.children.get(step) {
+                Some(child) => node = child,
+                None => return false,
+            }
+        }
+        node.here || !node.children.is_empty()
+    }
+}
+
+/// The `to` patterns of a table as a tree whose edges are literal keys or
+/// [`WILDCARD`], each node knowing the last entry whose `to` ends there and
+/// the last one whose `to` passes through it. Answers "does the `to` of
+/// entry `k` or a later one name this path?" in the length of the path.
+#[derive(Default)]
+struct Writes {
+    /// The last entry whose `to` is the pattern that leads here.
+    ends: Option<usize>,
+    /// The last entry whose `to` is this pattern or one below it.
+    last: Option<usize>,
+    literal: FastMap<String, Writes>,
+    wildcard: Option<Box<Writes>>,
+}
+
+impl Writes {
+    fn of(renames: &[Rename]) -> Self {
+        let mut root = Writes::default();
+        for (entry, rename) in renames.iter().enumerate() {
+            let mut node = &mut root;
+            node.last = Some(entry);
+            for segment in &rename.to {
+                node = if segment == WILDCARD {
+                    node.wildcard.get_or_insert_with(Default::default)
+                } else {
+                    node.literal.entry(segment.clone()).or_default()
+                };
+                node.last = Some(entry);
+            }
+            node.ends = Some(entry);
+        }
+        root
+    }
+
+    /// The nodes under `self` that `step` leads to (a literal key matches
+    /// only an object key; `*` matches any step), keeping only those where
+    /// entry `entry` or a later one still writes.
+    fn step<'w>(&'w self, step: &Step, entry: usize, out: &mut Vec<&'w Writes>) {
+        let literal = match step {
+            Step::Key(key) => self.literal.get(key),
+            Step::Index(_) => None,
+        };
+        for next in literal.into_iter().chain(self.wildcard.as_deref()) {
+            if next.last.is_some_and(|last| last >= entry) {
+                out.push(next);
+            }
+        }
+    }
+
+    fn ends_at_or_after(nodes: &[&Writes], entry: usize) -> bool {
+        nodes.iter().any(|node| node.ends.is_some_and(|last| last >= entry))
+    }
 }
 
 /// What a concrete `to` path finds in the value.
@@ -364,17 +607,34 @@ enum Target {
 
 impl<'t> Pass<'t> {
     /// One pass of the whole table over `root`.
-    fn run(root: &mut Value, renames: &'t [Rename]) -> Self {
-        let mut pass = Pass { renames, moved: Vec::new(), pinned: Vec::new(), skipped: Vec::new(), changed: false };
+    fn run(root: &mut Value, renames: &'t [Rename], index: &'t TableIndex<'t>) -> Self {
+        let mut present = index.written.clone();
+        index.mark_keys(root, &mut present);
+        let mut pass = Pass {
+            renames,
+            index,
+            present,
+            moved: PathSet::default(),
+            pinned: PathSet::default(),
+            skipped: Vec::new(),
+            changed: false,
+        };
         for entry in 0..renames.len() {
             pass.apply(root, entry);
         }
         pass
     }
 
+    /// Whether the `from` of entry `entry` can name a value: each of its
+    /// literal segments is a key somewhere in the value (or one a move of
+    /// this pass may create).
+    fn may_match(&self, entry: usize) -> bool {
+        self.index.from_literals[entry].iter().all(|&number| self.present[number])
+    }
+
     fn apply(&mut self, root: &mut Value, entry: usize) {
         let rename = &self.renames[entry];
-        if rename.from.is_empty() {
+        if rename.from.is_empty() || !self.may_match(entry) {
             return;
         }
         let matches = find_matches(root, &rename.from);
@@ -395,7 +655,7 @@ impl<'t> Pass<'t> {
                 // `a.b → a`: the value sits below its own target, so it would
                 // always count as current; say so instead of staying silent.
                 self.skip(entry, SkipReason::TargetOccupied, &from);
-                self.pinned.push(from);
+                self.pinned.insert(&from);
                 continue;
             }
             if !self.is_old(root, &from, entry) {
@@ -404,26 +664,26 @@ impl<'t> Pass<'t> {
             if is_prefix(&from, &to) {
                 // `a → a.b` on a value that does not hold `b` yet.
                 self.skip(entry, SkipReason::TargetOccupied, &from);
-                self.pinned.push(from);
+                self.pinned.insert(&from);
                 continue;
             }
             if self.is_pinned(&to) {
                 // The target lies in a value that an earlier skip holds in
                 // place; writing into it could undo that skip on a later pass.
                 self.skip(entry, SkipReason::TargetOccupied, &from);
-                self.pinned.push(from);
+                self.pinned.insert(&from);
                 continue;
             }
             match check_target(root, &to) {
                 Target::Free => self.move_value(root, from, to),
                 Target::Occupied(blocker) => {
                     self.skip(entry, SkipReason::TargetOccupied, &from);
-                    self.pinned.push(from);
-                    self.pinned.push(blocker);
+                    self.pinned.insert(&from);
+                    self.pinned.insert(&blocker);
                 }
                 Target::NoListItem => {
                     self.skip(entry, SkipReason::WildcardsMisaligned, &from);
-                    self.pinned.push(from);
+                    self.pinned.insert(&from);
                 }
             }
         }
@@ -434,7 +694,7 @@ impl<'t> Pass<'t> {
     }
 
     fn is_pinned(&self, path: &[Step]) -> bool {
-        self.pinned.iter().any(|pin| is_prefix(pin, path) || is_prefix(path, pin))
+        self.pinned.holds_on_the_line_of(path)
     }
 
     /// Whether the value at `path` is in a shape that entry `entry` should
@@ -445,36 +705,57 @@ impl<'t> Pass<'t> {
         if self.was_moved(path) {
             return true;
         }
-        if (1..=path.len()).any(|len| self.is_written_later(&path[..len], entry)) {
-            return false;
+        // The `to` patterns of this entry and the later ones, followed
+        // along the path: one that ends on the way names a place above the
+        // value or the value's own.
+        let (mut nodes, mut next) = (vec![&self.index.writes], Vec::new());
+        for step in path {
+            next.clear();
+            for node in &nodes {
+                node.step(step, entry, &mut next);
+            }
+            if Writes::ends_at_or_after(&next, entry) {
+                return false;
+            }
+            if next.is_empty() {
+                return get(root, path).is_some();
+            }
+            std::mem::swap(&mut nodes, &mut next);
         }
-        get(root, path).is_some_and(|value| !self.holds_written_later(value, &mut path.to_vec(), entry))
+        get(root, path).is_some_and(|value| !self.holds_written_later(value, &mut path.to_vec(), &nodes, entry))
     }
 
     fn was_moved(&self, path: &[Step]) -> bool {
-        self.moved.iter().any(|moved| is_prefix(moved, path))
+        self.moved.holds_at_or_above(path)
     }
 
-    /// Whether the `to` of entry `entry` or of a later one names `path`.
-    fn is_written_later(&self, path: &[Step], entry: usize) -> bool {
-        self.renames[entry..].iter().any(|rename| pattern_matches(&rename.to, path))
-    }
-
-    /// Whether a value inside `value` (at `path`), not moved by this pass,
-    /// sits where entry `entry` or a later one writes.
-    fn holds_written_later(&self, value: &Value, path: &mut Vec<Step>, entry: usize) -> bool {
-        let children: Vec<(Step, &Value)> = match value {
-            Value::Object(map) => map.iter().map(|(key, child)| (Step::Key(key.clone()), child)).collect(),
-            Value::Array(items) => items.iter().enumerate().map(|(index, child)| (Step::Index(index), child)).collect(),
-            _ => return false,
-        };
-        children.into_iter().any(|(step, child)| {
+    /// Whether a value inside `value` (at `path`, which leads to `nodes` of
+    /// [`TableIndex::writes`]), not moved by this pass, sits where entry `entry`
+    /// or a later one writes. Only the children that some `to` pattern
+    /// still leads to are looked at.
+    fn holds_written_later(&self, value: &Value, path: &mut Vec<Step>, nodes: &[&Writes], entry: usize) -> bool {
+        let mut next = Vec::new();
+        let mut visit = |path: &mut Vec<Step>, step: Step, child: &Value| {
+            next.clear();
+            for node in nodes {
+                node.step(&step, entry, &mut next);
+            }
+            if next.is_empty() {
+                return false;
+            }
             path.push(step);
             let found = !self.was_moved(path)
-                && (self.is_written_later(path, entry) || self.holds_written_later(child, path, entry));
+                && (Writes::ends_at_or_after(&next, entry) || self.holds_written_later(child, path, &next, entry));
             path.pop();
             found
-        })
+        };
+        match value {
+            Value::Object(map) => map.iter().any(|(key, child)| visit(path, Step::Key(key.clone()), child)),
+            Value::Array(items) => {
+                items.iter().enumerate().any(|(index, child)| visit(path, Step::Index(index), child))
+            }
+            _ => false,
+        }
     }
 
     /// Moves the value at `from` to the free `to`, then removes the objects
@@ -492,8 +773,8 @@ impl<'t> Pass<'t> {
             let _ = insert(root, &from, value);
             return;
         }
-        self.moved.retain(|moved| !is_prefix(&from, moved));
-        self.moved.push(to);
+        self.moved.remove_below(&from);
+        self.moved.insert(&to);
         self.changed = true;
     }
 }
@@ -504,16 +785,6 @@ fn wildcard_count(path: &[String]) -> usize {
 
 fn is_prefix(prefix: &[Step], path: &[Step]) -> bool {
     prefix.len() <= path.len() && prefix == &path[..prefix.len()]
-}
-
-/// Whether `pattern` names exactly `path`: same length, each literal equal to
-/// a key step, each `*` any step.
-fn pattern_matches(pattern: &[String], path: &[Step]) -> bool {
-    pattern.len() == path.len()
-        && pattern
-            .iter()
-            .zip(path)
-            .all(|(segment, step)| segment == WILDCARD || matches!(step, Step::Key(key) if key == segment))
 }
 
 /// Every concrete path that `pattern` names in `value`, with the steps its
@@ -689,7 +960,12 @@ fn insert(root: &mut Value, path: &[Step], value: Value) -> Result<(), Value> {
     let mut node = root;
     for step in parents {
         node = match (node, step) {
-            (Value::Object(map), Step::Key(key)) => map.entry(key.clone()).or_insert_with(|| Value::Object(Map::new())),
+            (Value::Object(map), Step::Key(key)) => {
+                if !map.contains_key(key) {
+                    map.insert(key.clone(), Value::Object(Map::new()));
+                }
+                map.get_mut(key).expect("inserted above")
+            }
             (Value::Array(items), Step::Index(index)) if *index < items.len() => &mut items[*index],
             _ => return Err(value),
         };

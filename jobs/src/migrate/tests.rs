@@ -383,3 +383,27 @@ fn any_table_applied_to_its_own_output_changes_nothing_and_loses_no_value() {
         assert_eq!(before, after, "round {round}: values lost\ntable: {table:?}\ninput: {input}");
     }
 }
+
+#[test]
+fn a_chain_over_every_item_of_a_long_list_resolves_in_one_pass() {
+    // Thousands of moved and pinned values in one pass (the benchmark's shape).
+    let table = [r("l.*.a", "l.*.b"), r("l.*.b", "l.*.c"), r("l.*.c", "l.*.d.e")];
+    // Every seventh item already holds a scalar `d`, which blocks the last entry.
+    let items: Vec<Value> =
+        (0..5_000).map(|i| if i % 7 == 0 { json!({"a": i, "d": 0}) } else { json!({"a": i}) }).collect();
+    let (output, skipped) = run(&table, json!({ "l": items }));
+    let expected: Vec<Value> =
+        (0..5_000).map(|i| if i % 7 == 0 { json!({"c": i, "d": 0}) } else { json!({"d": {"e": i}}) }).collect();
+    assert_eq!(output, json!({ "l": expected }));
+    let blocked: Vec<Value> = (0..5_000).step_by(7).map(|i| skip(2, "target_occupied", &format!("l.{i}.c"))).collect();
+    assert_eq!(skipped, Value::Array(blocked));
+}
+
+#[test]
+fn an_entry_whose_from_names_a_key_that_an_earlier_move_creates_applies_in_the_same_pass() {
+    let table = [r("x", "y.k"), r("y.k", "z")];
+    assert_eq!(run(&table, json!({"x": 1})), (json!({"z": 1}), json!([])));
+    // The key may also arrive inside a moved value.
+    let table = [r("x", "y"), r("y.k", "z")];
+    assert_eq!(run(&table, json!({"x": {"k": 1}})), (json!({"z": 1}), json!([])));
+}
