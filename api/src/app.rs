@@ -15,8 +15,9 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use serde_json::json;
 use slipway_jobs::config::Config;
+use slipway_jobs::sources::FleetSources;
 use slipway_jobs::store::Db;
-use slipway_jobs::submit::{BuiltInSources, SourcePolicy};
+use slipway_jobs::submit::SourcePolicy;
 use slipway_jobs::validate::Checker;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,11 +52,15 @@ pub struct App {
     /// Token verification (SEC-1).
     pub verifier: Verifier,
     /// The module sources a submit is checked against: the built-in one,
-    /// its outputs baked in and its schema compiled (MS-5), under the policy
-    /// of MS-1, MS-6, MS-8.
-    pub sources: BuiltInSources,
+    /// its outputs baked in and its schema compiled (MS-5), and any allowed
+    /// source's outputs built on the `nix` queue and cached (MS-6), under
+    /// the policy of MS-1, MS-6, MS-8.
+    pub sources: FleetSources,
     /// Whether the database is away: outages are logged once each.
     pub database_health: DatabaseHealth,
+    /// Queues last seen with waiting jobs and no live worker, so
+    /// each such stretch is logged once.
+    pub unserved: std::sync::Mutex<std::collections::HashMap<String, bool>>,
 }
 
 /// The state handlers take: `State(state): State<AppState>`.
@@ -78,9 +83,19 @@ impl AppState {
             allow_path: config.allow_path_sources,
             self_source: config.self_source.clone(),
         };
-        let sources = BuiltInSources { policy, built_in: Checker::new(crate::default_source::outputs())? };
+        slipway_jobs::nix::check_provider(&config.provider).map_err(|e| anyhow::anyhow!("SLIPWAY_PROVIDER: {e}"))?;
+        let sources = FleetSources::new(
+            policy,
+            Checker::new(crate::default_source::outputs())?,
+            db.clone(),
+            &config.provider,
+            config.nix_slots,
+            config.nix_timeout,
+            &config.state_dir,
+            config.heartbeat,
+        );
         let database_health = DatabaseHealth::new(db.clone());
-        Ok(AppState(Arc::new(App { config, db, verifier, sources, database_health })))
+        Ok(AppState(Arc::new(App { config, db, verifier, sources, database_health, unserved: Default::default() })))
     }
 }
 
@@ -214,6 +229,8 @@ pub fn app(state: AppState) -> Router {
         .route("/version", get(routes::public::version))
         .route("/schema", get(routes::public::schema))
         .route("/renames", get(routes::public::renames))
+        .route("/application-paths", post(routes::public::application_paths))
+        .route("/sections", post(routes::public::sections))
         .route("/labels", post(routes::public::labels))
         .route("/deployments", get(routes::deployments::list))
         .route(
@@ -225,6 +242,9 @@ pub fn app(state: AppState) -> Router {
             get(routes::deployments::show).merge(put(submit)).delete(routes::deployments::delete),
         )
         .route("/deployments/{id}/builds", get(routes::deployments::builds))
+        .route("/deployments/{id}/preview", post(routes::deployments::preview))
+        .route("/schema/get_for", post(routes::sources::schema))
+        .route("/renames/get_for", post(routes::sources::renames))
         .route("/builds/{id}", get(routes::builds::show))
         .route("/builds/{id}/cancel", post(routes::builds::cancel))
         .route("/sbom-list/{id}", get(routes::sbom::list))

@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+use slipway_jobs::nix::{FailureCode, NixFailure};
 use slipway_jobs::source::SourceError;
 use slipway_jobs::store::StoreError;
 use slipway_jobs::submit::SubmitError;
@@ -66,6 +67,11 @@ impl ApiError {
     /// 503 `queue_full`.
     pub fn queue_full(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "queue_full", message)
+    }
+
+    /// 503 `nix_busy`: every fleet-wide nix slot is busy (MS-7).
+    pub fn nix_busy(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "nix_busy", message)
     }
 
     /// 503 `service_unavailable`.
@@ -129,6 +135,28 @@ impl From<SourceError> for ApiError {
     }
 }
 
+/// MS-6: a source's output, or its names eval, that could not be had. The
+/// message says which output and why; the build log stays on the job.
+/// `output_missing` and `source_too_old` `422`; a build that failed `422`
+/// (`invalid_configuration` `400` when the `names` eval refused the
+/// configuration, EV-1); `fetch_failed` `502`; `timeout` `504`.
+impl From<NixFailure> for ApiError {
+    fn from(f: NixFailure) -> Self {
+        let details = json!({ "output": f.output });
+        let (status, code) = match f.code {
+            FailureCode::BuildFailed if f.output.as_deref() == Some("names") => {
+                (StatusCode::BAD_REQUEST, "invalid_configuration")
+            }
+            FailureCode::FetchFailed => (StatusCode::BAD_GATEWAY, f.code.as_str()),
+            FailureCode::Timeout => (StatusCode::GATEWAY_TIMEOUT, f.code.as_str()),
+            FailureCode::OutputMissing | FailureCode::SourceTooOld | FailureCode::BuildFailed => {
+                (StatusCode::UNPROCESSABLE_ENTITY, f.code.as_str())
+            }
+        };
+        Self::new(status, code, f.message).with_details(details)
+    }
+}
+
 impl From<SubmitError> for ApiError {
     fn from(e: SubmitError) -> Self {
         match e {
@@ -136,9 +164,9 @@ impl From<SubmitError> for ApiError {
             SubmitError::InvalidConfiguration(listing) => Self::bad_request("invalid_configuration", listing.message())
                 .with_details(json!({ "problems": listing.problems, "omitted": listing.omitted })),
             SubmitError::Source(s) => s.into(),
-            e @ SubmitError::ExplicitSourceUnsupported(_) => {
-                Self::new(StatusCode::NOT_IMPLEMENTED, "not_implemented", e.to_string())
-            }
+            e @ SubmitError::NotServed(_) => Self::bad_request("invalid_module_source", e.to_string()),
+            SubmitError::SourceOutputs(f) => f.into(),
+            e @ SubmitError::NixBusy => Self::nix_busy(e.to_string()),
             e @ SubmitError::QueueFull { .. } => Self::queue_full(e.to_string()),
             SubmitError::Store(s) => s.into(),
         }

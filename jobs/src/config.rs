@@ -53,7 +53,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("OPENBAO_TOKEN", "keeping operator secrets in OpenBao"),
     ("OPENBAO_MOUNT", "keeping operator secrets in OpenBao"),
     ("OPENBAO_ROOT", "keeping operator secrets in OpenBao"),
-    ("NIX_SLOTS", "the fleet-wide nix queue of schema builds and names evals"),
 ];
 
 /// Slipway's configuration (PRODUCT.md §12). Durations are whole seconds
@@ -93,8 +92,15 @@ pub struct Config {
     /// passed to them as `PROVIDER`. Default `local`, the reference
     /// source's only provider.
     pub provider: String,
-    /// `NIX_TIMEOUT` (MS-7).
+    /// `NIX_TIMEOUT` (MS-7): one deadline covering a `nix`-queue job's
+    /// fetch and build; default 300 s.
     pub nix_timeout: Duration,
+    /// `NIX_SLOTS` (MS-7): schema builds and names evals running at once,
+    /// fleet-wide; default 2.
+    pub nix_slots: u32,
+    /// `SLIPWAY_QUEUES`: the queues this worker serves, of `builds`,
+    /// `nix` and `maintenance`; default all. `--queues` overrides it.
+    pub queues: Vec<String>,
     /// `BUILD_SLOTS`: concurrent builds per worker (§6).
     pub build_slots: u32,
     /// `BUILD_PREFETCH`: build jobs a worker claims from the queue at once;
@@ -116,6 +122,29 @@ pub struct Config {
     /// `SLIPWAY_HEARTBEAT`: worker heartbeat interval; a worker missing two
     /// beats has its builds picked up by another worker.
     pub heartbeat: Duration,
+}
+
+/// Parses a list of queues (`SLIPWAY_QUEUES`, `--queues`): comma separated
+/// names of `builds`, `nix` and `maintenance`; unset or empty: all of them.
+pub fn parse_queues(value: Option<&str>) -> Result<Vec<String>, ConfigError> {
+    let all = crate::store::queue::ALL_QUEUES;
+    let Some(value) = value.filter(|v| !v.trim().is_empty()) else {
+        return Ok(all.iter().map(|q| q.to_string()).collect());
+    };
+    let mut queues = Vec::new();
+    for name in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if !all.contains(&name) {
+            return Err(ConfigError::Invalid {
+                key: "SLIPWAY_QUEUES",
+                value: value.to_owned(),
+                reason: "a comma-separated list of the queues builds, nix and maintenance",
+            });
+        }
+        if !queues.iter().any(|q| q == name) {
+            queues.push(name.to_owned());
+        }
+    }
+    Ok(queues)
 }
 
 /// The built-in source shipped next to the binaries: `$SLIPWAY_DEFAULT_SOURCE_DIR`,
@@ -145,6 +174,7 @@ pub const KEYS: &[&str] = &[
     "SLIPWAY_SELF_SOURCE",
     "SLIPWAY_PROVIDER",
     "SLIPWAY_HEARTBEAT",
+    "SLIPWAY_QUEUES",
     "OPENBAO_ADDR",
     "OPENBAO_TOKEN",
     "OPENBAO_MOUNT",
@@ -241,6 +271,8 @@ impl Config {
             self_source: get("SLIPWAY_SELF_SOURCE").map(str::to_owned),
             provider: get("SLIPWAY_PROVIDER").unwrap_or("local").to_owned(),
             nix_timeout: duration(keys, "NIX_TIMEOUT", 300)?,
+            nix_slots: number(keys, "NIX_SLOTS", 2)?,
+            queues: parse_queues(get("SLIPWAY_QUEUES"))?,
             build_slots: number(keys, "BUILD_SLOTS", 4)?,
             build_prefetch: match keys.get("BUILD_PREFETCH").filter(|v| !v.is_empty()) {
                 None => None,

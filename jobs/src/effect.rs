@@ -39,8 +39,11 @@ pub trait LogSink: Send + Sync {
 /// One effect run.
 #[derive(Debug, Clone)]
 pub struct EffectSpec {
-    /// The executable (`<source>/core/effects/deploy`, …).
+    /// The executable (`<source>/core/effects/deploy`, …, or a tool such as
+    /// `git` or `nix-build`, looked up on `PATH`).
     pub program: PathBuf,
+    /// Its arguments (none for an effect of MS-3).
+    pub args: Vec<String>,
     /// Working directory: the attempt's work folder.
     pub dir: PathBuf,
     /// The environment the effect gets besides [`INHERITED_ENV`], the
@@ -190,10 +193,15 @@ const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
 /// The command line that contains `program`: the deployment's lock, then a
 /// PID namespace whose first process is the effect.
-fn contained(lock: &std::path::Path, program: &std::path::Path) -> (String, Vec<std::ffi::OsString>) {
+fn contained(
+    lock: &std::path::Path,
+    program: &std::path::Path,
+    program_args: &[String],
+) -> (String, Vec<std::ffi::OsString>) {
     let mut args: Vec<std::ffi::OsString> = vec!["--exclusive".into(), "--no-fork".into(), lock.into()];
     args.extend(["unshare", "--pid", "--fork", "--kill-child", "--"].map(Into::into));
     args.push(program.into());
+    args.extend(program_args.iter().map(Into::into));
     ("flock".to_owned(), args)
 }
 
@@ -265,7 +273,7 @@ pub async fn run(
     env.push((MARKER_ENV.to_owned(), spec.build.clone()));
     env.push((ATTEMPT_ENV.to_owned(), spec.attempt.to_string()));
     env.push((OWNER_ENV.to_owned(), owner().to_owned()));
-    let (program, args) = contained(&spec.lock, &spec.program);
+    let (program, args) = contained(&spec.lock, &spec.program, &spec.args);
     let expression =
         duct::cmd(program, args).dir(&spec.dir).full_env(env).stdin_null().stderr_to_stdout().unchecked().before_spawn(
             |cmd| {
@@ -568,4 +576,84 @@ mod tests {
             child.wait().ok();
         }
     }
+}
+
+/// Output of a contained tool, kept in memory: the last [`TOOL_LOG_BYTES`]
+/// bytes (a `git` or `nix-build` run of the `nix` queue).
+#[derive(Debug, Default)]
+pub struct MemoryLog(std::sync::Mutex<String>);
+
+/// How much of a tool's output [`MemoryLog`] keeps: its last 64 KiB.
+pub const TOOL_LOG_BYTES: usize = 64 * 1024;
+
+impl MemoryLog {
+    /// What was kept.
+    pub fn text(&self) -> String {
+        self.0.lock().expect("memory log lock").clone()
+    }
+}
+
+impl LogSink for MemoryLog {
+    fn append<'a>(&'a self, chunk: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let mut text = self.0.lock().expect("memory log lock");
+            text.push_str(chunk);
+            if text.len() > TOOL_LOG_BYTES {
+                let mut cut = text.len() - TOOL_LOG_BYTES;
+                while !text.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                text.drain(..cut);
+            }
+        })
+    }
+}
+
+/// How a contained tool run ended.
+#[derive(Debug)]
+pub struct ToolRun {
+    /// How it ended ([`EffectOutcome::TimedOut`] past the deadline).
+    pub outcome: EffectOutcome,
+    /// Its output, stdout and stderr interleaved (the last [`TOOL_LOG_BYTES`]).
+    pub output: String,
+}
+
+impl ToolRun {
+    /// Whether it exited 0.
+    pub fn succeeded(&self) -> bool {
+        self.outcome == EffectOutcome::Exited(0)
+    }
+}
+
+/// Runs `program args…` in `dir` with the same containment as an effect
+/// (its own PID namespace, killed with the worker) until it exits or
+/// `deadline` passes; every process it started is gone when this returns.
+/// `marker` tags its processes (`SLIPWAY_EFFECT`) so a sweep can tell whose
+/// they were; `env` comes on top of [`INHERITED_ENV`]. Used for the `git`
+/// and `nix-build` runs of the `nix` queue (MS-7).
+pub async fn run_tool(
+    dir: &std::path::Path,
+    program: &str,
+    args: &[String],
+    env: &[(&str, &str)],
+    marker: &str,
+    deadline: Duration,
+) -> Result<ToolRun, SpawnError> {
+    let run_id = ulid::Ulid::generate().to_string().to_lowercase();
+    let spec = EffectSpec {
+        program: PathBuf::from(program),
+        args: args.to_vec(),
+        dir: dir.to_path_buf(),
+        env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        deadline,
+        build: marker.to_owned(),
+        attempt: 1,
+        lock: std::env::temp_dir().join(format!("slipway-tool-{run_id}.lock")),
+        scratch: std::env::temp_dir().join(format!("slipway-tool-{run_id}")),
+    };
+    let log = MemoryLog::default();
+    let (_keep, stop) = tokio::sync::watch::channel(None);
+    let outcome = run(&spec, &log, stop).await;
+    let _ = std::fs::remove_file(&spec.lock);
+    Ok(ToolRun { outcome: outcome?, output: log.text() })
 }

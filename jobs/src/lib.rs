@@ -2,14 +2,17 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod draft;
 pub mod effect;
 pub mod failpoint;
+pub mod fetch;
 pub mod id;
 pub mod jobs;
 pub mod migrate;
 pub mod nix;
 pub mod read;
 pub mod source;
+pub mod sources;
 pub mod state;
 pub mod store;
 pub mod submit;

@@ -3,19 +3,23 @@
 //! them to HTTP; `slipway-worker run` calls [`submit`] too.
 //!
 //! Submit order (MG-7): migrate → validate (all errors) → refuse secret
-//! values (this release keeps none) → store → enqueue. A refusal at any step
-//! writes nothing; the deployment row, the build row and the build's job
+//! values (this release keeps none) → names eval (EV-1, on the `nix` queue;
+//! skipped when every nix slot is busy) → store → enqueue. A refusal at any
+//! step writes nothing; the deployment row, the build row and the build's job
 //! commit in one transaction. A submit's deploy supersedes the
 //! deployment's queued deploys that have not started.
 
 use crate::id::{new_build_id, DeploymentId};
+use crate::nix::Names;
 use crate::source::{ModuleSource, SourceError};
 use crate::state::{BuildKind, BuildStatus, DeploymentState};
 use crate::store::builds::{self, BuildRow};
 use crate::store::{deployments, now_ms, Conn, Db, StoreError};
 use crate::validate::{Checker, Listing};
+use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::Value;
+use std::sync::Arc;
 
 /// Where module sources may come from (MS-1, MS-6, MS-8).
 #[derive(Debug, Clone, Default)]
@@ -48,10 +52,18 @@ pub enum SubmitError {
     /// The module source is malformed or not allowed.
     #[error(transparent)]
     Source(#[from] SourceError),
-    /// The module source is allowed but validating against it needs its own
-    /// schema build (MS-6), which this release does not run.
-    #[error("module source {0}: validating against an explicit module source needs its schema build (MS-6), which this release does not run yet; omit module_source to use the built-in source")]
-    ExplicitSourceUnsupported(String),
+    /// This caller serves only one module source, not this one (a local run
+    /// serves the source it was given).
+    #[error("module source {0} is not served here")]
+    NotServed(String),
+    /// The source's outputs or its names eval could not be had: which output
+    /// and why (MS-6), or the module refused the configuration (EV-1).
+    #[error("{0}")]
+    SourceOutputs(crate::nix::NixFailure),
+    /// Every fleet-wide nix slot is busy (MS-7): a cold source cannot be
+    /// built now, and a preview cannot be evaluated.
+    #[error("every nix slot is busy building or evaluating module sources; try again shortly")]
+    NixBusy,
     /// `limit` builds already wait for a worker. Checked inside the
     /// submit's transaction, serialised fleet-wide, so concurrent submits
     /// through several apis never overshoot the bound.
@@ -90,6 +102,13 @@ pub struct Accepted {
     pub build_id: String,
     /// The deployment's state now (ST-1).
     pub state: DeploymentState,
+    /// EV-1: the nodes, their DNS names and the disabled applications, when
+    /// the names eval ran (absent for a delete).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub names: Option<Names>,
+    /// EV-1: why the submit stored without the names eval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub names_skipped: Option<String>,
 }
 
 /// A submit's module source after MS-1/MS-6/MS-8 checks.
@@ -121,32 +140,39 @@ impl SourcePolicy {
 }
 
 /// The module sources a submit can be checked against: for a requested
-/// source (or none), the checker of its schema and the source to store.
+/// source (or none), the checker of its schema and the source to store; and
+/// the names eval of a checked configuration (EV-1). The api's are
+/// [`crate::sources::FleetSources`].
 pub trait Sources: Send + Sync {
     /// The checker and the stored source for `requested` (MS-1, MS-6,
-    /// MS-8), or why the submit cannot use it.
-    fn checker_for(&self, requested: Option<&str>) -> Result<(&Checker, Option<String>), SubmitError>;
+    /// MS-8), or why the submit cannot use it. The stored source of a git
+    /// source is pinned to the revision its outputs were built from.
+    fn checker_for<'a>(
+        &'a self,
+        requested: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<CheckerFor, SubmitError>>;
+
+    /// EV-1: the names eval of `configuration` (checked, without secret
+    /// values) on `stored_source`, or why it was skipped.
+    fn names<'a>(
+        &'a self,
+        stored_source: Option<&'a str>,
+        configuration: &'a Value,
+    ) -> BoxFuture<'a, Result<NamesEval, SubmitError>>;
 }
 
-/// The sources of an api: the built-in one (MS-5), under the self-pin when
-/// there is one (MS-8). An explicit, allowed source is refused with
-/// [`SubmitError::ExplicitSourceUnsupported`]: validating against it needs
-/// its own schema build (MS-6), which this release does not run.
-#[derive(Debug)]
-pub struct BuiltInSources {
-    /// Where module sources may come from.
-    pub policy: SourcePolicy,
-    /// The built-in source's outputs, schema compiled.
-    pub built_in: Checker,
-}
+/// The checker of a source's outputs and the module source to store with
+/// the submit (pinned), as [`Sources::checker_for`] answers.
+pub type CheckerFor = (Arc<Checker>, Option<String>);
 
-impl Sources for BuiltInSources {
-    fn checker_for(&self, requested: Option<&str>) -> Result<(&Checker, Option<String>), SubmitError> {
-        match self.policy.resolve(requested)? {
-            Resolved::BuiltIn { pin } => Ok((&self.built_in, pin)),
-            Resolved::Explicit(s) => Err(SubmitError::ExplicitSourceUnsupported(s)),
-        }
-    }
+/// A names eval at submit (EV-1): done, or skipped and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NamesEval {
+    /// The nodes, their DNS names and the disabled applications.
+    Evaluated(Names),
+    /// Not run (every nix slot busy, or a local run): the deploy evaluates
+    /// the configuration itself.
+    Skipped(String),
 }
 
 /// One source its caller built itself (`slipway-worker run` builds the
@@ -156,15 +182,24 @@ pub struct OneSource {
     /// The source's reference, as stored with the build (`path:<dir>`).
     pub reference: String,
     /// Its outputs, schema compiled.
-    pub checker: Checker,
+    pub checker: Arc<Checker>,
 }
 
 impl Sources for OneSource {
-    fn checker_for(&self, requested: Option<&str>) -> Result<(&Checker, Option<String>), SubmitError> {
-        match requested {
-            Some(r) if r == self.reference => Ok((&self.checker, Some(r.to_owned()))),
-            other => Err(SubmitError::ExplicitSourceUnsupported(other.unwrap_or("the built-in source").to_owned())),
-        }
+    fn checker_for<'a>(
+        &'a self,
+        requested: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<CheckerFor, SubmitError>> {
+        Box::pin(async move {
+            match requested {
+                Some(r) if r == self.reference => Ok((Arc::clone(&self.checker), Some(r.to_owned()))),
+                other => Err(SubmitError::NotServed(other.unwrap_or("the built-in source").to_owned())),
+            }
+        })
+    }
+
+    fn names<'a>(&'a self, _: Option<&'a str>, _: &'a Value) -> BoxFuture<'a, Result<NamesEval, SubmitError>> {
+        Box::pin(async { Ok(NamesEval::Skipped("a local run: the deploy evaluates the configuration itself".into())) })
     }
 }
 
@@ -191,21 +226,62 @@ pub const SECRETS_REFUSED: &str =
 /// and queues its build (MG-7), unless `queueing.limit` builds already wait
 /// . Nothing is written when it is refused.
 pub async fn submit(db: &Db, sources: &dyn Sources, request: SubmitRequest) -> Result<Accepted, SubmitError> {
-    let (checker, stored_source) = sources.checker_for(request.module_source.as_deref())?;
+    let (checker, stored_source) = sources.checker_for(request.module_source.as_deref()).await?;
     let checked = checker.check(request.configuration, SECRETS_REFUSED).map_err(SubmitError::InvalidConfiguration)?;
+    let names = sources.names(stored_source.as_deref(), &checked.configuration).await?;
+    let (names, names_skipped) = match names {
+        NamesEval::Evaluated(names) => (Some(names), None),
+        NamesEval::Skipped(why) => (None, Some(why)),
+    };
+    let names_value = names.as_ref().map(|n| serde_json::to_value(n).expect("names serialise"));
     let (id, kind) = (&request.deployment, request.queueing.kind);
     let mut admission = Admission::Shared;
     loop {
-        let stored = store(db, id, &checked, stored_source.as_deref(), kind, request.queueing.limit, admission).await?;
+        let stored = Stored { checked: &checked, module_source: stored_source.as_deref(), names: names_value.as_ref() };
+        let stored = store(db, id, stored, kind, request.queueing.limit, admission).await?;
         match stored {
             Some(build_id) => {
                 crate::failpoint::hit("submit_committed");
                 let state = DeploymentState::derive(Some((kind, BuildStatus::Queued)));
-                return Ok(Accepted { deployment_id: id.to_string(), build_id, state });
+                return Ok(Accepted { deployment_id: id.to_string(), build_id, state, names, names_skipped });
             }
             // Near the bound: the exact count needs the exclusive lock.
             None => admission = Admission::Exclusive,
         }
+    }
+}
+
+/// What a preview answers (EV-2): the configuration as it would be stored
+/// (migrated), the source it would be stored with, and its names eval.
+#[derive(Debug, Clone, Serialize)]
+pub struct Preview {
+    /// The deployment.
+    pub deployment_id: String,
+    /// The module source a submit would store (pinned), if any.
+    pub module_source: Option<String>,
+    /// The migrated configuration.
+    pub configuration: Value,
+    /// The nodes with their DNS names.
+    pub nodes: Vec<crate::nix::NamedNode>,
+    /// The applications the configuration disables.
+    pub disabled_applications: Vec<String>,
+}
+
+/// EV-2: the checks and the names eval of a submit, storing nothing and
+/// queuing no build. Every nix slot busy is [`SubmitError::NixBusy`]: a
+/// preview without the eval has no result.
+pub async fn preview(sources: &dyn Sources, request: SubmitRequest) -> Result<Preview, SubmitError> {
+    let (checker, stored_source) = sources.checker_for(request.module_source.as_deref()).await?;
+    let checked = checker.check(request.configuration, SECRETS_REFUSED).map_err(SubmitError::InvalidConfiguration)?;
+    match sources.names(stored_source.as_deref(), &checked.configuration).await? {
+        NamesEval::Evaluated(names) => Ok(Preview {
+            deployment_id: request.deployment.to_string(),
+            module_source: stored_source,
+            configuration: checked.configuration,
+            nodes: names.nodes,
+            disabled_applications: names.disabled_applications,
+        }),
+        NamesEval::Skipped(_) => Err(SubmitError::NixBusy),
     }
 }
 
@@ -237,18 +313,26 @@ enum Admission {
     Exclusive,
 }
 
+/// What a submit stores about its deployment besides its id.
+#[derive(Clone, Copy)]
+struct Stored<'a> {
+    checked: &'a crate::validate::Checked,
+    module_source: Option<&'a str>,
+    names: Option<&'a Value>,
+}
+
 /// One submit transaction (MG-7, Q-1): the deployment row, the build row and
 /// its job, committed together, within the Q-3 bound `limit`. `Ok(None)`:
 /// rolled back, to be run again under [`Admission::Exclusive`].
 async fn store(
     db: &Db,
     id: &DeploymentId,
-    checked: &crate::validate::Checked,
-    module_source: Option<&str>,
+    stored: Stored<'_>,
     kind: BuildKind,
     limit: Option<u32>,
     admission: Admission,
 ) -> Result<Option<String>, SubmitError> {
+    let Stored { checked, module_source, names } = stored;
     let mut tx = db.begin_write().await?;
     tx.lock_deployment(id.as_str()).await?;
     let snapshot = deployments::Snapshot {
@@ -257,6 +341,7 @@ async fn store(
         module_source,
         domain: checked.domain.as_deref(),
         instances: &checked.instances,
+        names,
     };
     // The first submits of a new deployment have no row to lock yet: they
     // wait for each other here, on its key.
@@ -320,7 +405,13 @@ pub async fn delete(db: &Db, id: &DeploymentId) -> Result<Option<Accepted>, Stor
             && matches!(latest.status, BuildStatus::Queued | BuildStatus::Running | BuildStatus::Succeeded);
         if repeat {
             let state = DeploymentState::derive(Some((latest.kind, latest.status)));
-            return Ok(Some(Accepted { deployment_id: id.to_string(), build_id: latest.id, state }));
+            return Ok(Some(Accepted {
+                deployment_id: id.to_string(),
+                build_id: latest.id,
+                state,
+                names: None,
+                names_skipped: None,
+            }));
         }
     }
     let build_id = new_build_id(id, time::OffsetDateTime::now_utc());
@@ -335,7 +426,13 @@ pub async fn delete(db: &Db, id: &DeploymentId) -> Result<Option<Accepted>, Stor
     builds::insert(&mut tx, new, now_ms()).await?;
     builds::dispatch_next(&mut tx, id.as_str()).await?;
     tx.commit().await?;
-    Ok(Some(Accepted { deployment_id: id.to_string(), build_id, state: DeploymentState::Destroying }))
+    Ok(Some(Accepted {
+        deployment_id: id.to_string(),
+        build_id,
+        state: DeploymentState::Destroying,
+        names: None,
+        names_skipped: None,
+    }))
 }
 
 /// What a cancel request did.

@@ -273,7 +273,33 @@ slipway_jobs::on_both_engines!(
     later_builds_of_a_deployment_wait_and_are_dispatched_in_submit_order,
     a_build_whose_worker_died_is_taken_over_and_its_effect_run_again,
     a_repeated_delivery_of_a_finished_build_runs_nothing,
+    the_sweep_deletes_old_names_evals_and_failed_builds_and_keeps_built_outputs,
 );
+
+/// Names evals and failed schema builds that ended over an hour ago go;
+/// built outputs (the cache) and recent rows stay.
+async fn the_sweep_deletes_old_names_evals_and_failed_builds_and_keeps_built_outputs(engine: Engine) {
+    use slipway_jobs::store::nix::{self as rows, NewNixJob, NixKind};
+    let w = world(engine, &[]).await;
+    let old = slipway_jobs::store::now_ms() - 2 * sweep::NIX_RESULTS_KEPT.as_millis() as i64;
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    for (key, kind, outcome, at) in [
+        ("names old", NixKind::NamesEval, Ok("{}"), old),
+        ("names new", NixKind::NamesEval, Ok("{}"), slipway_jobs::store::now_ms()),
+        ("schema failed", NixKind::SchemaBuild, Err("{}"), old),
+        ("schema built", NixKind::SchemaBuild, Ok("{}"), old),
+    ] {
+        let job = NewNixJob { key, kind, source: "", provider: "local", input: None };
+        rows::start_over(&mut conn, &job, at).await.unwrap();
+        assert!(rows::finish(&mut conn, key, at, outcome, "", at).await.unwrap());
+    }
+    drop(conn);
+    assert_eq!(sweep::run(&w.ctx).await.unwrap().nix_results, 2);
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    for (key, kept) in [("names old", false), ("names new", true), ("schema failed", false), ("schema built", true)] {
+        assert_eq!(rows::find(&mut conn, key).await.unwrap().is_some(), kept, "{key}");
+    }
+}
 
 async fn the_sweep_empties_old_logs_and_work_folders_and_keeps_the_rows(engine: Engine) {
     let w = world(engine, &[]).await;
@@ -294,7 +320,7 @@ async fn the_sweep_empties_old_logs_and_work_folders_and_keeps_the_rows(engine: 
         }
         tokio::task::yield_now().await;
     };
-    assert_eq!(swept, sweep::Swept { logs: 1, work_dirs: 1, scratch_dirs: 0 });
+    assert_eq!(swept, sweep::Swept { logs: 1, work_dirs: 1, scratch_dirs: 0, nix_results: 0 });
     assert!(!w.ctx.work_dir(&id).exists());
     let mut conn = w.ctx.db.acquire().await.unwrap();
     assert_eq!(builds::log(&mut conn, &id).await.unwrap().as_deref(), Some(""));

@@ -82,7 +82,7 @@ pub async fn run(
         Ok(db) => db,
         Err(e) => return refuse(output, e),
     };
-    let source = OneSource { reference: format!("path:{}", dir.display()), checker };
+    let source = OneSource { reference: format!("path:{}", dir.display()), checker: std::sync::Arc::new(checker) };
     let kind = match job {
         LocalJob::Deploy => BuildKind::Deploy,
         LocalJob::Destroy => BuildKind::Destroy,

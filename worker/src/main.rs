@@ -2,15 +2,21 @@
 //! runs (`run`). All Nix runs here (PRODUCT.md §1, §6, §11).
 
 mod local;
+mod migrate_cmd;
+mod nix_cmd;
 mod work;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use slipway_jobs::config::Config;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "slipway-worker", version, about = "Runs Slipway's deploy and destroy jobs.")]
+#[command(
+    name = "slipway-worker",
+    version,
+    about = "Runs Slipway's jobs (deploys, destroys, schema builds, names evals), and migrates configurations."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -26,28 +32,55 @@ enum Command {
         /// Concurrent builds (default: BUILD_SLOTS).
         #[arg(long)]
         slots: Option<u32>,
+        /// The queues this worker serves, comma separated, of builds, nix and maintenance
+        /// (default: SLIPWAY_QUEUES, else all). For example `--queues nix` for an evaluation worker.
+        #[arg(long)]
+        queues: Option<String>,
     },
-    /// Runs one job in-process, without the queue, through the same job body as the fleet, and prints its run report.
+    /// Runs one job in-process, without the queue, through the same job body as the fleet, and prints its run report;
+    /// or migrates a configuration file with a renames table.
     Run {
-        /// Which job.
-        job: LocalJob,
-        /// The module source (`path:<dir>`).
-        #[arg(long)]
-        source: String,
-        /// The configuration JSON file.
-        #[arg(long)]
-        config: PathBuf,
-        /// The deployment id the run acts for.
-        #[arg(long, default_value = "local")]
-        deployment: String,
-        /// Report format.
-        #[arg(long, value_enum, default_value_t = Output::Text)]
-        output: Output,
+        #[command(subcommand)]
+        job: RunCommand,
     },
 }
 
-/// A job `run` can run.
-#[derive(Clone, Copy, ValueEnum)]
+/// What `run` does.
+#[derive(Subcommand)]
+enum RunCommand {
+    /// Deploys the configuration with the module source's effects and prints the run report.
+    Deploy(LocalArgs),
+    /// Destroys what a deploy of this deployment id made and prints the run report.
+    Destroy(LocalArgs),
+    /// Migrates a configuration (or one section's value) with a renames table and prints
+    /// `{"output": …, "skipped": [{"entry", "reason", "path"}]}`; reads only the two files.
+    Migrate(migrate_cmd::MigrateArgs),
+    /// Fetches a module source and builds its outputs (schema, application schemas, renames, meta),
+    /// and checks it has `names`; prints each output's status and the timings.
+    Schema(nix_cmd::SchemaArgs),
+    /// Evaluates the `names` of a configuration with a module source: its nodes and their DNS names.
+    Names(nix_cmd::NamesArgs),
+}
+
+/// The arguments of `run deploy` and `run destroy`.
+#[derive(Args)]
+struct LocalArgs {
+    /// The module source (`path:<dir>`).
+    #[arg(long)]
+    source: String,
+    /// The configuration JSON file.
+    #[arg(long)]
+    config: PathBuf,
+    /// The deployment id the run acts for.
+    #[arg(long, default_value = "local")]
+    deployment: String,
+    /// Report format.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+}
+
+/// A job `run deploy|destroy` runs.
+#[derive(Clone, Copy)]
 enum LocalJob {
     /// Deploy the configuration.
     Deploy,
@@ -78,6 +111,46 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    match cli.command {
+        // A migration reads only its two files: no settings, no database, no Nix.
+        Command::Run { job: RunCommand::Migrate(args) } => migrate_cmd::run(&args),
+        Command::Run { job: RunCommand::Schema(args) } => with_settings(|config| nix_cmd::schema(config, args)),
+        Command::Run { job: RunCommand::Names(args) } => with_settings(|config| nix_cmd::names(config, args)),
+        Command::Run { job: RunCommand::Deploy(args) } => {
+            with_settings(|config| local_run(config, LocalJob::Deploy, args))
+        }
+        Command::Run { job: RunCommand::Destroy(args) } => {
+            with_settings(|config| local_run(config, LocalJob::Destroy, args))
+        }
+        Command::Work { name, slots, queues } => with_settings(|config| async move {
+            let queues = match queues {
+                None => config.queues.clone(),
+                Some(list) => match slipway_jobs::config::parse_queues(Some(&list)) {
+                    Ok(q) => q,
+                    Err(e) => {
+                        eprintln!("slipway-worker: --queues {}", e.to_string().trim_start_matches("SLIPWAY_QUEUES: "));
+                        return ExitCode::from(2);
+                    }
+                },
+            };
+            match work::run(config, &name, slots, queues).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("slipway-worker: {}", slipway_jobs::error_line(e.chain()));
+                    ExitCode::FAILURE
+                }
+            }
+        }),
+    }
+}
+
+/// Loads the settings (docs/CONFIGURATION.md; exit code 2 when they do not
+/// load) and runs `command` with them on a tokio runtime.
+fn with_settings<F, Fut>(command: F) -> ExitCode
+where
+    F: FnOnce(Config) -> Fut,
+    Fut: std::future::Future<Output = ExitCode>,
+{
     let config = match Config::load() {
         Ok(c) => c,
         Err(e) => {
@@ -86,18 +159,10 @@ fn main() -> ExitCode {
         }
     };
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime starts");
-    runtime.block_on(async move {
-        match cli.command {
-            Command::Work { name, slots } => match work::run(config, &name, slots).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("slipway-worker: {}", slipway_jobs::error_line(e.chain()));
-                    ExitCode::FAILURE
-                }
-            },
-            Command::Run { job, source, config: file, deployment, output } => {
-                local::run(config, job, &source, &file, &deployment, output).await
-            }
-        }
-    })
+    runtime.block_on(command(config))
+}
+
+/// `run deploy|destroy`: one build in-process ([`local::run`]).
+async fn local_run(config: Config, job: LocalJob, args: LocalArgs) -> ExitCode {
+    local::run(config, job, &args.source, &args.config, &args.deployment, args.output).await
 }

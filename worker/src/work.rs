@@ -12,8 +12,10 @@ use anyhow::Context as _;
 use apalis::prelude::*;
 use apalis_cron::{timezone::Utc, CronScheduler, Schedule, Tick};
 use slipway_jobs::config::Config;
-use slipway_jobs::jobs::{build, retry_backoff, sweep, Ctx};
-use slipway_jobs::store::queue::{BuildJob, QueueSettings, BUILDS_QUEUE};
+use slipway_jobs::jobs::{build, nix, retry_backoff, sweep, Ctx};
+use slipway_jobs::store::queue::{
+    BuildJob, NixJob, QueueSettings, BUILDS_QUEUE, MAINTENANCE_QUEUE, NIX_QUEUE, NIX_WORKER_SUFFIX,
+};
 use slipway_jobs::store::Db;
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,8 +67,26 @@ async fn handle(job: BuildJob, ctx: Data<Ctx>, slots: Data<Slots>, attempt: Atte
     }
 }
 
-/// Runs the worker until SIGINT or SIGTERM.
-pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Result<()> {
+/// The apalis handler of the `nix` queue: adapts a [`NixJob`] to
+/// [`nix::run`], in a task of its own (a restart of the apalis worker does
+/// not drop it). A job that cannot record its end waits its backoff and
+/// goes back to the queue; its own failures are its result.
+async fn handle_nix(job: NixJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(), BoxDynError> {
+    let ctx = (*ctx).clone();
+    match tokio::spawn(async move { nix::run(job, &ctx).await }).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => {
+            let wait = retry_backoff(attempt.current());
+            tracing::error!(error = %e, retry_in_s = wait.as_secs(), "nix job could not record its end; it will be handed out again");
+            tokio::time::sleep(wait).await;
+            Err(Box::new(e))
+        }
+        Err(e) => Err(Box::new(e)),
+    }
+}
+
+/// Runs the worker until SIGINT or SIGTERM, serving `queues`.
+pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<String>) -> anyhow::Result<()> {
     slipway_jobs::effect::check_containment().map_err(|e| anyhow::anyhow!(e))?;
     if !config.default_source_dir.join("core/default.nix").is_file() {
         anyhow::bail!(
@@ -85,7 +105,7 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
     let build_slots = Slots(Arc::new(tokio::sync::Semaphore::new(slots)));
     let all_slots = build_slots.clone();
     let beats = Beats::default();
-    tracing::info!(worker.name = %name, slots, prefetch, engine = ?db.engine(), "worker started");
+    tracing::info!(worker.name = %name, slots, prefetch, queues = %queues.join(","), engine = ?db.engine(), "worker started");
     stop_orphans();
     sweep_once(&ctx).await;
     let restarts = std::sync::Mutex::new(Restarts::default());
@@ -102,7 +122,7 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
         tokio::task::block_in_place(|| std::thread::sleep(wait));
         true
     });
-    let monitor = register_all(monitor, &ctx, build_slots, slots, prefetch);
+    let monitor = register_all(monitor, &ctx, build_slots, slots, prefetch, &queues);
     let ctx_for_alive = ctx.clone();
     let alive = tokio::spawn(keep_alive(ctx_for_alive.clone(), beats.clone()));
     let result =
@@ -120,11 +140,20 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>) -> anyhow::Re
 #[derive(Clone, Default)]
 struct Beats(Arc<tokio::sync::Mutex<()>>);
 
-/// Every job kind this worker runs, on one monitor: `builds` jobs
-/// ([`handle`], on either engine, `prefetch` claimed at once, at most as many
-/// builds at a time as `slots` has permits) and the retention sweep, every
-/// [`SWEEP_EVERY`].
-fn register_all(monitor: Monitor, ctx: &Ctx, slots: Slots, slot_count: usize, prefetch: usize) -> Monitor {
+/// Every job kind this worker runs of `queues`, on one monitor: `builds`
+/// jobs ([`handle`], on either engine, `prefetch` claimed at once, at most as
+/// many builds at a time as `slots` has permits), `nix` jobs ([`handle_nix`],
+/// as many at once as `NIX_SLOTS`, which bounds them fleet-wide) and, for
+/// `maintenance`, the retention sweep every [`SWEEP_EVERY`].
+fn register_all(
+    monitor: Monitor,
+    ctx: &Ctx,
+    slots: Slots,
+    slot_count: usize,
+    prefetch: usize,
+    queues: &[String],
+) -> Monitor {
+    let serves = |queue: &str| queues.iter().any(|q| q == queue);
     let settings = QueueSettings { queue: BUILDS_QUEUE, batch_size: prefetch, heartbeat: ctx.config.heartbeat };
     // apalis claims `prefetch` jobs at once and runs as many handlers; the
     // slot semaphore keeps the builds themselves at its permits.
@@ -141,17 +170,46 @@ fn register_all(monitor: Monitor, ctx: &Ctx, slots: Slots, slot_count: usize, pr
                 .build(handle)
         };
     }
-    let monitor = match db {
-        Db::Sqlite(pool) => monitor.register(move |_restarts| builds_worker!(settings.sqlite::<BuildJob>(&pool))),
-        Db::Postgres(pool) => monitor.register(move |_restarts| builds_worker!(settings.postgres::<BuildJob>(&pool))),
-    };
-    let sweep_name = format!("{}-sweep", ctx.worker);
-    monitor.register(move |_restarts| {
-        WorkerBuilder::new(sweep_name.clone())
-            .backend(CronScheduler::new(Every(SWEEP_EVERY)))
-            .data(sweep_ctx.clone())
-            .build(sweep_tick)
-    })
+    let mut monitor = monitor;
+    if serves(BUILDS_QUEUE) {
+        monitor = match db.clone() {
+            Db::Sqlite(pool) => monitor.register(move |_restarts| builds_worker!(settings.sqlite::<BuildJob>(&pool))),
+            Db::Postgres(pool) => {
+                monitor.register(move |_restarts| builds_worker!(settings.postgres::<BuildJob>(&pool)))
+            }
+        };
+    }
+    if serves(NIX_QUEUE) {
+        let nix_settings = QueueSettings { queue: NIX_QUEUE, batch_size: 1, heartbeat: ctx.config.heartbeat };
+        let nix_name = format!("{}{NIX_WORKER_SUFFIX}", ctx.worker);
+        let nix_ctx = ctx.clone();
+        let concurrency = ctx.config.nix_slots.max(1) as usize;
+        macro_rules! nix_worker {
+            ($storage:expr) => {
+                WorkerBuilder::new(nix_name.clone())
+                    .backend($storage)
+                    .data(nix_ctx.clone())
+                    .concurrency(concurrency)
+                    .build(handle_nix)
+            };
+        }
+        monitor = match db {
+            Db::Sqlite(pool) => monitor.register(move |_restarts| nix_worker!(nix_settings.sqlite::<NixJob>(&pool))),
+            Db::Postgres(pool) => {
+                monitor.register(move |_restarts| nix_worker!(nix_settings.postgres::<NixJob>(&pool)))
+            }
+        };
+    }
+    if serves(MAINTENANCE_QUEUE) {
+        let sweep_name = format!("{}-sweep", ctx.worker);
+        monitor = monitor.register(move |_restarts| {
+            WorkerBuilder::new(sweep_name.clone())
+                .backend(CronScheduler::new(Every(SWEEP_EVERY)))
+                .data(sweep_ctx.clone())
+                .build(sweep_tick)
+        });
+    }
+    monitor
 }
 
 /// Beats for this worker every half heartbeat, also while all its slots are
@@ -230,6 +288,7 @@ async fn sweep_once(ctx: &Ctx) {
             logs = swept.logs,
             work_dirs = swept.work_dirs,
             scratch_dirs = swept.scratch_dirs,
+            nix_results = swept.nix_results,
             "retention sweep"
         ),
         Err(e) => tracing::warn!(error = %e, "retention sweep failed; the next tick tries again"),

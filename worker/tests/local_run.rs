@@ -143,3 +143,62 @@ fn a_local_deploy_with_a_relative_state_folder_works() {
     assert_eq!(report["status"], "succeeded");
     assert!(dir.path().join("relative-state/provider/local/nodes").is_dir());
 }
+
+fn nix_source() -> String {
+    format!("path:{}", repo().join("nix").display())
+}
+
+fn baked(file: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(repo().join("api/default-source").join(file)).unwrap()).unwrap()
+}
+
+/// `run schema` builds every output of a source as the fleet's schema
+/// build does: the reference source's equal the api's baked copies.
+#[test]
+fn run_schema_prints_every_output_of_a_source_with_its_timings() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, built, out) = run(dir.path(), &["schema", "--source", &nix_source(), "--output", "json"]);
+    assert_eq!(code, 0, "{out}");
+    for (attribute, file) in [
+        ("schema", "schema.json"),
+        ("applicationSchemas", "applications.json"),
+        ("renames", "renames.json"),
+        ("meta", "meta.json"),
+    ] {
+        assert_eq!(built["documents"][attribute], baked(file), "{attribute}");
+    }
+    assert_eq!(built["failures"], serde_json::json!({}));
+    for step in ["fetch", "eval", "build"] {
+        assert!(built["timings_ms"][step].is_u64(), "{step}: {built}");
+    }
+    let (code, _, text) = run(dir.path(), &["schema", "--source", &nix_source()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.lines().any(|l| l.starts_with("names") && l.ends_with("ok")), "{text}");
+    let (code, error, out) = run(dir.path(), &["schema", "--source", "github:x/y", "--output", "json"]);
+    assert_eq!((code, error["error"].as_str()), (2, Some("invalid_module_source")), "{out}");
+}
+
+/// `run names` evaluates a configuration's nodes and DNS names (EV-1).
+#[test]
+fn run_names_prints_the_nodes_and_dns_names_of_a_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = repo().join("examples/demo.json");
+    let (code, names, out) = run(
+        dir.path(),
+        &["names", "--source", &nix_source(), "--config", config.to_str().unwrap(), "--output", "json"],
+    );
+    assert_eq!(code, 0, "{out}");
+    let demo = demo();
+    let domain = demo["domain"].as_str().unwrap();
+    let mastodon = names["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "mastodon").unwrap();
+    let subdomain = demo["applications"]["mastodon"]["subdomain"].as_str().unwrap();
+    assert_eq!(mastodon["dnsNames"], serde_json::json!([format!("{subdomain}.{domain}")]), "{names}");
+    let disabled: Vec<&str> = demo["applications"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, app)| app["enable"] == false)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(names["disabledApplications"], serde_json::json!(disabled));
+}

@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    binary, command, demo, free_port, ms_of, now_ms, pause_between_statements, signal, slow_source, slow_worker, start, stop_at_once, stopped,
-    wait_build, wait_for, Api, ENDED,
+    binary, command, demo, free_port, ms_of, now_ms, pause_between_statements, signal, slow_source, slow_worker, start,
+    stop_at_once, stopped, wait_build, wait_for, Api, ENDED,
 };
 use slipway_jobs::store::Engine;
 use slipway_jobs::test_support::{processes_with, sleepy_nix_source, TestDatabase};

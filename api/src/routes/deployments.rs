@@ -83,6 +83,10 @@ pub struct DeploymentView {
     /// Instances of the last successful build (empty after a destroy).
     deployed_instances: Vec<Instance>,
     configuration: Value,
+    /// EV-1: the last submit's names eval (`{nodes: [{name, dnsNames,
+    /// configuration}], disabledApplications}`); `null` when it stored
+    /// without one.
+    names: Option<Value>,
     last_build: Option<BuildSummary>,
     created_at: String,
     updated_at: String,
@@ -100,6 +104,7 @@ impl From<DeploymentRead> for DeploymentView {
             instances: row.instances,
             deployed_instances: read.deployed_instances,
             configuration: row.configuration,
+            names: row.names,
             last_build: read.last_build.as_ref().map(BuildSummary::from),
             created_at: rfc3339(row.created_at),
             updated_at: rfc3339(row.updated_at),
@@ -167,8 +172,11 @@ pub struct SubmitBody {
     module_source: Option<String>,
 }
 
-/// `PUT /deployments/{id}`: migrate, validate, store, queue a deploy (MG-7).
-/// `202 {deployment_id, build_id, state}`.
+/// `PUT /deployments/{id}`: migrate, validate, names eval, store, queue a
+/// deploy (MG-7). `202 {deployment_id, build_id, state, names?,
+/// names_skipped?}`: `names` is the eval's `{nodes: [{name, dnsNames,
+/// configuration}], disabledApplications}`; `names_skipped` says why the
+/// submit stored without it (every nix slot busy, EV-1).
 pub async fn submit(
     State(app): State<AppState>,
     auth: Auth,
@@ -185,6 +193,27 @@ pub async fn submit(
     let accepted = submit::submit(&app.db, &app.sources, request).await?;
     tracing::info!(deployment.id = %id, build.id = %accepted.build_id, "deploy queued");
     Ok((StatusCode::ACCEPTED, Json(accepted)))
+}
+
+/// `POST /deployments/{id}/preview` (EV-2): the submit's checks and names
+/// eval, storing nothing and queuing no build. Same body as a submit;
+/// `200 {deployment_id, module_source, configuration, nodes: [{name,
+/// dnsNames, configuration}], disabled_applications}`; `503 nix_busy` when
+/// every nix slot is busy (a preview without the eval has no result).
+pub async fn preview(
+    State(app): State<AppState>,
+    auth: Auth,
+    DeploymentIdPath(id): DeploymentIdPath,
+    Json(body): Json<SubmitBody>,
+) -> Result<Json<submit::Preview>, ApiError> {
+    auth.require(id.as_str())?;
+    let request = SubmitRequest {
+        deployment: id,
+        configuration: body.configuration,
+        module_source: body.module_source,
+        queueing: Queueing { kind: BuildKind::Deploy, limit: None },
+    };
+    Ok(Json(submit::preview(&app.sources, request).await?))
 }
 
 /// Optional body of `DELETE /deployments/{id}` (DL-2).

@@ -5,6 +5,7 @@ pub mod builds;
 pub mod deployments;
 pub mod public;
 pub mod sbom;
+pub mod sources;
 
 /// RFC 3339 in UTC with exactly three fractional digits
 /// (`2026-11-29T22:04:05.070Z`), so timestamps also sort as strings.

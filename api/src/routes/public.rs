@@ -1,5 +1,6 @@
 //! Public procedures (no token): health, version, the built-in source's
-//! schema and renames (MS-5), labels (ID-2).
+//! schema and renames (MS-5), what a draft configuration serves (TF-2),
+//! labels (ID-2).
 
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -19,18 +20,25 @@ pub async fn healthz() -> Json<Value> {
 /// same time any other route waits for a connection before it answers `503`.
 pub const READY_TIMEOUT: std::time::Duration = slipway_jobs::store::ACQUIRE_TIMEOUT;
 
-/// `GET /readyz`: readiness. `200 {"status": "ready", "database": engine}`
-/// once the database answers a query within [`READY_TIMEOUT`] (2 s);
-/// otherwise `503 service_unavailable`, so a load balancer sends submits
-/// elsewhere. The outage is logged once, not per poll
-/// ([`crate::database_health`]).
+/// `GET /readyz`: readiness. `200 {"status": "ready", "database": engine,
+/// "queues": [{"queue", "waiting", "workers"}], "warnings": [...]}` once the
+/// database answers a query within [`READY_TIMEOUT`] (2 s); otherwise `503
+/// service_unavailable`, so a load balancer sends submits elsewhere. The
+/// outage is logged once, not per poll ([`crate::database_health`]). A queue
+/// whose jobs wait while no live worker serves it (Q-8) is a warning here
+/// and in the log, not unreadiness: the api itself serves.
 pub async fn readyz(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let probe = async { slipway_jobs::store::ping(&mut app.db.acquire().await?).await };
+    let probe = async {
+        let mut conn = app.db.acquire().await?;
+        slipway_jobs::store::ping(&mut conn).await?;
+        queue_states(&app, &mut conn).await
+    };
     let engine = app.db.engine().name();
     match tokio::time::timeout(READY_TIMEOUT, probe).await {
-        Ok(Ok(_)) => {
+        Ok(Ok(queues)) => {
             app.database_health.answered();
-            Ok(Json(json!({ "status": "ready", "database": engine })))
+            let warnings = unserved_warnings(&app, &queues);
+            Ok(Json(json!({ "status": "ready", "database": engine, "queues": queues, "warnings": warnings })))
         }
         Ok(Err(e)) => Err(ApiError::database_away(
             format!("not ready: the {engine} database does not answer ({})", e.why_unavailable()),
@@ -41,6 +49,39 @@ pub async fn readyz(State(app): State<AppState>) -> Result<Json<Value>, ApiError
             Err(ApiError::database_away(format!("not ready: {message}"), message))
         }
     }
+}
+
+/// The queues whose jobs live in the database (`builds`, `nix`): jobs
+/// waiting and live workers serving each.
+pub async fn queue_states(
+    app: &AppState,
+    conn: &mut slipway_jobs::store::Conn,
+) -> Result<Vec<slipway_jobs::store::workers::QueueState>, slipway_jobs::store::StoreError> {
+    use slipway_jobs::store::queue::{BUILDS_QUEUE, MISSED_HEARTBEATS, NIX_QUEUE};
+    let window = (app.config.heartbeat * MISSED_HEARTBEATS).as_secs() as i64 + 1;
+    slipway_jobs::store::workers::queue_states(conn, &[BUILDS_QUEUE, NIX_QUEUE], window).await
+}
+
+/// One sentence per queue whose jobs wait with no live worker serving it
+/// (Q-8), logged as a warning when the queue first turns so.
+pub fn unserved_warnings(app: &AppState, queues: &[slipway_jobs::store::workers::QueueState]) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for q in queues {
+        let unserved = q.waiting > 0 && q.workers == 0;
+        let was = app.unserved.lock().expect("unserved queues lock").insert(q.queue.clone(), unserved);
+        if unserved {
+            let warning = format!(
+                "{} jobs wait on the {} queue, which no live worker serves: start a worker that serves it \
+                 (slipway-worker work serves every queue unless --queues or SLIPWAY_QUEUES says otherwise)",
+                q.waiting, q.queue
+            );
+            if was != Some(true) {
+                tracing::warn!(queue = %q.queue, waiting = q.waiting, "jobs wait on a queue that no live worker serves");
+            }
+            warnings.push(warning);
+        }
+    }
+    warnings
 }
 
 /// The commit this api was built from, when it was built from a git
@@ -99,6 +140,83 @@ pub async fn renames(State(app): State<AppState>, Query(q): Query<RenamesQuery>)
         }
     };
     Ok(Json(serde_json::to_value(table).expect("renames serialise")))
+}
+
+/// Body of `POST /application-paths`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApplicationPathsBody {
+    /// The configuration to read (a JSON object, in any shape the built-in
+    /// source's renames migrate).
+    configuration: Value,
+    /// Another configuration (say the stored one) to compare it with;
+    /// absent or `null` for none.
+    #[serde(default)]
+    previous: Option<Value>,
+}
+
+/// `POST /application-paths` (public, TF-2): where each application's value
+/// sits in a configuration that is not stored (a draft), and, when
+/// `previous` is given, which applications changed between the two.
+///
+/// Body: `{"configuration": {…}, "previous"?: {…}}`. Each side is migrated
+/// with the built-in source's renames, as a submit would, then read at its
+/// own paths. Answer `200`:
+/// `{"applications": {"<key>": {"path": [..], "present": bool, "section": "<id>"}},
+/// "changed": ["<key>", …]}`; `changed` (sorted keys) only with `previous`.
+/// Errors: `400 malformed_json`, `400 invalid_request` (a body of another
+/// shape, an unknown field, or a side that is not a JSON object). Reads only
+/// the body: no token, no database, no fetch.
+pub async fn application_paths(
+    State(app): State<AppState>,
+    Json(body): Json<ApplicationPathsBody>,
+) -> Result<Json<slipway_jobs::draft::ApplicationPaths>, ApiError> {
+    require_object("configuration", &body.configuration)?;
+    if let Some(previous) = &body.previous {
+        require_object("previous", previous)?;
+    }
+    let outputs = app.sources.built_in.outputs();
+    Ok(Json(slipway_jobs::draft::application_paths(
+        &outputs.meta,
+        &outputs.renames,
+        &body.configuration,
+        body.previous.as_ref(),
+    )))
+}
+
+/// Body of `POST /sections`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SectionsBody {
+    /// The configuration to read (a JSON object).
+    configuration: Value,
+}
+
+/// `POST /sections` (public, TF-2): the sections a form edits one at a
+/// time, as a configuration that is not stored (a draft) holds them.
+///
+/// Body: `{"configuration": {…}}`, migrated with the built-in source's
+/// renames as a submit would. Answer `200`: `{"sections": [{"id", "title",
+/// "path": [..], "present": bool, "value": <the section's value, null when
+/// not present>}]}` in the source's order. A section id is opaque (at present
+/// an application's key): a front-end matches it, never parses it. Errors as
+/// [`application_paths`]. Reads only the body.
+pub async fn sections(
+    State(app): State<AppState>,
+    Json(body): Json<SectionsBody>,
+) -> Result<Json<slipway_jobs::draft::Sections>, ApiError> {
+    require_object("configuration", &body.configuration)?;
+    let outputs = app.sources.built_in.outputs();
+    Ok(Json(slipway_jobs::draft::sections(&outputs.meta, &outputs.renames, &body.configuration)))
+}
+
+/// `400 invalid_request` unless the body's `field` is a JSON object.
+fn require_object(field: &str, value: &Value) -> Result<(), ApiError> {
+    if value.is_object() {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request("invalid_request", format!("{field} must be a JSON object (a configuration)")))
+    }
 }
 
 /// Body of `POST /labels`.

@@ -284,17 +284,23 @@ pub(crate) fn claim_lost(report: Report) -> Report {
     fail(report, Reason::ClaimLost, "another worker took this build over; this attempt stopped")
 }
 
-/// The folder holding `core/` for a build's module source (MS-1). A build
-/// without a source floats on the worker's built-in source.
-pub(crate) fn resolve_source(build: &BuildRow, ctx: &Ctx) -> Result<PathBuf, String> {
+/// The folder holding the build's module source on this host: the built-in
+/// one (`SLIPWAY_DEFAULT_SOURCE_DIR`) for a build without a source, a
+/// `path:` folder as it is, a git source's stored revision from this host's
+/// source cache, fetched first if this host has not (within `NIX_TIMEOUT`).
+pub(crate) async fn resolve_source(build: &BuildRow, ctx: &Ctx) -> Result<PathBuf, String> {
     let dir = match build.module_source.as_deref() {
         None => ctx.config.default_source_dir.clone(),
-        Some(s) => match ModuleSource::parse(s).map_err(|e| e.to_string())? {
-            ModuleSource::Path(dir) => dir,
-            ModuleSource::Git { .. } => {
-                return Err(format!("module source {s}: fetching git sources is not supported by this worker yet"))
-            }
-        },
+        Some(s) => {
+            let source = ModuleSource::parse(s).map_err(|e| e.to_string())?;
+            let fetched = crate::fetch::fetch(&ctx.config.state_dir, &source, ctx.config.nix_timeout).await;
+            fetched
+                .map_err(|e| {
+                    tracing::warn!(build.id = %build.id, error = %e, log = e.log(), "cannot fetch the build's module source");
+                    e.to_string()
+                })?
+                .dir
+        }
     };
     if dir.join("core/default.nix").is_file() {
         Ok(dir)

@@ -46,7 +46,7 @@ pub(crate) struct NodeEntry {
 pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
     let report = blank_report(build);
     let no_change = Outcome::unchanged;
-    let source = match resolve_source(build, ctx) {
+    let source = match resolve_source(build, ctx).await {
         Ok(dir) => dir,
         Err(e) => return no_change(fail(report, Reason::SourceUnavailable, e)),
     };

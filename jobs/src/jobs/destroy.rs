@@ -20,7 +20,7 @@ use crate::store::builds::BuildRow;
 pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
     let report = blank_report(build);
     let no_change = Outcome::unchanged;
-    let source = match resolve_source(build, ctx) {
+    let source = match resolve_source(build, ctx).await {
         Ok(dir) => dir,
         Err(e) => return no_change(fail(report, Reason::SourceUnavailable, e)),
     };

@@ -9,6 +9,7 @@
 pub mod build;
 pub mod deploy;
 pub mod destroy;
+pub mod nix;
 pub mod report;
 pub mod sweep;
 pub mod workspace;

@@ -22,7 +22,14 @@ pub struct Swept {
     pub work_dirs: u64,
     /// Scratch folders of attempts that can no longer run, removed from this host.
     pub scratch_dirs: u64,
+    /// `nix`-queue rows deleted: names evals and failed builds that ended
+    /// more than [`NIX_RESULTS_KEPT`] ago (their waiters have read them).
+    pub nix_results: u64,
 }
+
+/// How long the row of a names eval, or of a failed schema build, is kept
+/// after it ended. Built outputs are kept: they are the cache.
+pub const NIX_RESULTS_KEPT: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Sweeps builds that finished before `now_ms - RETENTION`.
 pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
@@ -54,5 +61,6 @@ pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
             }
         }
     }
-    Ok(Swept { logs, work_dirs, scratch_dirs })
+    let nix_results = crate::store::nix::sweep(&mut conn, now_ms() - NIX_RESULTS_KEPT.as_millis() as i64).await?;
+    Ok(Swept { logs, work_dirs, scratch_dirs, nix_results })
 }

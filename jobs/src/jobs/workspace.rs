@@ -219,6 +219,7 @@ pub(crate) async fn run_effect(
     ];
     let spec = EffectSpec {
         program: source.join("core/effects").join(effect),
+        args: Vec::new(),
         dir: work.clone(),
         env,
         deadline,

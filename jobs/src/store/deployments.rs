@@ -17,6 +17,9 @@ pub struct DeploymentRow {
     pub domain: Option<String>,
     /// TF-1 instances of the last submit.
     pub instances: Vec<Instance>,
+    /// EV-1: the last submit's names eval (`nodes.json`: nodes with their
+    /// DNS names, disabled applications); `None` when it stored without one.
+    pub names: Option<Value>,
     /// ST-3 version.
     pub version: i64,
     /// Unix ms.
@@ -25,7 +28,7 @@ pub struct DeploymentRow {
     pub updated_at: i64,
 }
 
-const COLUMNS: &str = "id, configuration, module_source, domain, instances, version, created_at, updated_at";
+const COLUMNS: &str = "id, configuration, module_source, domain, instances, names, version, created_at, updated_at";
 
 fn from_row(r: &Row) -> Result<DeploymentRow, StoreError> {
     Ok(DeploymentRow {
@@ -34,6 +37,7 @@ fn from_row(r: &Row) -> Result<DeploymentRow, StoreError> {
         module_source: r.opt_text("module_source")?,
         domain: r.opt_text("domain")?,
         instances: json_col(&r.text("instances")?, "deployments.instances")?,
+        names: r.opt_text("names")?.map(|t| json_col(&t, "deployments.names")).transpose()?,
         version: r.int("version")?,
         created_at: r.int("created_at")?,
         updated_at: r.int("updated_at")?,
@@ -59,6 +63,8 @@ pub struct Snapshot<'a> {
     pub domain: Option<&'a str>,
     /// TF-1 instances.
     pub instances: &'a [Instance],
+    /// EV-1 names eval, if it ran.
+    pub names: Option<&'a Value>,
 }
 
 /// Inserts the deployment or replaces its snapshot, as a conditional update on
@@ -66,12 +72,13 @@ pub struct Snapshot<'a> {
 pub async fn upsert(conn: &mut Conn, s: Snapshot<'_>, now: i64) -> Result<(), StoreError> {
     let configuration = s.configuration.to_string();
     let instances = serde_json::to_string(s.instances).expect("instances serialise");
+    let names = s.names.map(Value::to_string);
     for _ in 0..5 {
         let changed = match get(conn, s.id).await? {
             None => {
                 Q::new(
-                    "INSERT INTO deployments (id, configuration, module_source, domain, instances, version, created_at, updated_at)
-                     VALUES ($1, $2, $3, $4, $5, 1, $6, $6) ON CONFLICT (id) DO NOTHING",
+                    "INSERT INTO deployments (id, configuration, module_source, domain, instances, names, version, created_at, updated_at)
+                     VALUES ($1, $2, $3, $4, $5, $7, 1, $6, $6) ON CONFLICT (id) DO NOTHING",
                 )
                 .text(s.id)
                 .text(&configuration)
@@ -79,13 +86,14 @@ pub async fn upsert(conn: &mut Conn, s: Snapshot<'_>, now: i64) -> Result<(), St
                 .opt_text(s.domain)
                 .text(&instances)
                 .int(now)
+                .opt_text(names.as_deref())
                 .execute(conn)
                 .await?
             }
             Some(row) => {
                 Q::new(
                     "UPDATE deployments SET configuration = $1, module_source = $2, domain = $3, instances = $4,
-                        version = version + 1, updated_at = $5
+                        version = version + 1, updated_at = $5, names = $8
                      WHERE id = $6 AND version = $7",
                 )
                 .text(&configuration)
@@ -95,6 +103,7 @@ pub async fn upsert(conn: &mut Conn, s: Snapshot<'_>, now: i64) -> Result<(), St
                 .int(now)
                 .text(s.id)
                 .int(row.version)
+                .opt_text(names.as_deref())
                 .execute(conn)
                 .await?
             }

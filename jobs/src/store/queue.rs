@@ -98,3 +98,37 @@ impl QueueSettings {
         PostgresStorage::<J>::new(pool).with_config(config).poll_with_strategy(wake)
     }
 }
+
+/// The queue of schema builds and names evals (§6, MS-7).
+pub const NIX_QUEUE: &str = "nix";
+
+/// The queues a worker serves unless told otherwise: builds, the
+/// `nix` queue, and `maintenance` (the retention sweep).
+pub const ALL_QUEUES: [&str; 3] = [BUILDS_QUEUE, NIX_QUEUE, MAINTENANCE_QUEUE];
+
+/// The periodic sweep's queue name (it runs on apalis-cron in each worker
+/// that serves it, not from the database).
+pub const MAINTENANCE_QUEUE: &str = "maintenance";
+
+/// A worker's `nix`-queue worker is named `<worker name>-nix`: it beats
+/// and is handed back with the worker ([`super::workers::keep_alive`]).
+pub const NIX_WORKER_SUFFIX: &str = "-nix";
+
+/// A `schema_build` or `names_eval` job: the key of its `nix_results` row,
+/// which holds its kind and input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NixJob {
+    /// The `nix_results` key.
+    pub key: String,
+}
+
+/// How many times apalis may hand a nix job out: a worker that died with it
+/// leaves it to another; the job's own failures are its result (§6: no retry).
+pub const NIX_JOB_ATTEMPTS: usize = 3;
+
+/// Pushes a [`NixJob`] for `key` into the `nix` queue in `conn`'s transaction.
+pub async fn push_nix_job(conn: &mut Conn, key: &str) -> Result<(), StoreError> {
+    let args = serde_json::to_vec(&NixJob { key: key.to_owned() }).expect("job payload serialises");
+    let task = TaskBuilder::new(args).task_id(TaskId::from(ulid::Ulid::generate())).max_attempts(NIX_JOB_ATTEMPTS);
+    conn.push_job(NIX_QUEUE, task.build()).await
+}

@@ -7,12 +7,14 @@ use super::{Conn, Engine, StoreError, Q};
 /// Marks apalis worker `name` alive now. apalis only beats while its worker
 /// polls for jobs, which a worker whose slots are all busy does not do; this
 /// keeps a busy, live worker from being taken for dead (Q-1).
+/// Its `nix`-queue worker (named with [`super::queue::NIX_WORKER_SUFFIX`])
+/// is kept alive with it, for the same reason.
 pub async fn keep_alive(conn: &mut Conn, name: &str) -> Result<u64, StoreError> {
     let sql = match conn.engine() {
-        Engine::Sqlite => "UPDATE Workers SET last_seen = strftime('%s', 'now') WHERE id = $1",
-        Engine::Postgres => "UPDATE apalis.workers SET last_seen = now() WHERE id = $1",
+        Engine::Sqlite => "UPDATE Workers SET last_seen = strftime('%s', 'now') WHERE id = $1 OR id = $2",
+        Engine::Postgres => "UPDATE apalis.workers SET last_seen = now() WHERE id = $1 OR id = $2",
     };
-    Q::new(sql).text(name).execute(conn).await
+    Q::new(sql).text(name).text(format!("{name}{}", super::queue::NIX_WORKER_SUFFIX)).execute(conn).await
 }
 
 /// How long ago worker `name` last beat, in milliseconds; `None` when it
@@ -44,9 +46,10 @@ pub async fn release(conn: &mut Conn, name: &str) -> Result<u64, StoreError> {
         Engine::Sqlite => {
             Q::new(
                 "UPDATE Jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, attempts = attempts + 1
-                 WHERE lock_by = $1 AND status IN ('Running', 'Queued')",
+                 WHERE lock_by IN ($1, $2) AND status IN ('Running', 'Queued')",
             )
             .text(name)
+            .text(format!("{name}{}", super::queue::NIX_WORKER_SUFFIX))
             .execute(conn)
             .await?
         }
@@ -54,13 +57,48 @@ pub async fn release(conn: &mut Conn, name: &str) -> Result<u64, StoreError> {
         Engine::Postgres => Q::new(
             "WITH released AS (
                    UPDATE apalis.jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, attempts = attempts + 1
-                   WHERE lock_by = $1 AND status IN ('Running', 'Queued') RETURNING id, job_type)
+                   WHERE lock_by IN ($1, $2) AND status IN ('Running', 'Queued') RETURNING id, job_type)
                  SELECT pg_notify('apalis::job::insert', json_build_object('job_type', job_type, 'id', id)::text)::text
                    AS notified FROM released",
         )
         .text(name)
+        .text(format!("{name}{}", super::queue::NIX_WORKER_SUFFIX))
         .fetch_all(conn)
         .await?
         .len() as u64,
     })
+}
+
+/// One queue as the fleet serves it (Q-8).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct QueueState {
+    /// The queue's name.
+    pub queue: String,
+    /// Jobs waiting for a worker.
+    pub waiting: i64,
+    /// Live workers serving it (beat within `window_s` seconds).
+    pub workers: i64,
+}
+
+/// For each of `queues`: the jobs waiting on it and the live workers that
+/// serve it (apalis's worker table, whose `worker_type` is the queue).
+pub async fn queue_states(conn: &mut Conn, queues: &[&str], window_s: i64) -> Result<Vec<QueueState>, StoreError> {
+    let (waiting, workers) = match conn.engine() {
+        Engine::Sqlite => (
+            "SELECT COUNT(*) AS n FROM Jobs WHERE job_type = $1 AND status = 'Pending'",
+            "SELECT COUNT(*) AS n FROM Workers WHERE worker_type = $1 AND last_seen >= strftime('%s', 'now') - $2",
+        ),
+        Engine::Postgres => (
+            "SELECT COUNT(*) AS n FROM apalis.jobs WHERE job_type = $1 AND status = 'Pending'",
+            "SELECT COUNT(*) AS n FROM apalis.workers
+             WHERE worker_type = $1 AND last_seen >= now() - make_interval(secs => $2)",
+        ),
+    };
+    let mut out = Vec::with_capacity(queues.len());
+    for queue in queues {
+        let w = Q::new(waiting).text(*queue).fetch_one(conn).await?.int("n")?;
+        let live = Q::new(workers).text(*queue).int(window_s).fetch_one(conn).await?.int("n")?;
+        out.push(QueueState { queue: queue.to_string(), waiting: w, workers: live });
+    }
+    Ok(out)
 }
