@@ -418,6 +418,15 @@ impl NixRun<'_> {
     /// `nodes.json`. The configuration must hold no secret value: it is read
     /// by Nix.
     pub async fn eval_names(&self, configuration: &Value, log: &mut NixLog) -> Result<Names, NixFailure> {
+        let attributes = self.attributes(log).await?;
+        if !attributes.iter().any(|a| a == "names") {
+            let (code, why) = if attributes.iter().any(|a| a == "schema") {
+                (FailureCode::SourceTooOld, "this source's core is older than the names output")
+            } else {
+                (FailureCode::OutputMissing, "core/default.nix has no names output")
+            };
+            return Err(NixFailure::new(code, Some("names"), why));
+        }
         let file = self.work.join("configuration.json");
         std::fs::write(&file, serde_json::to_vec(configuration).expect("a configuration serialises")).map_err(|e| {
             NixFailure::new(FailureCode::BuildFailed, Some("names"), format!("cannot write the configuration: {e}"))

@@ -42,6 +42,11 @@ pub const FAILURE_TTL: Duration = Duration::from_secs(60);
 /// How often a waiting submit looks at its job's row.
 const WAIT_POLL: Duration = Duration::from_millis(100);
 
+/// How long a submit waits for a worker to start its names eval before it
+/// withdraws the eval and stores without it (EV-1: a submit does not wait
+/// for a busy or stopping fleet).
+pub const NAMES_PICKUP: Duration = Duration::from_secs(10);
+
 /// A source's built outputs, with its schema compiled once, on first use.
 #[derive(Debug)]
 pub struct SourceSchema {
@@ -182,7 +187,7 @@ impl FleetSources {
             input: None,
         };
         match self.find_or_queue(&job, !pinned).await? {
-            Lookup::Computing if wait => match self.wait(&key).await? {
+            Lookup::Computing if wait => match self.wait(&key, None).await? {
                 Lookup::Ready(result) => Ok(self.ready(&key, result, pinned, until)),
                 other => Ok(other.map_never()),
             },
@@ -262,9 +267,12 @@ impl FleetSources {
     }
 
     /// Waits for the row of `key` to end, up to [`Self::wait_limit`]:
-    /// [`Lookup::Computing`] when no worker started the job by then.
-    async fn wait(&self, key: &str) -> Result<Lookup<Value>, StoreError> {
-        let until = tokio::time::Instant::now() + self.wait_limit();
+    /// [`Lookup::Computing`] when no worker started the job by then, or by
+    /// `pickup` (the job is then withdrawn, if no worker started it meanwhile).
+    async fn wait(&self, key: &str, pickup: Option<Duration>) -> Result<Lookup<Value>, StoreError> {
+        let now = tokio::time::Instant::now();
+        let until = now + self.wait_limit();
+        let pickup = pickup.map(|p| now + p);
         loop {
             let row = rows::find(&mut self.db.acquire().await?, key).await?;
             let started = row.as_ref().is_some_and(|r| r.started_at.is_some());
@@ -275,6 +283,14 @@ impl FleetSources {
                 }
                 None => return Ok(Lookup::Computing),
                 Some(_) => {}
+            }
+            if !started && pickup.is_some_and(|p| tokio::time::Instant::now() >= p) {
+                let mut tx = self.db.begin_write().await?;
+                let withdrawn = rows::withdraw(&mut tx, key).await?;
+                tx.commit().await?;
+                if withdrawn {
+                    return Ok(Lookup::Computing);
+                }
             }
             if tokio::time::Instant::now() >= until && !started {
                 return Ok(Lookup::Computing);
@@ -315,7 +331,7 @@ impl FleetSources {
             Lookup::Computing => {}
             other => return Ok(other.map_never()),
         }
-        Ok(match self.wait(&key).await? {
+        Ok(match self.wait(&key, Some(NAMES_PICKUP)).await? {
             Lookup::Ready(value) => match serde_json::from_value(value) {
                 Ok(names) => Lookup::Ready(names),
                 Err(e) => Lookup::Failed(NixFailure {
@@ -385,8 +401,8 @@ impl FleetSources {
                 self.slots
             ))),
             Lookup::Computing => Ok(NamesEval::Skipped(format!(
-                "no live worker of the nix queue ran the names eval (none serves the queue, or none started it within NIX_TIMEOUT, {}s); the deploy evaluates the configuration itself",
-                self.timeout.as_secs()
+                "no live worker of the nix queue ran the names eval (none serves the queue, or none started it within {}s); the deploy evaluates the configuration itself",
+                NAMES_PICKUP.as_secs()
             ))),
             // The module refused the configuration: so does the submit.
             Lookup::Failed(f) if f.code == FailureCode::BuildFailed && f.output.as_deref() == Some("names") => {

@@ -147,10 +147,7 @@ pub trait Sources: Send + Sync {
     /// The checker and the stored source for `requested` (MS-1, MS-6,
     /// MS-8), or why the submit cannot use it. The stored source of a git
     /// source is pinned to the revision its outputs were built from.
-    fn checker_for<'a>(
-        &'a self,
-        requested: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<CheckerFor, SubmitError>>;
+    fn checker_for<'a>(&'a self, requested: Option<&'a str>) -> BoxFuture<'a, Result<CheckerFor, SubmitError>>;
 
     /// EV-1: the names eval of `configuration` (checked, without secret
     /// values) on `stored_source`, or why it was skipped.
@@ -186,10 +183,7 @@ pub struct OneSource {
 }
 
 impl Sources for OneSource {
-    fn checker_for<'a>(
-        &'a self,
-        requested: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<CheckerFor, SubmitError>> {
+    fn checker_for<'a>(&'a self, requested: Option<&'a str>) -> BoxFuture<'a, Result<CheckerFor, SubmitError>> {
         Box::pin(async move {
             match requested {
                 Some(r) if r == self.reference => Ok((Arc::clone(&self.checker), Some(r.to_owned()))),

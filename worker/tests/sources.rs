@@ -273,7 +273,8 @@ async fn a_full_slot_pool_answers_nix_busy_and_a_build_past_its_deadline_leaves_
     let (status, answer) = fleet.until_computed("/schema/get_for", &slow_source).await;
     assert_eq!((status, answer["error"].as_str()), (504, Some("timeout")), "{answer}");
     assert_eq!(processes_with(&token), Vec::<u32>::new(), "a process of the timed-out build outlived it");
-    assert_eq!(processes_with("slipway-nix:"), Vec::<u32>::new(), "a contained nix tool outlived its job");
+    let slow_path = slow.display().to_string();
+    assert_eq!(processes_with(&slow_path), Vec::<u32>::new(), "a git or Nix process of the timed-out job outlived it");
     let (status, schema) = fleet.until_computed("/schema/get_for", &other).await;
     assert_eq!((status, &schema), (200, &baked("schema.json")), "the slot was freed");
 }
@@ -304,6 +305,11 @@ async fn a_job_on_a_queue_no_live_worker_serves_is_reported() {
     assert!(answer["warnings"][0].as_str().unwrap_or_default().contains("nix queue"), "{answer}");
     let log = std::fs::read_to_string(db.path("api.log")).unwrap();
     assert_eq!(log.matches("jobs wait on a queue that no live worker serves").count(), 1, "logged once: {log}");
+    // EV-1: a submit does not wait for a names eval no worker can run.
+    let (status, accepted) = fleet.api.submit("demo", &demo()).await.unwrap();
+    assert_eq!(status, 202, "{accepted}");
+    assert!(accepted.get("names").is_none(), "{accepted}");
+    assert!(accepted["names_skipped"].as_str().unwrap_or_default().contains("nix queue"), "{accepted}");
 }
 
 /// The end-to-end path of a fork: a configuration written for the first

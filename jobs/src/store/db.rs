@@ -88,31 +88,48 @@ impl Db {
         })
     }
 
-    /// Holds every connection of the pool, each taken once it is free: while
-    /// the returned connections live, no other task of this process is
-    /// inside a statement or a transaction of this pool, so this process
-    /// holds no database lock. When not all come free within
-    /// [`super::ACQUIRE_TIMEOUT`] (a task may hold one while it waits for
-    /// another), all are given back and it starts again; a closed pool ends the
-    /// wait with what is held. For failpoints
-    /// that stop the process between two statements
-    /// ([`crate::failpoint::hit_between_statements`]).
+    /// Holds every connection of the pool that is free, until no other task
+    /// of this process is inside a statement or a transaction of this pool,
+    /// so this process holds no database lock. On SQLite that is every
+    /// connection. On PostgreSQL a LISTEN of the job queues keeps a
+    /// connection for itself, idle between notifications, so it takes what
+    /// comes free within a short wait and then asks the server that every
+    /// other session of this process (its `application_name`) is idle.
+    /// Otherwise all are given back and it starts again; a closed pool ends
+    /// the wait with what is held. For failpoints that stop the process
+    /// between two statements ([`crate::failpoint::hit_between_statements`]).
     pub async fn hold_all(&self) -> Vec<Conn> {
+        const SHORT: std::time::Duration = std::time::Duration::from_millis(200);
         let size = match self {
             Self::Sqlite(p) => p.options().get_max_connections(),
             Self::Postgres(p) => p.options().get_max_connections(),
         } as usize;
         loop {
-            let mut held = Vec::with_capacity(size);
+            let mut held: Vec<Conn> = Vec::with_capacity(size);
             while held.len() < size {
-                match self.acquire().await {
-                    Ok(conn) => held.push(conn),
-                    Err(e) if e.is_closed() => return held,
-                    Err(_) => break,
+                let wait = if matches!(self, Self::Postgres(_)) { SHORT } else { super::ACQUIRE_TIMEOUT };
+                match tokio::time::timeout(wait, self.acquire()).await {
+                    Ok(Ok(conn)) => held.push(conn),
+                    Ok(Err(e)) if e.is_closed() => return held,
+                    Ok(Err(_)) | Err(_) => break,
                 }
             }
             if held.len() == size {
                 return held;
+            }
+            if let (Self::Postgres(p), Some(conn)) = (self, held.first_mut()) {
+                let Some(name) = p.connect_options().get_application_name().map(str::to_owned) else { continue };
+                let busy = Q::new(
+                    "SELECT COUNT(*) AS n FROM pg_stat_activity
+                     WHERE application_name = $1 AND pid <> pg_backend_pid() AND state IS DISTINCT FROM 'idle'",
+                )
+                .text(name)
+                .fetch_one(conn)
+                .await
+                .and_then(|row| row.int("n"));
+                if matches!(busy, Ok(0)) {
+                    return held;
+                }
             }
         }
     }

@@ -165,6 +165,20 @@ pub async fn mark_started(conn: &mut Conn, key: &str, worker: &str, now: i64) ->
     Ok(n == 1)
 }
 
+/// Withdraws job `key` if no worker has started it: its row goes and its
+/// slot is freed (the queued job then finds no row and does nothing).
+/// False when a worker started it meanwhile. Call in a write transaction.
+pub async fn withdraw(conn: &mut Conn, key: &str) -> Result<bool, StoreError> {
+    let n = Q::new("DELETE FROM nix_results WHERE key = $1 AND status = 'computing' AND started_at IS NULL")
+        .text(key)
+        .execute(conn)
+        .await?;
+    if n == 1 {
+        release_slot(conn, key).await?;
+    }
+    Ok(n == 1)
+}
+
 /// Records how job `key` (created at `created_at`) ended: `Ok(result)` or
 /// `Err(failure)` (JSON texts), with the tools' log. Writes nothing when the
 /// row was replaced meanwhile (returns false).
