@@ -130,7 +130,9 @@ impl From<SourceError> for ApiError {
     fn from(e: SourceError) -> Self {
         match e {
             SourceError::Malformed(_) => Self::bad_request("invalid_module_source", e.to_string()),
-            SourceError::NotAllowed(_) => Self::new(StatusCode::FORBIDDEN, "source_not_allowed", e.to_string()),
+            SourceError::NotAllowed(_) | SourceError::PathNotAllowed(_) => {
+                Self::new(StatusCode::FORBIDDEN, "source_not_allowed", e.to_string())
+            }
         }
     }
 }
@@ -167,6 +169,7 @@ impl From<SubmitError> for ApiError {
             e @ SubmitError::NotServed(_) => Self::bad_request("invalid_module_source", e.to_string()),
             SubmitError::SourceOutputs(f) => f.into(),
             e @ SubmitError::NixBusy => Self::nix_busy(e.to_string()),
+            e @ SubmitError::NixUnserved => Self::unavailable(e.to_string()),
             e @ SubmitError::QueueFull { .. } => Self::queue_full(e.to_string()),
             SubmitError::Store(s) => s.into(),
         }

@@ -144,6 +144,13 @@ pub fn parse_queues(value: Option<&str>) -> Result<Vec<String>, ConfigError> {
             queues.push(name.to_owned());
         }
     }
+    if queues.is_empty() {
+        return Err(ConfigError::Invalid {
+            key: "SLIPWAY_QUEUES",
+            value: value.to_owned(),
+            reason: "a comma-separated list of the queues builds, nix and maintenance",
+        });
+    }
     Ok(queues)
 }
 
@@ -372,6 +379,15 @@ mod tests {
         assert_eq!(c.deploy_timeout, Duration::from_secs(3600));
         assert_eq!(c.retention, Duration::from_secs(14 * 86400));
         assert_eq!(c.jwt_audience, "slipway");
+    }
+
+    #[test]
+    fn a_list_of_queues_names_known_queues_and_at_least_one() {
+        assert_eq!(parse_queues(None).unwrap(), ["builds", "nix", "maintenance"]);
+        assert_eq!(parse_queues(Some(" nix, nix ")).unwrap(), ["nix"]);
+        for bad in [",", "bogus", "nix,bogus", "NIX"] {
+            assert!(parse_queues(Some(bad)).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -64,6 +64,14 @@ pub enum FetchError {
         /// The deadline it had.
         deadline: Duration,
     },
+    /// The repository has no such commit (on any branch or tag).
+    #[error("{source_ref}: the repository has no commit {revision} on any branch or tag")]
+    NoSuchRevision {
+        /// The source as requested.
+        source_ref: String,
+        /// The commit asked for.
+        revision: String,
+    },
     /// The tree has no `core/default.nix`: not a module source.
     #[error("{source_ref} has no core/default.nix, so it is not a module source")]
     NotASource {
@@ -220,6 +228,13 @@ impl Git<'_> {
                 )
                 .await?;
             }
+        }
+        let commit = format!("{revision}^{{commit}}");
+        if self.run(work, "git cat-file", &["cat-file", "-e", &commit]).await.is_err() {
+            return Err(FetchError::NoSuchRevision {
+                source_ref: self.source_ref.to_owned(),
+                revision: revision.to_owned(),
+            });
         }
         self.run(work, "git checkout", &["-c", "advice.detachedHead=false", "checkout", "-q", revision]).await?;
         Ok(())

@@ -42,9 +42,13 @@ pub enum SourceError {
     /// Not of a form MS-1 names.
     #[error("a module source is git+<url>?rev=<40 hex>, git+<url>?ref=<branch> or path:<dir>; {0}")]
     Malformed(String),
-    /// Outside the trusted-source allowlist (MS-6), or a `path:` source over HTTP.
+    /// Outside the trusted-source allowlist (MS-6).
     #[error("module source {0} is not in this service's trusted-source allowlist")]
     NotAllowed(String),
+    /// A `path:` source where they are not allowed (over HTTP, unless
+    /// `SLIPWAY_ALLOW_PATH_SOURCES` is set).
+    #[error("module source {0}: path: sources are for local runs and tests; this service does not take them (SLIPWAY_ALLOW_PATH_SOURCES)")]
+    PathNotAllowed(String),
 }
 
 impl ModuleSource {
@@ -66,6 +70,18 @@ impl ModuleSource {
         if !scheme_ok || url.contains(char::is_whitespace) {
             return Err(SourceError::Malformed(format!("{url:?} is not an https, http, ssh or file URL")));
         }
+        // A dot segment would make the allowlist's prefix match a URL that
+        // names another repository once resolved (`…/trusted/../other`).
+        let path = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let dot_segment = path.split('/').any(|seg| {
+            let seg = seg.to_ascii_lowercase().replace("%2e", ".");
+            seg == "." || seg == ".."
+        });
+        if dot_segment || url.contains('\\') {
+            return Err(SourceError::Malformed(format!(
+                "{url:?} has a '.' or '..' segment; name the repository directly"
+            )));
+        }
         let pin = if let Some(rev) = query.strip_prefix("rev=") {
             if rev.len() != 40 || !rev.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
                 return Err(SourceError::Malformed(format!("rev {rev:?} is not 40 lower-case hex digits")));
@@ -82,17 +98,32 @@ impl ModuleSource {
         Ok(Self::Git { url: url.to_owned(), pin })
     }
 
-    /// MS-6 allowlist: a git URL must start with a trusted prefix (an empty
-    /// list allows all); a `path:` source only where `allow_path` is set.
+    /// MS-6 allowlist: a git URL must start with a trusted prefix at a
+    /// boundary (`https://host/ops` allows `https://host/ops/fork` and
+    /// `https://host/ops.git`, not `https://host/ops-evil`; a prefix ending in
+    /// `/` allows what is under it); an empty list allows all. A `path:`
+    /// source only where `allow_path` is set.
     pub fn check_allowed(&self, trusted: &[String], allow_path: bool) -> Result<(), SourceError> {
-        let ok = match self {
-            Self::Path(_) => allow_path,
-            Self::Git { url, .. } => trusted.is_empty() || trusted.iter().any(|p| url.starts_with(p.as_str())),
-        };
-        if ok {
-            Ok(())
-        } else {
-            Err(SourceError::NotAllowed(self.to_string()))
+        match self {
+            Self::Path(_) if allow_path => Ok(()),
+            Self::Path(_) => Err(SourceError::PathNotAllowed(self.to_string())),
+            Self::Git { url, .. } => {
+                let under = |prefix: &str| match url.strip_prefix(prefix) {
+                    Some(rest) => {
+                        prefix.ends_with('/')
+                            || rest.is_empty()
+                            || rest.starts_with('/')
+                            || rest == ".git"
+                            || rest.starts_with(".git/")
+                    }
+                    None => false,
+                };
+                if trusted.is_empty() || trusted.iter().any(|p| under(p)) {
+                    Ok(())
+                } else {
+                    Err(SourceError::NotAllowed(self.to_string()))
+                }
+            }
         }
     }
 }
@@ -308,6 +339,35 @@ mod tests {
         let s = ModuleSource::parse("path:/x").unwrap();
         assert!(s.check_allowed(&[], false).is_err());
         assert!(s.check_allowed(&[], true).is_ok());
+    }
+
+    #[test]
+    fn a_dot_segment_cannot_lead_a_source_out_of_the_allowlist() {
+        for s in [
+            "git+file:///srv/trusted/../outside?ref=main",
+            "git+https://git.example.org/ops/../evil/x?ref=main",
+            "git+https://git.example.org/ops/%2E%2e/evil?ref=main",
+            "git+https://git.example.org/ops/./x?ref=main",
+        ] {
+            assert!(matches!(ModuleSource::parse(s), Err(SourceError::Malformed(_))), "{s}");
+        }
+    }
+
+    #[test]
+    fn an_allowlist_prefix_matches_at_a_boundary_only() {
+        let trusted = vec!["https://slipway.invalid/slipway".to_owned(), "file:///srv/forks/".to_owned()];
+        for (s, allowed) in [
+            ("git+https://slipway.invalid/slipway?ref=main", true),
+            ("git+https://slipway.invalid/slipway.git?ref=main", true),
+            ("git+https://slipway.invalid/slipway/sub?ref=main", true),
+            ("git+https://slipway.invalid/slipway-evil?ref=main", false),
+            ("git+https://slipway.invalid/slipway.evil?ref=main", false),
+            ("git+file:///srv/forks/a?ref=main", true),
+            ("git+file:///srv/forksevil?ref=main", false),
+        ] {
+            let source = ModuleSource::parse(s).unwrap();
+            assert_eq!(source.check_allowed(&trusted, false).is_ok(), allowed, "{s}");
+        }
     }
 
     #[test]

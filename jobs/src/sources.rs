@@ -14,7 +14,9 @@
 //! the time to record the result).
 //!
 //! Results live: a pinned revision's outputs forever; a `ref` source's for
-//! [`REF_TTL`] (then it is resolved and built again); a failure for
+//! [`REF_TTL`] for `get_for` (then it is resolved and built again), while a
+//! submit resolves the branch anew each time, so it stores the revision the
+//! branch names now; a failure for
 //! [`FAILURE_TTL`], so a poller reads it before the next call builds again. A
 //! `computing` row older than twice `NIX_TIMEOUT` plus a minute (its job was
 //! lost) is started over.
@@ -86,6 +88,9 @@ pub enum Lookup<T> {
     Busy,
     /// The job ended without it.
     Failed(NixFailure),
+    /// A waiting caller only: no live worker serves the `nix` queue, or none
+    /// started the job within [`NAMES_PICKUP`] (it was withdrawn).
+    Unserved,
 }
 
 /// A cached result and until when it may be served (Unix ms; `None`: forever).
@@ -166,12 +171,21 @@ impl FleetSources {
         let reference = source.to_string();
         let key = self.key(&reference);
         let now = now_ms();
-        if let Some(entry) = self.memory.lock().expect("source cache lock").get(&key) {
-            if entry.until.is_none_or(|until| now < until) {
-                return Ok(Lookup::Ready(Arc::clone(&entry.schema)));
+        let pinned = matches!(source, ModuleSource::Git { pin: GitPin::Rev(_), .. });
+        // A submit resolves a branch anew (it stores the revision it names
+        // now); get_for serves a branch's outputs for REF_TTL.
+        let ttl = match (pinned, wait) {
+            (true, _) => None,
+            (false, true) => Some(Duration::ZERO),
+            (false, false) => Some(REF_TTL),
+        };
+        if ttl != Some(Duration::ZERO) {
+            if let Some(entry) = self.memory.lock().expect("source cache lock").get(&key) {
+                if entry.until.is_none_or(|until| now < until) {
+                    return Ok(Lookup::Ready(Arc::clone(&entry.schema)));
+                }
             }
         }
-        let pinned = matches!(source, ModuleSource::Git { pin: GitPin::Rev(_), .. });
         if pinned {
             if let Some(built) = std::fs::read(self.disk_file(&key)).ok().and_then(|b| serde_json::from_slice(&b).ok())
             {
@@ -186,14 +200,38 @@ impl FleetSources {
             provider: &self.provider,
             input: None,
         };
-        match self.find_or_queue(&job, !pinned).await? {
-            Lookup::Computing if wait => match self.wait(&key, None).await? {
+        if wait && !self.nix_served().await? {
+            // A finished row may still serve; nothing new is queued.
+            return Ok(match self.find_finished(&key, ttl).await? {
+                Some(Lookup::Ready(result)) => self.ready(&key, result, pinned, until),
+                Some(other) => other.map_never(),
+                None => Lookup::Unserved,
+            });
+        }
+        match self.find_or_queue(&job, ttl).await? {
+            Lookup::Computing if wait => match self.wait(&key, Some(NAMES_PICKUP)).await? {
                 Lookup::Ready(result) => Ok(self.ready(&key, result, pinned, until)),
+                Lookup::Computing => Ok(Lookup::Unserved),
                 other => Ok(other.map_never()),
             },
             Lookup::Ready(result) => Ok(self.ready(&key, result, pinned, until)),
             other => Ok(other.map_never()),
         }
+    }
+
+    /// The finished row of `key`, if one may still be served.
+    async fn find_finished(&self, key: &str, ttl: Option<Duration>) -> Result<Option<Lookup<Value>>, StoreError> {
+        let Some(row) = rows::find(&mut self.db.acquire().await?, key).await? else { return Ok(None) };
+        let age = now_ms() - row.finished_at.unwrap_or(row.created_at);
+        Ok(match row.status {
+            NixStatus::Done if ttl.is_none_or(|ttl| age < ttl.as_millis() as i64) => {
+                Some(parse_result(row.result.as_deref()))
+            }
+            NixStatus::Failed if age < FAILURE_TTL.as_millis() as i64 => {
+                Some(Lookup::Failed(parse_failure(row.failure.as_deref())))
+            }
+            _ => None,
+        })
     }
 
     /// Parses a finished row's result and caches it.
@@ -231,9 +269,9 @@ impl FleetSources {
     }
 
     /// The row of `job.key` as it stands, or a new job queued for it (one
-    /// transaction holding the key's lock). `expires`: a finished row older
-    /// than [`REF_TTL`] is built again.
-    async fn find_or_queue(&self, job: &NewNixJob<'_>, expires: bool) -> Result<Lookup<Value>, StoreError> {
+    /// transaction holding the key's lock). `ttl`: a finished row older than
+    /// that is built again (`None`: never).
+    async fn find_or_queue(&self, job: &NewNixJob<'_>, ttl: Option<Duration>) -> Result<Lookup<Value>, StoreError> {
         let mut tx = self.db.begin_write().await?;
         tx.lock_name(job.key).await?;
         let now = now_ms();
@@ -242,7 +280,7 @@ impl FleetSources {
             let age = now - row.finished_at.unwrap_or(row.created_at);
             let answer = match row.status {
                 NixStatus::Computing if now - row.created_at < stale_after => Some(Lookup::Computing),
-                NixStatus::Done if !expires || age < REF_TTL.as_millis() as i64 => {
+                NixStatus::Done if ttl.is_none_or(|ttl| age < ttl.as_millis() as i64) => {
                     Some(parse_result(row.result.as_deref()))
                 }
                 NixStatus::Failed if age < FAILURE_TTL.as_millis() as i64 => {
@@ -327,7 +365,7 @@ impl FleetSources {
             provider: &self.provider,
             input: Some(&input),
         };
-        match self.find_or_queue(&job, false).await? {
+        match self.find_or_queue(&job, None).await? {
             Lookup::Computing => {}
             other => return Ok(other.map_never()),
         }
@@ -368,6 +406,7 @@ impl FleetSources {
                 schema.checker().map(|c| (c, schema.built.pinned.clone())).map_err(SubmitError::SourceOutputs)
             }
             Lookup::Busy => Err(SubmitError::NixBusy),
+            Lookup::Unserved => Err(SubmitError::NixUnserved),
             Lookup::Computing => Err(SubmitError::SourceOutputs(NixFailure {
                 code: FailureCode::Timeout,
                 output: None,
@@ -400,7 +439,7 @@ impl FleetSources {
                 "every nix slot (NIX_SLOTS {}) is busy; the deploy evaluates the configuration itself",
                 self.slots
             ))),
-            Lookup::Computing => Ok(NamesEval::Skipped(format!(
+            Lookup::Computing | Lookup::Unserved => Ok(NamesEval::Skipped(format!(
                 "no live worker of the nix queue ran the names eval (none serves the queue, or none started it within {}s); the deploy evaluates the configuration itself",
                 NAMES_PICKUP.as_secs()
             ))),
@@ -424,6 +463,7 @@ impl<T> Lookup<T> {
             Lookup::Computing => Lookup::Computing,
             Lookup::Busy => Lookup::Busy,
             Lookup::Failed(f) => Lookup::Failed(f),
+            Lookup::Unserved => Lookup::Unserved,
         }
     }
 }

@@ -64,6 +64,10 @@ pub enum SubmitError {
     /// built now, and a preview cannot be evaluated.
     #[error("every nix slot is busy building or evaluating module sources; try again shortly")]
     NixBusy,
+    /// No live worker serves the `nix` queue, or none started the source's
+    /// schema build within 10 s: the source's outputs cannot be had now.
+    #[error("no live worker of the nix queue builds module sources now (none serves the queue, or none started the build within 10 s); start a worker that serves the nix queue, or try again")]
+    NixUnserved,
     /// `limit` builds already wait for a worker. Checked inside the
     /// submit's transaction, serialised fleet-wide, so concurrent submits
     /// through several apis never overshoot the bound.

@@ -277,7 +277,8 @@ slipway_jobs::on_both_engines!(
 );
 
 /// Names evals and failed schema builds that ended over an hour ago go;
-/// built outputs (the cache) and recent rows stay.
+/// built outputs (the cache) and recent rows stay; so do the nix folders of
+/// dead workers.
 async fn the_sweep_deletes_old_names_evals_and_failed_builds_and_keeps_built_outputs(engine: Engine) {
     use slipway_jobs::store::nix::{self as rows, NewNixJob, NixKind};
     let w = world(engine, &[]).await;
@@ -294,7 +295,16 @@ async fn the_sweep_deletes_old_names_evals_and_failed_builds_and_keeps_built_out
         assert!(rows::finish(&mut conn, key, at, outcome, "", at).await.unwrap());
     }
     drop(conn);
-    assert_eq!(sweep::run(&w.ctx).await.unwrap().nix_results, 2);
+    // A dead worker's nix folder goes; this live process's stays.
+    let nix = w.ctx.config.state_dir.join("nix");
+    let (dead, alive) =
+        (nix.join("0123456789abcdef-2147483646"), nix.join(format!("0123456789abcdef-{}", std::process::id())));
+    for dir in [&dead, &alive] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let swept = sweep::run(&w.ctx).await.unwrap();
+    assert_eq!((swept.nix_results, swept.scratch_dirs), (2, 1));
+    assert!(!dead.exists() && alive.exists());
     let mut conn = w.ctx.db.acquire().await.unwrap();
     for (key, kept) in [("names old", false), ("names new", true), ("schema failed", false), ("schema built", true)] {
         assert_eq!(rows::find(&mut conn, key).await.unwrap().is_some(), kept, "{key}");

@@ -192,10 +192,25 @@ async fn a_source_outside_the_allowlist_is_refused_before_anything_is_fetched() 
     assert!(!db.path("state/sources").exists(), "the refused source was fetched");
     assert_eq!(count(&db, "SELECT COUNT(*) AS n FROM nix_results", "").await, 0);
     assert_eq!(nix_jobs(&db).await, 0);
-    for malformed in ["github:x/y", "git+https://example.org/x?rev=abc", "path:"] {
+    let (status, answer) =
+        fleet.post("/schema/get_for", &json!({ "source": "git+https://git.example.org/trustedevil/x?ref=main" })).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (403, Some("source_not_allowed")),
+        "a prefix matches at a boundary: {answer}"
+    );
+    for malformed in [
+        "github:x/y",
+        "git+https://example.org/x?rev=abc",
+        "path:",
+        "git+https://git.example.org/trusted/../evil?ref=main",
+    ] {
         let (status, answer) = fleet.post("/schema/get_for", &json!({ "source": malformed })).await;
         assert_eq!((status, answer["error"].as_str()), (400, Some("invalid_module_source")), "{malformed}: {answer}");
-        assert!(answer["message"].as_str().unwrap().contains("git+<url>?rev="), "names the accepted forms: {answer}");
+        assert!(
+            answer["message"].as_str().unwrap().starts_with("a module source is git+<url>?rev="),
+            "names the accepted forms: {answer}"
+        );
     }
 }
 
@@ -231,6 +246,7 @@ async fn each_failure_of_a_source_names_its_output_and_why() {
     let unknown = format!("git+file://{}?rev={}", empty.display(), "0".repeat(40));
     let (status, answer) = fleet.until_computed("/schema/get_for", &json!({ "source": unknown })).await;
     assert_eq!((status, answer["error"].as_str()), (502, Some("fetch_failed")), "{answer}");
+    assert!(answer["message"].as_str().unwrap().contains("no commit"), "{answer}");
     assert!(!answer.to_string().contains("fatal:"), "the git log reached the front-end: {answer}");
 
     let no_branch = format!("git+file://{}?ref=no-such-branch", empty.display());
@@ -310,6 +326,15 @@ async fn a_job_on_a_queue_no_live_worker_serves_is_reported() {
     assert_eq!(status, 202, "{accepted}");
     assert!(accepted.get("names").is_none(), "{accepted}");
     assert!(accepted["names_skipped"].as_str().unwrap_or_default().contains("nix queue"), "{accepted}");
+    // A cold source cannot be built: the submit is refused at once, not after NIX_TIMEOUT.
+    let started = std::time::Instant::now();
+    let cold = json!({ "configuration": demo(), "module_source": body["source"] });
+    let (status, answer) = fleet.api.call(Method::PUT, "/deployments/cold", Some(&cold)).await.unwrap();
+    assert_eq!((status, answer["error"].as_str()), (503, Some("service_unavailable")), "{answer}");
+    assert!(answer["message"].as_str().unwrap().contains("nix queue"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+    let (status, _, _) = fleet.api.get("/deployments/cold").await;
+    assert_eq!(status, 404, "a refused submit stored its deployment");
 }
 
 /// The end-to-end path of a fork: a configuration written for the first

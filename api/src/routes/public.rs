@@ -70,10 +70,11 @@ pub fn unserved_warnings(app: &AppState, queues: &[slipway_jobs::store::workers:
         let unserved = q.waiting > 0 && q.workers == 0;
         let was = app.unserved.lock().expect("unserved queues lock").insert(q.queue.clone(), unserved);
         if unserved {
+            let jobs = if q.waiting == 1 { "1 job waits".to_owned() } else { format!("{} jobs wait", q.waiting) };
             let warning = format!(
-                "{} jobs wait on the {} queue, which no live worker serves: start a worker that serves it \
+                "{jobs} on the {} queue, which no live worker serves: start a worker that serves it \
                  (slipway-worker work serves every queue unless --queues or SLIPWAY_QUEUES says otherwise)",
-                q.waiting, q.queue
+                q.queue
             );
             if was != Some(true) {
                 tracing::warn!(queue = %q.queue, waiting = q.waiting, "jobs wait on a queue that no live worker serves");

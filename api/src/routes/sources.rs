@@ -71,6 +71,8 @@ async fn lookup(app: &AppState, source: &str) -> Result<Result<Arc<SourceSchema>
         ))
         .into_response()),
         Lookup::Failed(f) => Err(ApiError::from(f).into_response()),
+        // Only a waiting caller gets it; get_for answers 202 with a warning instead.
+        Lookup::Unserved => Err(ApiError::from(slipway_jobs::submit::SubmitError::NixUnserved).into_response()),
     })
 }
 

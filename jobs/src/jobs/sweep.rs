@@ -61,6 +61,18 @@ pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
             }
         }
     }
+    // A `nix` job's folder is `<state>/nix/<key hash>-<pid>`; a worker killed
+    // mid-job leaves it behind.
+    for entry in std::fs::read_dir(ctx.config.state_dir.join("nix")).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.rsplit_once('-').and_then(|(_, pid)| pid.parse::<i32>().ok()) else { continue };
+        if pid != std::process::id() as i32 && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => scratch_dirs += 1,
+                Err(e) => tracing::warn!(folder = %name, error = %e, "cannot remove a dead worker's nix folder"),
+            }
+        }
+    }
     let nix_results = crate::store::nix::sweep(&mut conn, now_ms() - NIX_RESULTS_KEPT.as_millis() as i64).await?;
     Ok(Swept { logs, work_dirs, scratch_dirs, nix_results })
 }
