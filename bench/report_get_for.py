@@ -34,7 +34,7 @@ def render(result, command, git):
         f"{cpu}, 2 cores; {rustc}.",
         "",
         "`POST /schema/get_for` of a pinned git source (`file://`, a copy of `nix/`) whose outputs were built once "
-        "on the `nix` queue: each answer is the whole schema (about 15 KB of JSON) from the api's memory, with the "
+        "on the `nix` queue: each answer is the whole schema (about 7 KB of JSON) from the api's memory, with the "
         "token verified, the source parsed and allowlisted. A release `slipway-api` on SQLite, driven by `wrk` over "
         f"loopback for {result['seconds']} s, first one connection at a time, then eight.",
         "",
