@@ -169,7 +169,7 @@ impl From<SubmitError> for ApiError {
             e @ SubmitError::NotServed(_) => Self::bad_request("invalid_module_source", e.to_string()),
             SubmitError::SourceOutputs(f) => f.into(),
             e @ SubmitError::NixBusy => Self::nix_busy(e.to_string()),
-            e @ SubmitError::NixUnserved => Self::unavailable(e.to_string()),
+            e @ (SubmitError::NixUnserved | SubmitError::NamesUnavailable(_)) => Self::unavailable(e.to_string()),
             e @ SubmitError::QueueFull { .. } => Self::queue_full(e.to_string()),
             SubmitError::Store(s) => s.into(),
         }

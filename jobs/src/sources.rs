@@ -435,7 +435,7 @@ impl FleetSources {
     ) -> Result<NamesEval, SubmitError> {
         match self.names(stored_source, configuration).await? {
             Lookup::Ready(names) => Ok(NamesEval::Evaluated(names)),
-            Lookup::Busy => Ok(NamesEval::Skipped(format!(
+            Lookup::Busy => Ok(NamesEval::Busy(format!(
                 "every nix slot (NIX_SLOTS {}) is busy; the deploy evaluates the configuration itself",
                 self.slots
             ))),

@@ -68,6 +68,10 @@ pub enum SubmitError {
     /// schema build within 10 s: the source's outputs cannot be had now.
     #[error("no live worker of the nix queue builds module sources now (none serves the queue, or none started the build within 10 s); start a worker that serves the nix queue, or try again")]
     NixUnserved,
+    /// A preview's names eval could not run (EV-2: a preview without the
+    /// eval has no result); why.
+    #[error("the names eval cannot run now: {0}")]
+    NamesUnavailable(String),
     /// `limit` builds already wait for a worker. Checked inside the
     /// submit's transaction, serialised fleet-wide, so concurrent submits
     /// through several apis never overshoot the bound.
@@ -171,8 +175,12 @@ pub type CheckerFor = (Arc<Checker>, Option<String>);
 pub enum NamesEval {
     /// The nodes, their DNS names and the disabled applications.
     Evaluated(Names),
-    /// Not run (every nix slot busy, or a local run): the deploy evaluates
+    /// Not run because every nix slot is busy (MS-7): the deploy evaluates
     /// the configuration itself.
+    Busy(String),
+    /// Not run for another reason (no live worker of the `nix` queue, a
+    /// failure on the worker's side, a local run): the deploy evaluates the
+    /// configuration itself.
     Skipped(String),
 }
 
@@ -229,7 +237,7 @@ pub async fn submit(db: &Db, sources: &dyn Sources, request: SubmitRequest) -> R
     let names = sources.names(stored_source.as_deref(), &checked.configuration).await?;
     let (names, names_skipped) = match names {
         NamesEval::Evaluated(names) => (Some(names), None),
-        NamesEval::Skipped(why) => (None, Some(why)),
+        NamesEval::Busy(why) | NamesEval::Skipped(why) => (None, Some(why)),
     };
     let names_value = names.as_ref().map(|n| serde_json::to_value(n).expect("names serialise"));
     let (id, kind) = (&request.deployment, request.queueing.kind);
@@ -266,8 +274,9 @@ pub struct Preview {
 }
 
 /// EV-2: the checks and the names eval of a submit, storing nothing and
-/// queuing no build. Every nix slot busy is [`SubmitError::NixBusy`]: a
-/// preview without the eval has no result.
+/// queuing no build. Every nix slot busy is [`SubmitError::NixBusy`], an
+/// eval that cannot run for another reason [`SubmitError::NamesUnavailable`]:
+/// a preview without the eval has no result.
 pub async fn preview(sources: &dyn Sources, request: SubmitRequest) -> Result<Preview, SubmitError> {
     let (checker, stored_source) = sources.checker_for(request.module_source.as_deref()).await?;
     let checked = checker.check(request.configuration, SECRETS_REFUSED).map_err(SubmitError::InvalidConfiguration)?;
@@ -279,7 +288,8 @@ pub async fn preview(sources: &dyn Sources, request: SubmitRequest) -> Result<Pr
             nodes: names.nodes,
             disabled_applications: names.disabled_applications,
         }),
-        NamesEval::Skipped(_) => Err(SubmitError::NixBusy),
+        NamesEval::Busy(_) => Err(SubmitError::NixBusy),
+        NamesEval::Skipped(why) => Err(SubmitError::NamesUnavailable(why)),
     }
 }
 

@@ -118,6 +118,17 @@ impl Fleet {
     }
 }
 
+/// Waits until `/readyz` counts a live worker serving `queue` (a submit
+/// that needs the `nix` queue is refused while none does).
+async fn wait_serving(api: &Api, queue: &str) {
+    wait_for(&format!("a live worker of the {queue} queue"), Duration::from_secs(30), || async {
+        let (_, _, ready) = api.get("/readyz").await;
+        let q = ready["queues"].as_array()?.iter().find(|q| q["queue"] == queue)?.clone();
+        (q["workers"].as_i64()? > 0).then_some(())
+    })
+    .await
+}
+
 /// A count from the test's database.
 async fn count(db: &TestDatabase, sqlite: &str, postgres: &str) -> i64 {
     let keys = std::collections::BTreeMap::from([("DATABASE_URL".to_owned(), db.url.clone())]);
@@ -326,6 +337,11 @@ async fn a_job_on_a_queue_no_live_worker_serves_is_reported() {
     assert_eq!(status, 202, "{accepted}");
     assert!(accepted.get("names").is_none(), "{accepted}");
     assert!(accepted["names_skipped"].as_str().unwrap_or_default().contains("nix queue"), "{accepted}");
+    // EV-2: a preview without the eval has no result.
+    let draft = json!({ "configuration": demo() });
+    let (status, answer) = fleet.api.call(Method::POST, "/deployments/draft/preview", Some(&draft)).await.unwrap();
+    assert_eq!((status, answer["error"].as_str()), (503, Some("service_unavailable")), "{answer}");
+    assert!(answer["message"].as_str().unwrap().contains("nix queue"), "{answer}");
     // A cold source cannot be built: the submit is refused at once, not after NIX_TIMEOUT.
     let started = std::time::Instant::now();
     let cold = json!({ "configuration": demo(), "module_source": body["source"] });
@@ -363,6 +379,7 @@ async fn a_configuration_for_the_first_revision_is_deployed_from_the_second(engi
         .arg("work");
     let _deployer = start(deployer, &db, "deployer.log");
     let api = Api::connect(&db, port).await;
+    wait_serving(&api, "nix").await;
 
     let configuration = demo();
     assert!(configuration["applications"]["mastodon"]["registrations"].is_string(), "demo.json changed");
