@@ -509,35 +509,28 @@ impl PathSet {
         }
     }
 
-    /// Whether a path of the set is `path` or lies above it.
-    fn holds_at_or_above(&self, path: &[Step]) -> bool {
+    /// The node at `path`; `Err(true)` when a path of the set lies above it
+    /// on the way, `Err(false)` when the way leaves the set's tree.
+    fn walk(&self, path: &[Step]) -> Result<&PathSet, bool> {
         let mut node = self;
         for step in path {
             if node.here {
-                return true;
+                return Err(true);
             }
-            match node.children.get(step) {
-                Some(child) => node = child,
-                None => return false,
-            }
+            node = node.children.get(step).ok_or(false)?;
         }
-        node.here
+        Ok(node)
+    }
+
+    /// Whether a path of the set is `path` or lies above it.
+    fn holds_at_or_above(&self, path: &[Step]) -> bool {
+        self.walk(path).map_or_else(|above| above, |node| node.here)
     }
 
     /// Whether a path of the set is `path`, lies above it or below it. (A
     /// node exists only on the way to a path of the set.)
     fn holds_on_the_line_of(&self, path: &[Step]) -> bool {
-        let mut node = self;
-        for step in path {
-            if node.here {
-                return true;
-            }
-            match node.children.get(step) {
-                Some(child) => node = child,
-                None => return false,
-            }
-        }
-        node.here || !node.children.is_empty()
+        self.walk(path).map_or_else(|above| above, |node| node.here || !node.children.is_empty())
     }
 }
 

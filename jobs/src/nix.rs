@@ -1,100 +1,15 @@
-//! Building a module source's outputs with Nix (MS-2), for the worker's
-//! local runs and the default-source parity check. Only workers run Nix.
-
-use crate::source::{OutputError, SourceOutputs};
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-/// A Nix build that failed, timed out, or produced no such output.
-#[derive(Debug, thiserror::Error)]
-pub enum NixError {
-    /// `nix-build` could not start (is Nix installed?).
-    #[error("cannot run nix-build: {0}")]
-    Spawn(std::io::Error),
-    /// The build failed; the last lines of its log.
-    #[error("nix-build -A {attribute} failed: {log}")]
-    Failed {
-        /// The attribute built.
-        attribute: String,
-        /// The tail of its stderr.
-        log: String,
-    },
-    /// The build ran past its deadline (MS-7) and was killed.
-    #[error("nix-build -A {0} ran past its deadline and was killed")]
-    Timeout(String),
-    /// An output file is missing or malformed.
-    #[error(transparent)]
-    Output(#[from] OutputError),
-}
-
-/// Builds `core/default.nix` attribute `attribute` of the source at `dir` and
-/// returns its out path. Runs with the process's own Nix settings
-/// (`NIX_CONFIG` and the rest of the environment), in its own process
-/// group, killed at `deadline`.
-pub fn build(dir: &Path, attribute: &str, args: &[&str], deadline: Duration) -> Result<PathBuf, NixError> {
-    let mut argv: Vec<String> =
-        vec![dir.join("core").display().to_string(), "-A".into(), attribute.into(), "--no-out-link".into()];
-    argv.extend(args.iter().map(|s| s.to_string()));
-    let handle = duct::cmd("nix-build", &argv)
-        .stdout_capture()
-        .stderr_capture()
-        .unchecked()
-        .before_spawn(|cmd| {
-            use std::os::unix::process::CommandExt;
-            cmd.process_group(0);
-            Ok(())
-        })
-        .start()
-        .map_err(NixError::Spawn)?;
-    let started = Instant::now();
-    let output = loop {
-        if let Some(out) = handle.try_wait().map_err(NixError::Spawn)? {
-            break out.clone();
-        }
-        if started.elapsed() > deadline {
-            if let Some(pid) = handle.pids().first() {
-                // SAFETY: signals the process group this build runs in.
-                unsafe { libc::kill(-(*pid as i32), libc::SIGKILL) };
-            }
-            let _ = handle.wait();
-            return Err(NixError::Timeout(attribute.into()));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    if !output.status.success() {
-        let log = String::from_utf8_lossy(&output.stderr);
-        let tail: Vec<&str> = log.lines().rev().take(15).collect();
-        return Err(NixError::Failed {
-            attribute: attribute.into(),
-            log: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
-        });
-    }
-    Ok(PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()))
-}
-
-/// The four outputs validation needs (`schema`, `applicationSchemas`,
-/// `renames`, `meta`), each built with one `nix-build`.
-pub fn build_outputs(dir: &Path, deadline: Duration) -> Result<SourceOutputs, NixError> {
-    let read = |attr: &str, file: &str| -> Result<String, NixError> {
-        let out = build(dir, attr, &[], deadline)?;
-        std::fs::read_to_string(out.join(file))
-            .map_err(|e| NixError::Output(OutputError { file: file.into(), reason: e.to_string() }))
-    };
-    Ok(SourceOutputs::from_texts(
-        &read("schema", "schema.json")?,
-        &read("applicationSchemas", "applications.json")?,
-        &read("renames", "renames.json")?,
-        &read("meta", "meta.json")?,
-    )?)
-}
-
-// ---------------------------------------------------------------------------
-// The `nix` queue's builds (MS-2, MS-7): contained, under one deadline.
+//! Building a module source's outputs and evaluating its `names` with Nix
+//! (MS-2, MS-7): every `nix-instantiate` and `nix-build` runs contained like
+//! an effect ([`crate::effect::run_tool`]), under one deadline. Used by the
+//! `nix` queue's jobs and by `slipway-worker run`. Only workers run Nix.
 
 use crate::effect::{run_tool, EffectOutcome};
+use crate::source::SourceOutputs;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// The document outputs of MS-2: attribute and the file its out path holds.
 pub const DOCUMENTS: [(&str, &str); 4] = [
@@ -197,23 +112,30 @@ impl BuiltSchema {
     /// needed; a missing `renames` migrates nothing (MG-5) and missing
     /// `applicationSchemas` serve no application schema.
     pub fn outputs(&self) -> Result<SourceOutputs, NixFailure> {
-        let invalid = |attribute: &str, e: String| {
-            NixFailure::new(FailureCode::BuildFailed, Some(attribute), format!("{}: {attribute}: {e}", self.pinned))
-        };
-        let schema = self.document("schema")?.clone();
-        let meta =
-            serde_json::from_value(self.document("meta")?.clone()).map_err(|e| invalid("meta", e.to_string()))?;
-        let renames = match self.documents.get("renames") {
-            Some(doc) => serde_json::from_value(doc.clone()).map_err(|e| invalid("renames", e.to_string()))?,
-            None => Vec::new(),
-        };
-        let applications = match self.documents.get("applicationSchemas") {
-            Some(doc) => {
-                serde_json::from_value(doc.clone()).map_err(|e| invalid("applicationSchemas", e.to_string()))?
-            }
-            None => BTreeMap::new(),
-        };
-        Ok(SourceOutputs { schema, applications, renames, meta })
+        let optional = |attribute: &str| self.documents.contains_key(attribute);
+        Ok(SourceOutputs {
+            schema: self.document("schema")?.clone(),
+            meta: self.parsed("meta")?,
+            renames: if optional("renames") { self.parsed("renames")? } else { Vec::new() },
+            applications: if optional("applicationSchemas") {
+                self.parsed("applicationSchemas")?
+            } else {
+                BTreeMap::new()
+            },
+        })
+    }
+
+    /// One document read as `T` (`renames` as `Vec<Rename>`, `meta` as
+    /// [`crate::source::Meta`], …), or why it cannot be: not built, or not
+    /// of its documented shape (`build_failed`).
+    pub fn parsed<T: serde::de::DeserializeOwned>(&self, attribute: &str) -> Result<T, NixFailure> {
+        serde_json::from_value(self.document(attribute)?.clone()).map_err(|e| {
+            NixFailure::new(
+                FailureCode::BuildFailed,
+                Some(attribute),
+                format!("{}: {attribute} is not of its documented shape: {e}", self.pinned),
+            )
+        })
     }
 }
 

@@ -222,16 +222,7 @@ impl FleetSources {
     /// The finished row of `key`, if one may still be served.
     async fn find_finished(&self, key: &str, ttl: Option<Duration>) -> Result<Option<Lookup<Value>>, StoreError> {
         let Some(row) = rows::find(&mut self.db.acquire().await?, key).await? else { return Ok(None) };
-        let age = now_ms() - row.finished_at.unwrap_or(row.created_at);
-        Ok(match row.status {
-            NixStatus::Done if ttl.is_none_or(|ttl| age < ttl.as_millis() as i64) => {
-                Some(parse_result(row.result.as_deref()))
-            }
-            NixStatus::Failed if age < FAILURE_TTL.as_millis() as i64 => {
-                Some(Lookup::Failed(parse_failure(row.failure.as_deref())))
-            }
-            _ => None,
-        })
+        Ok(answer_of(&row, now_ms(), ttl, None))
     }
 
     /// Parses a finished row's result and caches it.
@@ -276,22 +267,10 @@ impl FleetSources {
         tx.lock_name(job.key).await?;
         let now = now_ms();
         let stale_after = (2 * self.timeout + Duration::from_secs(60)).as_millis() as i64;
-        if let Some(row) = rows::find(&mut tx, job.key).await? {
-            let age = now - row.finished_at.unwrap_or(row.created_at);
-            let answer = match row.status {
-                NixStatus::Computing if now - row.created_at < stale_after => Some(Lookup::Computing),
-                NixStatus::Done if ttl.is_none_or(|ttl| age < ttl.as_millis() as i64) => {
-                    Some(parse_result(row.result.as_deref()))
-                }
-                NixStatus::Failed if age < FAILURE_TTL.as_millis() as i64 => {
-                    Some(Lookup::Failed(parse_failure(row.failure.as_deref())))
-                }
-                _ => None,
-            };
-            if let Some(answer) = answer {
-                tx.rollback().await?;
-                return Ok(answer);
-            }
+        let row = rows::find(&mut tx, job.key).await?;
+        if let Some(answer) = row.and_then(|row| answer_of(&row, now, ttl, Some(stale_after))) {
+            tx.rollback().await?;
+            return Ok(answer);
         }
         let lease = now + (2 * self.timeout + crate::jobs::nix::LEASE_MARGIN).as_millis() as i64;
         if !rows::reserve_slot(&mut tx, job.key, self.slots, now, lease).await? {
@@ -465,6 +444,24 @@ impl<T> Lookup<T> {
             Lookup::Failed(f) => Lookup::Failed(f),
             Lookup::Unserved => Lookup::Unserved,
         }
+    }
+}
+
+/// What a row answers at `now`, or `None` when it must be built again: a
+/// result younger than `ttl` (`None`: any age), a failure younger than
+/// [`FAILURE_TTL`], or, when `stale_after` is given, a job still computing
+/// that is younger than that (ms).
+fn answer_of(row: &rows::NixRow, now: i64, ttl: Option<Duration>, stale_after: Option<i64>) -> Option<Lookup<Value>> {
+    let age = now - row.finished_at.unwrap_or(row.created_at);
+    match row.status {
+        NixStatus::Computing => stale_after.filter(|stale| now - row.created_at < *stale).map(|_| Lookup::Computing),
+        NixStatus::Done if ttl.is_none_or(|ttl| age < ttl.as_millis() as i64) => {
+            Some(parse_result(row.result.as_deref()))
+        }
+        NixStatus::Failed if age < FAILURE_TTL.as_millis() as i64 => {
+            Some(Lookup::Failed(parse_failure(row.failure.as_deref())))
+        }
+        _ => None,
     }
 }
 

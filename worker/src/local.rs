@@ -33,6 +33,25 @@ fn refuse(output: Output, msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(INVALID_INPUT)
 }
 
+/// The outputs validation needs, built from the source folder `dir` the way
+/// the fleet's schema build does (contained, under `NIX_TIMEOUT`).
+async fn build_outputs(config: &Config, dir: &Path) -> Result<slipway_jobs::source::SourceOutputs, String> {
+    slipway_jobs::nix::check_provider(&config.provider).map_err(|e| format!("SLIPWAY_PROVIDER: {e}"))?;
+    let work = tempfile::tempdir().map_err(|e| format!("cannot create a work folder: {e}"))?;
+    let marker = format!("slipway-nix:run-{}", std::process::id());
+    let until = std::time::Instant::now() + config.nix_timeout;
+    let nix = slipway_jobs::nix::NixRun { dir, provider: &config.provider, work: work.path(), until, marker: &marker };
+    let mut log = String::new();
+    let pinned = format!("path:{}", dir.display());
+    let built = nix.build_schema(&pinned, None, &mut log).await.map_err(|f| f.message)?;
+    built.outputs().map_err(|f| {
+        if !log.trim().is_empty() {
+            eprintln!("{}", log.trim_end());
+        }
+        f.message
+    })
+}
+
 /// Runs one deploy or destroy and prints its report; exit 0 on success, 1 on
 /// a failed build, 2 on refused input.
 pub async fn run(
@@ -63,12 +82,9 @@ pub async fn run(
         Ok(v) => v,
         Err(e) => return refuse(output, format!("configuration {}: {e}", file.display())),
     };
-    let (nix_dir, deadline) = (dir.clone(), config.nix_timeout);
-    let outputs = match tokio::task::spawn_blocking(move || slipway_jobs::nix::build_outputs(&nix_dir, deadline)).await
-    {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return refuse(output, format!("module source {}: {e}", dir.display())),
-        Err(e) => return refuse(output, e),
+    let outputs = match build_outputs(&config, &dir).await {
+        Ok(o) => o,
+        Err(e) => return refuse(output, format!("module source {}: {e}", dir.display())),
     };
     let checker = match Checker::new(outputs) {
         Ok(c) => c,

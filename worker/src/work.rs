@@ -57,14 +57,21 @@ async fn handle(job: BuildJob, ctx: Data<Ctx>, slots: Data<Slots>, attempt: Atte
         // that another worker takes the build over.
         Ok(Ok(build::Ran::Abandoned)) => std::future::pending().await,
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => {
-            let wait = retry_backoff(attempt.current());
-            tracing::error!(error = %e, retry_in_s = wait.as_secs(), "build job could not record its outcome; it will be handed out again");
-            tokio::time::sleep(wait).await;
-            Err(Box::new(e))
-        }
+        Ok(Err(e)) => give_back(e, &attempt, "build").await,
         Err(e) => Err(Box::new(e)),
     }
+}
+
+/// A job that could not record its end waits its backoff, then fails its
+/// attempt so apalis hands it out again (apalis itself re-queues at once).
+async fn give_back<E>(e: E, attempt: &Attempt, kind: &str) -> Result<(), BoxDynError>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let wait = retry_backoff(attempt.current());
+    tracing::error!(error = %e, retry_in_s = wait.as_secs(), "{kind} job could not record its end; it will be handed out again");
+    tokio::time::sleep(wait).await;
+    Err(Box::new(e))
 }
 
 /// The apalis handler of the `nix` queue: adapts a [`NixJob`] to
@@ -75,12 +82,7 @@ async fn handle_nix(job: NixJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(),
     let ctx = (*ctx).clone();
     match tokio::spawn(async move { nix::run(job, &ctx).await }).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => {
-            let wait = retry_backoff(attempt.current());
-            tracing::error!(error = %e, retry_in_s = wait.as_secs(), "nix job could not record its end; it will be handed out again");
-            tokio::time::sleep(wait).await;
-            Err(Box::new(e))
-        }
+        Ok(Err(e)) => give_back(e, &attempt, "nix").await,
         Err(e) => Err(Box::new(e)),
     }
 }

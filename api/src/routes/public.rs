@@ -106,13 +106,23 @@ pub struct SchemaQuery {
 /// application's standalone schema (MS-2, MS-5). No fetch, no build.
 pub async fn schema(State(app): State<AppState>, Query(q): Query<SchemaQuery>) -> Result<Json<Value>, ApiError> {
     let outputs = app.sources.built_in.outputs();
-    match q.application {
+    match q.application.as_deref() {
         None => Ok(Json(outputs.schema.clone())),
-        Some(name) => outputs.applications.get(&name).cloned().map(Json).ok_or_else(|| {
-            let known: Vec<&str> = outputs.applications.keys().map(String::as_str).collect();
-            ApiError::not_found(format!("no application {name:?} in the built-in source; it has {}", known.join(", ")))
-        }),
+        Some(name) => pick_application(&outputs.applications, name, "the built-in source").map(Json),
     }
+}
+
+/// One application's schema from `applications` (`404` naming the
+/// applications `source` has).
+pub fn pick_application(
+    applications: &std::collections::BTreeMap<String, Value>,
+    name: &str,
+    source: &str,
+) -> Result<Value, ApiError> {
+    applications.get(name).cloned().ok_or_else(|| {
+        let known: Vec<&str> = applications.keys().map(String::as_str).collect();
+        ApiError::not_found(format!("no application {name:?} in {source}; it has {}", known.join(", ")))
+    })
 }
 
 /// `?section=` of `GET /renames`.
@@ -127,20 +137,28 @@ pub struct RenamesQuery {
 /// that edits one section migrates that value alone. No fetch, no build.
 pub async fn renames(State(app): State<AppState>, Query(q): Query<RenamesQuery>) -> Result<Json<Value>, ApiError> {
     let outputs = app.sources.built_in.outputs();
-    let table = match q.section {
-        None => outputs.renames.clone(),
+    pick_renames(&outputs.renames, &outputs.meta, q.section.as_deref(), "the built-in source").map(Json)
+}
+
+/// The whole renames table, or only the entries inside `section` with paths
+/// relative to it (MG-4; `404` naming the sections `source` has).
+pub fn pick_renames(
+    renames: &[slipway_jobs::migrate::Rename],
+    meta: &slipway_jobs::source::Meta,
+    section: Option<&str>,
+    source: &str,
+) -> Result<Value, ApiError> {
+    let table = match section {
+        None => renames.to_vec(),
         Some(id) => {
-            let Some(section) = outputs.meta.sections.iter().find(|s| s.id == id) else {
-                let known: Vec<&str> = outputs.meta.sections.iter().map(|s| s.id.as_str()).collect();
-                return Err(ApiError::not_found(format!(
-                    "no section {id:?} in the built-in source; it has {}",
-                    known.join(", ")
-                )));
+            let Some(section) = meta.sections.iter().find(|s| s.id == id) else {
+                let known: Vec<&str> = meta.sections.iter().map(|s| s.id.as_str()).collect();
+                return Err(ApiError::not_found(format!("no section {id:?} in {source}; it has {}", known.join(", "))));
             };
-            slipway_jobs::migrate::section_renames(&outputs.renames, &section.path)
+            slipway_jobs::migrate::section_renames(renames, &section.path)
         }
     };
-    Ok(Json(serde_json::to_value(table).expect("renames serialise")))
+    Ok(serde_json::to_value(table).expect("renames serialise"))
 }
 
 /// Body of `POST /application-paths`.

@@ -14,11 +14,12 @@
 use crate::app::{AppState, Auth};
 use crate::error::ApiError;
 use crate::extract::Json;
+use crate::routes::public::{pick_application, pick_renames};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use slipway_jobs::source::ModuleSource;
 use slipway_jobs::sources::{Lookup, SourceSchema};
 use std::sync::Arc;
@@ -86,8 +87,11 @@ pub async fn schema(
 ) -> Result<Response, ApiError> {
     let Some(source) = body.source.as_deref() else {
         let outputs = app.sources.built_in.outputs();
-        return Ok(axum::Json(pick_application(&outputs.schema, &outputs.applications, body.application.as_deref())?)
-            .into_response());
+        let value = match body.application.as_deref() {
+            None => outputs.schema.clone(),
+            Some(name) => pick_application(&outputs.applications, name, "the built-in source")?,
+        };
+        return Ok(axum::Json(value).into_response());
     };
     let schema = match lookup(&app, source).await? {
         Ok(schema) => schema,
@@ -95,30 +99,9 @@ pub async fn schema(
     };
     let value = match body.application.as_deref() {
         None => schema.built.document("schema")?.clone(),
-        Some(name) => {
-            let applications = schema.built.document("applicationSchemas")?;
-            applications.get(name).cloned().ok_or_else(|| {
-                let known: Vec<&str> =
-                    applications.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
-                ApiError::not_found(format!("no application {name:?} in this source; it has {}", known.join(", ")))
-            })?
-        }
+        Some(name) => pick_application(&schema.built.parsed("applicationSchemas")?, name, "this source")?,
     };
     Ok(axum::Json(value).into_response())
-}
-
-fn pick_application(
-    schema: &Value,
-    applications: &std::collections::BTreeMap<String, Value>,
-    application: Option<&str>,
-) -> Result<Value, ApiError> {
-    match application {
-        None => Ok(schema.clone()),
-        Some(name) => applications.get(name).cloned().ok_or_else(|| {
-            let known: Vec<&str> = applications.keys().map(String::as_str).collect();
-            ApiError::not_found(format!("no application {name:?} in the built-in source; it has {}", known.join(", ")))
-        }),
-    }
 }
 
 /// `POST /renames/get_for {"source", "section"?}` (MS-6): the source's
@@ -129,43 +112,25 @@ pub async fn renames(
     _auth: Auth,
     Json(body): Json<RenamesFor>,
 ) -> Result<Response, ApiError> {
-    let (table, meta) = if let Some(source) = body.source.as_deref() {
-        let schema = match lookup(&app, source).await? {
-            Ok(schema) => schema,
-            Err(answer) => return Ok(answer),
-        };
-        let table = schema.built.document("renames")?.clone();
-        let meta = match body.section {
-            Some(_) => schema.built.document("meta")?.clone(),
-            None => Value::Null,
-        };
-        (table, meta)
-    } else {
+    let section = body.section.as_deref();
+    let Some(source) = body.source.as_deref() else {
         let outputs = app.sources.built_in.outputs();
-        (
-            serde_json::to_value(&outputs.renames).expect("renames serialise"),
-            serde_json::to_value(&outputs.meta).expect("meta serialises"),
-        )
+        return Ok(
+            axum::Json(pick_renames(&outputs.renames, &outputs.meta, section, "the built-in source")?).into_response()
+        );
     };
-    let Some(id) = body.section else { return Ok(axum::Json(table).into_response()) };
-    let renames: Vec<slipway_jobs::migrate::Rename> = serde_json::from_value(table).map_err(|e| {
-        ApiError::from(slipway_jobs::nix::NixFailure {
-            code: slipway_jobs::nix::FailureCode::BuildFailed,
-            output: Some("renames".into()),
-            message: format!("renames.json is not a list of {{from, to, kind}} entries: {e}"),
-        })
-    })?;
-    let meta: slipway_jobs::source::Meta = serde_json::from_value(meta).map_err(|e| {
-        ApiError::from(slipway_jobs::nix::NixFailure {
-            code: slipway_jobs::nix::FailureCode::BuildFailed,
-            output: Some("meta".into()),
-            message: format!("meta.json is not of its documented shape: {e}"),
-        })
-    })?;
-    let Some(section) = meta.sections.iter().find(|s| s.id == id) else {
-        let known: Vec<&str> = meta.sections.iter().map(|s| s.id.as_str()).collect();
-        return Err(ApiError::not_found(format!("no section {id:?} in this source; it has {}", known.join(", "))));
+    let schema = match lookup(&app, source).await? {
+        Ok(schema) => schema,
+        Err(answer) => return Ok(answer),
     };
-    let table = slipway_jobs::migrate::section_renames(&renames, &section.path);
-    Ok(axum::Json(serde_json::to_value(table).expect("renames serialise")).into_response())
+    if section.is_none() {
+        return Ok(axum::Json(schema.built.document("renames")?.clone()).into_response());
+    }
+    let value = pick_renames(
+        &schema.built.parsed::<Vec<_>>("renames")?,
+        &schema.built.parsed("meta")?,
+        section,
+        "this source",
+    )?;
+    Ok(axum::Json(value).into_response())
 }

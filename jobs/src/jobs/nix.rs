@@ -59,17 +59,10 @@ pub async fn run(job: NixJob, ctx: &Ctx) -> Result<(), StoreError> {
             ),
         })
     };
-    let (result, failure) = match &outcome {
-        Ok(value) => (Some(value.to_string()), None),
-        Err(f) => (None, Some(serde_json::to_string(f).expect("a failure serialises"))),
-    };
+    let text =
+        outcome.as_ref().map(Value::to_string).map_err(|f| serde_json::to_string(f).expect("a failure serialises"));
     let mut tx = ctx.db.begin_write().await?;
-    let text = match (&result, &failure) {
-        (Some(r), _) => Ok(r.as_str()),
-        (None, Some(f)) => Err(f.as_str()),
-        (None, None) => unreachable!("one of the two is set"),
-    };
-    rows::finish(&mut tx, &row.key, row.created_at, text, &log, now_ms()).await?;
+    rows::finish(&mut tx, &row.key, row.created_at, text.as_deref().map_err(String::as_str), &log, now_ms()).await?;
     rows::release_slot(&mut tx, &row.key).await?;
     tx.commit().await?;
     match &outcome {
@@ -83,6 +76,12 @@ pub async fn run(job: NixJob, ctx: &Ctx) -> Result<(), StoreError> {
 
 /// Fetches the row's source and runs its build or eval.
 async fn compute(row: &NixRow, ctx: &Ctx, log: &mut String) -> Result<Value, NixFailure> {
+    // Checked before anything is fetched: the name goes into a Nix string.
+    crate::nix::check_provider(&row.provider).map_err(|message| NixFailure {
+        code: FailureCode::BuildFailed,
+        output: None,
+        message,
+    })?;
     let timeout = ctx.config.nix_timeout;
     let until = Instant::now() + timeout;
     let fetch_started = Instant::now();
@@ -94,11 +93,6 @@ async fn compute(row: &NixRow, ctx: &Ctx, log: &mut String) -> Result<Value, Nix
         code: FailureCode::BuildFailed,
         output: None,
         message: format!("cannot create a work folder on the worker: {e}"),
-    })?;
-    crate::nix::check_provider(&row.provider).map_err(|message| NixFailure {
-        code: FailureCode::BuildFailed,
-        output: None,
-        message,
     })?;
     let marker = format!("slipway-nix:{}", &row.key.chars().take(80).collect::<String>());
     let nix = NixRun { dir: &fetched.dir, provider: &row.provider, work: &work, until, marker: &marker };
