@@ -2,13 +2,14 @@
 
 use crate::auth::{Claims, Verifier};
 use crate::database_health::DatabaseHealth;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorShape};
 use crate::routes;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts, MatchedPath};
 use axum::extract::{Request, State};
 use axum::handler::Handler;
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -61,6 +62,8 @@ pub struct App {
     /// Queues last seen with waiting jobs and no live worker, so
     /// each such stretch is logged once.
     pub unserved: std::sync::Mutex<std::collections::HashMap<String, bool>>,
+    /// Wakes the deployment channels this process streams (DL-3).
+    pub hub: slipway_jobs::channel::Hub,
 }
 
 /// The state handlers take: `State(state): State<AppState>`.
@@ -95,7 +98,16 @@ impl AppState {
             config.heartbeat,
         );
         let database_health = DatabaseHealth::new(db.clone());
-        Ok(AppState(Arc::new(App { config, db, verifier, sources, database_health, unserved: Default::default() })))
+        let hub = slipway_jobs::channel::Hub::new(db.clone());
+        Ok(AppState(Arc::new(App {
+            config,
+            db,
+            verifier,
+            sources,
+            database_health,
+            unserved: Default::default(),
+            hub,
+        })))
     }
 }
 
@@ -169,6 +181,77 @@ async fn header_limit(request: Request, next: Next) -> Response {
     }
 }
 
+/// Refuses a request whose `Content-Length` announces more than
+/// [`BODY_LIMIT`] bytes with `413 payload_too_large`, on every route and
+/// before the body is read. A body without `Content-Length` (chunked) is
+/// cut at the same limit where a handler reads it (`DefaultBodyLimit`, and
+/// the extractors of [`crate::extract`]).
+async fn content_length_limit(request: Request, next: Next) -> Response {
+    let announced =
+        request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    match announced {
+        Some(length) if length > BODY_LIMIT as u64 => ApiError::payload_too_large().into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+/// The most bytes of a JSON error answer [`error_shape`] reads to see
+/// whether it is in the §3 shape; a larger one is replaced.
+const SHAPE_CHECK_BYTES: usize = 64 * 1024;
+
+/// The safety net of PRODUCT.md §3: every error answer (status 400 or more)
+/// is `{"error", "message", "details"}` with `Content-Type:
+/// application/json`. An answer of [`ApiError`] (marked [`ErrorShape`]), or
+/// a JSON body already in the shape, passes; any other (axum's plain-text
+/// rejections, an empty `405`, a `413` of a body limit, …) is replaced by
+/// [`ApiError::from_status`]: the same status, the code of
+/// [`crate::error::status_code`], and the headers of the old answer (`Allow`,
+/// `Retry-After`, …) except those that described its body. The old body is
+/// never repeated: it may echo the request.
+async fn error_shape(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    if status.as_u16() < 400 || response.extensions().get::<ErrorShape>().is_some() {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    if is_json(&parts.headers) {
+        if let Ok(bytes) = axum::body::to_bytes(body, SHAPE_CHECK_BYTES).await {
+            if in_error_shape(&bytes) {
+                return Response::from_parts(parts, Body::from(bytes));
+            }
+        }
+    }
+    if status.is_server_error() {
+        tracing::warn!(status = status.as_u16(), "an error answer outside the JSON error shape was replaced");
+    } else {
+        tracing::debug!(status = status.as_u16(), "an error answer outside the JSON error shape was replaced");
+    }
+    for name in [header::CONTENT_TYPE, header::CONTENT_LENGTH, header::TRANSFER_ENCODING, header::CONTENT_ENCODING] {
+        parts.headers.remove(name);
+    }
+    let mut answer = ApiError::from_status(status).into_response();
+    answer.headers_mut().extend(parts.headers);
+    answer
+}
+
+/// Whether headers say the body is JSON (`application/json`, `…+json`).
+fn is_json(headers: &HeaderMap) -> bool {
+    headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| {
+        let essence = v.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+    })
+}
+
+/// Whether a body is `{"error": string, "message": string, "details": …}`.
+fn in_error_shape(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| {
+        v.get("error").is_some_and(serde_json::Value::is_string)
+            && v.get("message").is_some_and(serde_json::Value::is_string)
+            && v.get("details").is_some()
+    })
+}
+
 /// (bytes, fields) of a header section, each field counted as on the wire:
 /// name, `: `, value, line end.
 fn header_size(headers: &HeaderMap) -> (usize, usize) {
@@ -214,15 +297,38 @@ where
     router.layer(trace)
 }
 
+/// How long a browser may keep a preflight's answer: one hour (browsers
+/// cap it lower: Chromium at two hours, so this is honoured as given).
+pub const CORS_MAX_AGE: Duration = Duration::from_secs(3600);
+
+/// CORS (PRODUCT.md §12) for the browsers of `SLIPWAY_ALLOWED_ORIGINS`, the
+/// allowlist callbacks use too ([`slipway_jobs::callback::Origins`]): an
+/// `Origin` is compared as a browser serialises it, so an entry configured
+/// as `https://Panel.example:443` allows `https://panel.example`. Methods
+/// `GET`, `PUT`, `POST`, `DELETE`; request headers `Authorization`,
+/// `Content-Type` and `Last-Event-ID` (an `EventSource` resuming a stream,
+/// DL-3); a preflight (`OPTIONS`) is answered here, for every route and
+/// without a token, and kept [`CORS_MAX_AGE`]. Another origin gets no
+/// `Access-Control-Allow-Origin`. Every answer says `Vary: Origin` (and the
+/// preflight's request headers), so a cache never hands one origin's
+/// answer to another. No credentials: tokens travel as bearer headers.
+fn cors(origins: &slipway_jobs::callback::Origins) -> CorsLayer {
+    let origins = origins.clone();
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::predicate(move |origin: &HeaderValue, _| {
+            origin.to_str().is_ok_and(|origin| origins.allows(origin))
+        }))
+        .allow_methods([Method::GET, Method::PUT, Method::POST, Method::DELETE])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, HeaderName::from_static("last-event-id")])
+        .max_age(CORS_MAX_AGE)
+        .vary([header::ORIGIN, header::ACCESS_CONTROL_REQUEST_METHOD, header::ACCESS_CONTROL_REQUEST_HEADERS])
+}
+
 /// The router with every route of this release, CORS, body and header
 /// limits, the database watcher and the access log.
 pub fn app(state: AppState) -> Router {
     let submit = routes::deployments::submit.layer(middleware::from_fn_with_state(state.clone(), admission));
-    let origins: Vec<HeaderValue> = state.config.allowed_origins.iter().filter_map(|o| o.parse().ok()).collect();
-    let cors = CorsLayer::new()
-        .allow_origin(AllowOrigin::list(origins))
-        .allow_methods([Method::GET, Method::PUT, Method::POST, Method::DELETE])
-        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]);
+    let cors = cors(&state.config.allowed_origins);
     let router = Router::new()
         .route("/healthz", get(routes::public::healthz))
         .route("/readyz", get(routes::public::readyz))
@@ -242,10 +348,12 @@ pub fn app(state: AppState) -> Router {
             get(routes::deployments::show).merge(put(submit)).delete(routes::deployments::delete),
         )
         .route("/deployments/{id}/builds", get(routes::deployments::builds))
+        .route("/deployments/{id}/events", get(routes::events::deployment))
         .route("/deployments/{id}/preview", post(routes::deployments::preview))
         .route("/schema/get_for", post(routes::sources::schema))
         .route("/renames/get_for", post(routes::sources::renames))
         .route("/builds/{id}", get(routes::builds::show))
+        .route("/builds/{id}/log", get(routes::events::build_log))
         .route("/builds/{id}/cancel", post(routes::builds::cancel))
         .route("/sbom-list/{id}", get(routes::sbom::list))
         .route("/sbom/{id}", get(routes::sbom::document))
@@ -253,9 +361,109 @@ pub fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(routes::public::method_not_allowed)
         // Innermost first: each layer wraps those above it.
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn(content_length_limit))
         .layer(middleware::from_fn(header_limit))
         .layer(middleware::from_fn_with_state(state.clone(), crate::database_health::watch))
+        // Every error answer of the layers above in the §3 shape.
+        .layer(middleware::from_fn(error_shape))
         // Outside the header limit, so a browser can read its 431.
         .layer(cors);
     access_log(router).with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    /// A router whose routes answer as given, behind the safety net.
+    fn net() -> Router {
+        Router::new()
+            .route("/plain", get(|| async { (StatusCode::IM_A_TEAPOT, "short and stout") }))
+            .route("/allow", get(|| async { (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "GET,HEAD")], "") }))
+            .route("/empty", get(|| async { StatusCode::BAD_GATEWAY }))
+            .route(
+                "/other-json",
+                get(|| async { (StatusCode::CONFLICT, axum::Json(serde_json::json!({ "oops": true }))) }),
+            )
+            .route(
+                "/shaped-json",
+                get(|| async {
+                    let body = serde_json::json!({ "error": "build_finished", "message": "done", "details": null });
+                    (StatusCode::CONFLICT, axum::Json(body))
+                }),
+            )
+            .route("/ours", get(|| async { ApiError::new(StatusCode::CONFLICT, "mine", "as written") }))
+            .route("/fine", get(|| async { "plain success" }))
+            .layer(middleware::from_fn(error_shape))
+    }
+
+    async fn get_from(path: &str) -> (StatusCode, HeaderMap, Vec<u8>) {
+        let answer = net().oneshot(Request::builder().uri(path).body(Body::empty()).unwrap()).await.unwrap();
+        let (parts, body) = answer.into_parts();
+        (parts.status, parts.headers, body.collect().await.unwrap().to_bytes().to_vec())
+    }
+
+    fn json(body: &[u8]) -> serde_json::Value {
+        serde_json::from_slice(body).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_error_answer_outside_the_json_shape_is_put_in_it_with_its_status_and_the_code_of_the_map() {
+        for (path, status, code) in [
+            ("/plain", StatusCode::IM_A_TEAPOT, "invalid_request"),
+            ("/empty", StatusCode::BAD_GATEWAY, "bad_gateway"),
+            ("/other-json", StatusCode::CONFLICT, "conflict"),
+        ] {
+            let (got, headers, body) = get_from(path).await;
+            assert_eq!(got, status, "{path}");
+            assert_eq!(headers[header::CONTENT_TYPE], "application/json", "{path}");
+            let body = json(&body);
+            assert_eq!(body["error"], code, "{path}: {body}");
+            assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()) && body.get("details").is_some(), "{body}");
+            assert!(!body.to_string().contains("stout"), "the old body is repeated: {body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_replaced_405_keeps_its_allow_header() {
+        let (status, headers, body) = get_from("/allow").await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(headers[header::ALLOW], "GET,HEAD");
+        assert_eq!(json(&body)["error"], "method_not_allowed");
+    }
+
+    #[tokio::test]
+    async fn answers_in_the_json_shape_and_successes_pass_untouched() {
+        let (status, _, body) = get_from("/shaped-json").await;
+        assert_eq!((status, json(&body)["error"].as_str()), (StatusCode::CONFLICT, Some("build_finished")));
+        let (status, _, body) = get_from("/ours").await;
+        assert_eq!((status, json(&body)["error"].as_str()), (StatusCode::CONFLICT, Some("mine")));
+        let (status, headers, body) = get_from("/fine").await;
+        assert_eq!((status, body.as_slice()), (StatusCode::OK, &b"plain success"[..]));
+        assert!(headers[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/plain"));
+    }
+
+    #[test]
+    fn the_status_map_names_the_codes_of_the_specification() {
+        use crate::error::status_code;
+        for (status, code) in [
+            (400, "invalid_request"),
+            (401, "unauthorized"),
+            (403, "forbidden"),
+            (404, "not_found"),
+            (405, "method_not_allowed"),
+            (413, "payload_too_large"),
+            (415, "unsupported_media_type"),
+            (431, "request_header_fields_too_large"),
+            (500, "internal"),
+            (503, "service_unavailable"),
+            (504, "timeout"),
+            (418, "invalid_request"),
+            (599, "internal"),
+        ] {
+            assert_eq!(status_code(StatusCode::from_u16(status).unwrap()).0, code, "{status}");
+        }
+    }
 }

@@ -4,6 +4,11 @@
 //! Domain errors come from `slipway_jobs` (thiserror enums); this module is
 //! the only place that decides their status codes. Anything unexpected is an
 //! opaque 500, logged once here.
+//!
+//! An error answer no handler wrote (a rejection of axum or tower-http, a
+//! plain-text `413`, …) is put in the same shape by the router's safety net
+//! (`crate::app`), its code taken from [`status_code`]; an [`ApiError`]'s
+//! answer carries the [`ErrorShape`] mark, so the net lets it through.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -30,6 +35,42 @@ pub struct ApiError {
     /// a [`DatabaseAway`] response extension, from which the router's
     /// [`crate::database_health`] watcher logs the outage once.
     pub database_away: Option<String>,
+}
+
+/// Response extension marking an answer written by [`ApiError`]: already in
+/// the §3 shape, so the router's safety net passes it through untouched.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorShape;
+
+/// The stable code and a sentence for an error status when nothing better
+/// is known: the one status → code map of the router's safety net
+/// (`crate::app`), which answers every error that is not in the §3 shape
+/// with these. A `4xx` not listed is `invalid_request`, a `5xx` not listed
+/// `internal`. Codes are those of PRODUCT.md §3 where it names one.
+pub fn status_code(status: StatusCode) -> (&'static str, &'static str) {
+    match status.as_u16() {
+        401 => ("unauthorized", "send a valid bearer token: Authorization: Bearer <token>"),
+        403 => ("forbidden", "this token may not do that"),
+        404 => ("not_found", "no such route or resource"),
+        405 => ("method_not_allowed", "this route does not take that method"),
+        406 => ("not_acceptable", "this route cannot answer in a media type the request accepts"),
+        408 => ("request_timeout", "the request took too long to arrive"),
+        409 => ("conflict", "the request conflicts with the current state"),
+        411 => ("length_required", "the request needs a Content-Length"),
+        413 => ("payload_too_large", "the body is larger than this service accepts"),
+        414 => ("uri_too_long", "the request's URI is longer than this service accepts"),
+        415 => ("unsupported_media_type", "send the body as JSON with Content-Type: application/json"),
+        422 => ("unprocessable_entity", "the request is well formed but cannot be processed"),
+        429 => ("too_many_requests", "too many requests; try again later"),
+        431 => ("request_header_fields_too_large", "the request's header fields are larger than this service accepts"),
+        501 => ("not_implemented", "this service does not implement that"),
+        502 => ("bad_gateway", "a service this one depends on answered badly"),
+        503 => ("service_unavailable", "the service is unavailable; try again"),
+        504 => ("timeout", "the request did not finish in time"),
+        // 400 and every 4xx not named above.
+        400..=499 => ("invalid_request", "the request is not valid"),
+        _ => ("internal", "the service failed to handle this request; it has been logged"),
+    }
 }
 
 /// Response extension of an answer given because the database is away
@@ -85,6 +126,30 @@ impl ApiError {
         Self { database_away: Some(why.into()), ..Self::unavailable(message) }
     }
 
+    /// `status` with the code and sentence of [`status_code`]: for an
+    /// error whose cause says nothing more to the client (`413` is
+    /// [`ApiError::payload_too_large`], with the limit).
+    pub fn from_status(status: StatusCode) -> Self {
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            return Self::payload_too_large();
+        }
+        let (code, message) = status_code(status);
+        Self::new(status, code, message)
+    }
+
+    /// 413 `payload_too_large`: a body over [`crate::app::BODY_LIMIT`]
+    /// bytes, whether or not it came with a `Content-Length`; `details`:
+    /// `{"limit_bytes": 1048576}`.
+    pub fn payload_too_large() -> Self {
+        let limit = crate::app::BODY_LIMIT;
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the body is larger than this service accepts ({limit} bytes)"),
+        )
+        .with_details(json!({ "limit_bytes": limit }))
+    }
+
     /// 404 `not_found`.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
@@ -105,6 +170,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({ "error": self.code, "message": self.message, "details": self.details });
         let mut response = (self.status, Json(body)).into_response();
+        response.extensions_mut().insert(ErrorShape);
         if let Some(why) = self.database_away {
             response.extensions_mut().insert(DatabaseAway(why));
         }

@@ -1,14 +1,17 @@
 //! Extractors whose rejections use the JSON error shape of §3.
 
 use crate::error::ApiError;
-use axum::extract::rejection::JsonRejection;
+use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 
-/// `axum::Json` with §3 errors: a malformed body is `400 malformed_json`
-/// naming where it broke, not axum's plain-text rejection; a body that is not
-/// a JSON object, or not of `T`'s shape, is `400 invalid_request` (serde
-/// alone would read a struct from an array too).
+/// `axum::Json` with §3 errors: a body without `Content-Type:
+/// application/json` is `415 unsupported_media_type`; a body over
+/// [`crate::app::BODY_LIMIT`] (with or without a `Content-Length`) `413
+/// payload_too_large`; a malformed body `400 malformed_json` naming where it
+/// broke, not axum's plain-text rejection; a body that is not a JSON object,
+/// or not of `T`'s shape, `400 invalid_request` (serde alone would read a
+/// struct from an array too).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json<T>(pub T);
 
@@ -20,34 +23,12 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let value = match axum::Json::<serde_json::Value>::from_request(req, state).await {
-            Ok(axum::Json(v)) => v,
-            Err(rejection) => {
-                return Err(match rejection {
-                    JsonRejection::JsonSyntaxError(e) => ApiError::bad_request(
-                        "malformed_json",
-                        format!("the body is not valid JSON: {}", e.body_text()),
-                    ),
-                    JsonRejection::MissingJsonContentType(_) => ApiError::new(
-                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                        "unsupported_media_type",
-                        "send the body as JSON with Content-Type: application/json",
-                    ),
-                    JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "payload_too_large",
-                        format!("the body is larger than this service accepts ({} bytes)", crate::app::BODY_LIMIT),
-                    ),
-                    other => ApiError::bad_request("invalid_request", other.body_text()),
-                })
-            }
-        };
-        if !value.is_object() {
-            return Err(ApiError::bad_request("invalid_request", "the body must be a JSON object"));
+        // The media type first: a body of another type is not read at all.
+        if !json_content_type(req.headers()) {
+            return Err(unsupported_media_type());
         }
-        serde_json::from_value(value).map(Self).map_err(|e| {
-            ApiError::bad_request("invalid_request", format!("the body is not of the expected shape: {e}"))
-        })
+        let bytes = read_body(req, state).await?;
+        parse_object(&bytes).map(Self)
     }
 }
 
@@ -55,6 +36,79 @@ impl<T: serde::Serialize> axum::response::IntoResponse for Json<T> {
     fn into_response(self) -> axum::response::Response {
         axum::Json(self.0).into_response()
     }
+}
+
+/// An optional JSON body (`DELETE /deployments/{id}`, DL-2): `None` when
+/// the body is empty or only whitespace, whatever its `Content-Type`;
+/// otherwise read as [`Json`] reads one, with the same §3 errors: `413
+/// payload_too_large` past [`crate::app::BODY_LIMIT`] (also for a chunked
+/// body without `Content-Length`, and before the media type is looked at),
+/// `415 unsupported_media_type` for a body that is not sent as JSON, `400
+/// malformed_json`, `400 invalid_request` for a body that is not a JSON
+/// object of `T`'s shape.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OptionalJson<T>(pub Option<T>);
+
+impl<S, T> FromRequest<S> for OptionalJson<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let json = json_content_type(req.headers());
+        let bytes = read_body(req, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(None));
+        }
+        if !json {
+            return Err(unsupported_media_type());
+        }
+        parse_object(&bytes).map(|v| Self(Some(v)))
+    }
+}
+
+/// Whether the request says its body is JSON: `application/json` or
+/// `application/<something>+json`, with any parameters (as `axum::Json`).
+fn json_content_type(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
+    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json"
+        || essence.strip_prefix("application/").is_some_and(|sub| sub.ends_with("+json") && sub.len() > "+json".len())
+}
+
+fn unsupported_media_type() -> ApiError {
+    ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        "send the body as JSON with Content-Type: application/json",
+    )
+}
+
+/// The whole body, at most [`crate::app::BODY_LIMIT`] bytes (the router's
+/// `DefaultBodyLimit`): past it `413 payload_too_large`, whether the body
+/// announced its length or came in chunks; a body that broke off `400
+/// invalid_request`.
+async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    Bytes::from_request(req, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::payload_too_large()
+        } else {
+            ApiError::bad_request("invalid_request", format!("the body could not be read: {}", rejection.body_text()))
+        }
+    })
+}
+
+/// A body as a JSON object of `T`'s shape.
+fn parse_object<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request("invalid_request", "the body must be a JSON object"));
+    }
+    serde_json::from_value(value)
+        .map_err(|e| ApiError::bad_request("invalid_request", format!("the body is not of the expected shape: {e}")))
 }
 
 /// `axum::extract::Query` with §3 errors (`400 invalid_request`), also for a
@@ -108,5 +162,75 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for BuildIdPath {
             .await
             .map(|axum::extract::Path(id)| Self(id))
             .map_err(|_| ApiError::not_found("no such build"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::extract::DefaultBodyLimit;
+    use axum::routing::delete;
+    use axum::Router;
+    use http_body_util::BodyExt;
+    use serde_json::{json, Value};
+    use tower::ServiceExt;
+
+    /// A route answering `{"got": <the optional body>}`, behind the router's body limit.
+    fn router() -> Router {
+        Router::new()
+            .route("/", delete(|OptionalJson(body): OptionalJson<Value>| async move { Json(json!({ "got": body })) }))
+            .layer(DefaultBodyLimit::max(crate::app::BODY_LIMIT))
+    }
+
+    async fn call(content_type: Option<&str>, body: Body) -> (StatusCode, Value) {
+        let mut request = axum::http::Request::builder().method("DELETE").uri("/");
+        if let Some(t) = content_type {
+            request = request.header(header::CONTENT_TYPE, t);
+        }
+        let answer = router().oneshot(request.body(body).unwrap()).await.unwrap();
+        let status = answer.status();
+        let bytes = answer.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn an_optional_json_body_may_be_absent_or_blank_whatever_its_media_type() {
+        for (content_type, body) in [(None, ""), (Some("application/json"), ""), (Some("text/plain"), " \r\n\t")] {
+            let (status, answer) = call(content_type, Body::from(body)).await;
+            assert_eq!((status, &answer), (StatusCode::OK, &json!({ "got": null })), "{content_type:?} {body:?}");
+        }
+        let (status, answer) = call(Some("application/json; charset=utf-8"), Body::from(r#"{"a": 1}"#)).await;
+        assert_eq!((status, answer), (StatusCode::OK, json!({ "got": { "a": 1 } })));
+    }
+
+    #[tokio::test]
+    async fn an_optional_json_body_that_is_there_is_read_as_json_with_its_errors_in_the_json_shape() {
+        for (content_type, body, status, code) in [
+            (None, r#"{"a": 1}"#, StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            (Some("text/plain"), r#"{"a": 1}"#, StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            (Some("application/json"), r#"{"a": "#, StatusCode::BAD_REQUEST, "malformed_json"),
+            (Some("application/json"), "[1, 2]", StatusCode::BAD_REQUEST, "invalid_request"),
+        ] {
+            let (got, answer) = call(content_type, Body::from(body)).await;
+            assert_eq!((got, answer["error"].as_str()), (status, Some(code)), "{content_type:?} {body:?}: {answer}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_optional_json_body_over_the_limit_is_413_in_the_json_shape_even_in_chunks() {
+        let limit = crate::app::BODY_LIMIT;
+        let chunks: Vec<Result<Bytes, std::io::Error>> =
+            (0..(2 * limit / 65536)).map(|_| Ok(Bytes::from(vec![b' '; 65536]))).collect();
+        for (what, body) in [
+            ("whole", Body::from(vec![b' '; 2 * limit])),
+            ("chunked", Body::from_stream(futures::stream::iter(chunks))),
+        ] {
+            // Blank, and without a media type: the size alone refuses it.
+            let (status, answer) = call(None, body).await;
+            assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{what}: {answer}");
+            assert_eq!(answer["error"], "payload_too_large", "{what}: {answer}");
+            assert_eq!(answer["details"]["limit_bytes"], limit, "{what}: {answer}");
+        }
     }
 }

@@ -81,13 +81,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let state = AppState::new(config, db)?;
     let listener = tokio::net::TcpListener::bind(&bind).await.with_context(|| format!("binding {bind}"))?;
     tracing::info!(address = %listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "slipway-api serving");
-    slipway_api::serve::serve(listener, app(state), async {
+    let streams = state.clone();
+    slipway_api::serve::serve(listener, app(state), async move {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
+        // Open streams would hold the graceful shutdown forever: end them
+        // (their clients reconnect, to another replica, with their last id).
+        streams.hub.close();
     })
     .await;
     Ok(())

@@ -8,6 +8,7 @@
 //! afterwards. The log filter ([`log_filter`]) is read before the
 //! configuration, so that loading it can be logged.
 
+use crate::callback::Origins;
 use secrecy::SecretString;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -48,7 +49,6 @@ pub enum ConfigError {
 /// Keys of features this release does not have, and what they would
 /// configure; setting one is [`ConfigError::Unsupported`].
 pub const UNSUPPORTED: &[(&str, &str)] = &[
-    ("SLIPWAY_CALLBACK_ALLOW_PRIVATE", "the reconcile push of a delete"),
     ("OPENBAO_ADDR", "keeping operator secrets in OpenBao"),
     ("OPENBAO_TOKEN", "keeping operator secrets in OpenBao"),
     ("OPENBAO_MOUNT", "keeping operator secrets in OpenBao"),
@@ -74,8 +74,15 @@ pub struct Config {
     pub jwt_audience: String,
     /// `SLIPWAY_JWT_ISSUER`: when set, the required `iss` claim.
     pub jwt_issuer: Option<String>,
-    /// `SLIPWAY_ALLOWED_ORIGINS`: CORS allowlist (comma separated origins).
-    pub allowed_origins: Vec<String>,
+    /// `SLIPWAY_ALLOWED_ORIGINS`: the CORS allowlist, also the only origins
+    /// a delete's callback may point to (DL-2); comma separated origins,
+    /// kept as a browser serialises them (see [`Origins`]). Empty by default.
+    pub allowed_origins: Origins,
+    /// `SLIPWAY_CALLBACK_ALLOW_PRIVATE`: let a reconcile push connect to
+    /// loopback, private and other addresses that
+    /// [`crate::callback::forbidden_address`] refuses (development only).
+    /// Default `false`.
+    pub callback_allow_private: bool,
     /// `SLIPWAY_TRUSTED_SOURCES`: module-source allowlist (URL prefixes);
     /// `Some(vec![])` (the empty string) allows all.
     pub trusted_sources: Vec<String>,
@@ -137,7 +144,7 @@ pub fn parse_queues(value: Option<&str>) -> Result<Vec<String>, ConfigError> {
             return Err(ConfigError::Invalid {
                 key: "SLIPWAY_QUEUES",
                 value: value.to_owned(),
-                reason: "a comma-separated list of the queues builds, nix and maintenance",
+                reason: "a comma-separated list of the queues builds, nix, callbacks and maintenance",
             });
         }
         if !queues.iter().any(|q| q == name) {
@@ -148,7 +155,7 @@ pub fn parse_queues(value: Option<&str>) -> Result<Vec<String>, ConfigError> {
         return Err(ConfigError::Invalid {
             key: "SLIPWAY_QUEUES",
             value: value.to_owned(),
-            reason: "a comma-separated list of the queues builds, nix and maintenance",
+            reason: "a comma-separated list of the queues builds, nix, callbacks and maintenance",
         });
     }
     Ok(queues)
@@ -206,7 +213,8 @@ impl Config {
         }
     }
 
-    /// Loads a TOML file of §12 keys, then `env` on top of it.
+    /// Loads a TOML file of §12 keys, then `env` on top of it; an empty
+    /// variable of `env` leaves the file's value in place.
     pub fn load_file(path: &std::path::Path, env: impl Iterator<Item = (String, String)>) -> Result<Self, ConfigError> {
         let mut keys = BTreeMap::new();
         {
@@ -239,7 +247,10 @@ impl Config {
                 keys.insert(k, v);
             }
         }
-        keys.extend(env);
+        // An empty variable counts as unset (docs/CONFIGURATION.md): it does
+        // not wipe the file's value, which would silently drop, say, a
+        // configured SLIPWAY_JWT_ISSUER and with it the `iss` check.
+        keys.extend(env.filter(|(_, v)| !v.is_empty()));
         Self::from_keys(&keys)
     }
 
@@ -266,7 +277,12 @@ impl Config {
             jwt_public_key: get("SLIPWAY_JWT_PUBLIC_KEY").map(str::to_owned),
             jwt_audience: get("SLIPWAY_JWT_AUDIENCE").unwrap_or("slipway").to_owned(),
             jwt_issuer: get("SLIPWAY_JWT_ISSUER").map(str::to_owned),
-            allowed_origins: list("SLIPWAY_ALLOWED_ORIGINS"),
+            allowed_origins: Origins::parse(list("SLIPWAY_ALLOWED_ORIGINS")).map_err(|e| ConfigError::Invalid {
+                key: "SLIPWAY_ALLOWED_ORIGINS",
+                value: e.entry,
+                reason: e.reason,
+            })?,
+            callback_allow_private: boolean(keys, "SLIPWAY_CALLBACK_ALLOW_PRIVATE", false)?,
             trusted_sources: match keys.get("SLIPWAY_TRUSTED_SOURCES") {
                 Some(_) => list("SLIPWAY_TRUSTED_SOURCES"),
                 None => vec![crate::source::PROJECT_REPOSITORY.to_owned()],
@@ -383,7 +399,7 @@ mod tests {
 
     #[test]
     fn a_list_of_queues_names_known_queues_and_at_least_one() {
-        assert_eq!(parse_queues(None).unwrap(), ["builds", "nix", "maintenance"]);
+        assert_eq!(parse_queues(None).unwrap(), ["builds", "nix", "callbacks", "maintenance"]);
         assert_eq!(parse_queues(Some(" nix, nix ")).unwrap(), ["nix"]);
         for bad in [",", "bogus", "nix,bogus", "NIX"] {
             assert!(parse_queues(Some(bad)).is_err(), "{bad}");
@@ -443,6 +459,18 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_variable_leaves_the_configuration_file_value_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("slipway.toml");
+        std::fs::write(&file, "SLIPWAY_JWT_ISSUER = \"https://panel.example\"\nSLIPWAY_JWT_AUDIENCE = \"panel\"\n")
+            .unwrap();
+        let env =
+            [("SLIPWAY_JWT_ISSUER".to_owned(), String::new()), ("SLIPWAY_JWT_AUDIENCE".to_owned(), String::new())];
+        let c = Config::load_file(&file, env.into_iter()).unwrap();
+        assert_eq!((c.jwt_issuer.as_deref(), c.jwt_audience.as_str()), (Some("https://panel.example"), "panel"));
+    }
+
+    #[test]
     fn slipway_log_wins_over_rust_log_which_wins_over_the_default() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
             move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
@@ -486,6 +514,25 @@ mod tests {
                 assert!(!text.contains(outside), "{doc} mentions {outside}");
             }
         }
+    }
+
+    #[test]
+    fn allowed_origins_are_normalised_and_a_bad_one_is_named_with_its_key() {
+        let keys = BTreeMap::from([(
+            "SLIPWAY_ALLOWED_ORIGINS".to_owned(),
+            "https://Panel.example:443, http://localhost:3000/".to_owned(),
+        )]);
+        let c = Config::from_keys(&keys).unwrap();
+        assert_eq!(c.allowed_origins.iter().collect::<Vec<_>>(), ["https://panel.example", "http://localhost:3000"]);
+        assert!(!c.callback_allow_private);
+        let keys = BTreeMap::from([(
+            "SLIPWAY_ALLOWED_ORIGINS".to_owned(),
+            "https://panel.example,https://panel.example/app".to_owned(),
+        )]);
+        let err = Config::from_keys(&keys).unwrap_err().to_string();
+        assert!(err.starts_with("SLIPWAY_ALLOWED_ORIGINS:") && err.contains("\"https://panel.example/app\""), "{err}");
+        let keys = BTreeMap::from([("SLIPWAY_CALLBACK_ALLOW_PRIVATE".to_owned(), "true".to_owned())]);
+        assert!(Config::from_keys(&keys).unwrap().callback_allow_private);
     }
 
     #[test]

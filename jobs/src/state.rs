@@ -76,6 +76,14 @@ impl DeploymentState {
     }
 }
 
+impl DeploymentState {
+    /// Where the deployment channel ends (DL-3): `active`, `idle` or
+    /// `failed`, states no build is on its way out of.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Active | Self::Idle | Self::Failed)
+    }
+}
+
 macro_rules! text_enum {
     ($t:ty { $($v:ident => $s:literal),* $(,)? }) => {
         impl $t {

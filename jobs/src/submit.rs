@@ -14,7 +14,7 @@ use crate::nix::Names;
 use crate::source::{ModuleSource, SourceError};
 use crate::state::{BuildKind, BuildStatus, DeploymentState};
 use crate::store::builds::{self, BuildRow};
-use crate::store::{deployments, now_ms, Conn, Db, StoreError};
+use crate::store::{deployments, events, now_ms, Conn, Db, StoreError};
 use crate::validate::{Checker, Listing};
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -372,6 +372,7 @@ async fn store(
     builds::insert(&mut tx, new, now).await?;
     crate::failpoint::hit("build_inserted");
     builds::dispatch_next(&mut tx, id.as_str()).await?;
+    events::record(&mut tx, id.as_str(), now).await?;
     if let Some(limit) = limit {
         // The count includes this build; the api also checked before it
         // read the body.
@@ -399,48 +400,78 @@ async fn store(
     Ok(Some(build_id))
 }
 
-/// Queues a destroy (DL-1). `None`: the deployment is unknown (a front-end
-/// counts that as done). Repeating a delete is harmless: while a destroy is
-/// queued or running, or after one succeeded, the same build is answered.
-pub async fn delete(db: &Db, id: &DeploymentId) -> Result<Option<Accepted>, StoreError> {
+/// A delete's reconcile push (DL-2): a callback URL already checked
+/// against the allowlist, and the front-end's token for it.
+pub struct Callback {
+    /// The URL, as the delete gave it (checked by [`crate::callback::check_url`]).
+    pub url: String,
+    /// The bearer token the push carries; stored only until the push.
+    pub token: secrecy::SecretString,
+}
+
+impl std::fmt::Debug for Callback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Callback").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+/// What a delete did.
+#[derive(Debug, Clone)]
+pub struct Deleted {
+    /// The destroy build and the state now.
+    pub accepted: Accepted,
+    /// Whether the callback given was stored for a push; `false` also when
+    /// none was given.
+    pub callback_stored: bool,
+    /// Whether this delete queued the destroy (`false`: a repeat, whose
+    /// destroy was already queued, running or done).
+    pub queued: bool,
+}
+
+/// Queues a destroy (DL-1) and stores `callback` on it (DL-2). `None`: the
+/// deployment is unknown (a front-end counts that as done). Repeating a
+/// delete is harmless: while a destroy is queued or running, or after one
+/// succeeded, the same build is answered; a callback given with a repeat
+/// replaces the earlier one while the destroy has not ended, and is not
+/// stored once it reached idle.
+pub async fn delete(db: &Db, id: &DeploymentId, callback: Option<&Callback>) -> Result<Option<Deleted>, StoreError> {
+    use secrecy::ExposeSecret as _;
     let mut tx = db.begin_write().await?;
     tx.lock_deployment(id.as_str()).await?;
     let Some(deployment) = deployments::get(&mut tx, id.as_str()).await? else {
         return Ok(None);
     };
-    if let Some(latest) = builds::latest(&mut tx, id.as_str()).await? {
-        let repeat = latest.kind == BuildKind::Destroy
-            && matches!(latest.status, BuildStatus::Queued | BuildStatus::Running | BuildStatus::Succeeded);
-        if repeat {
-            let state = DeploymentState::derive(Some((latest.kind, latest.status)));
-            return Ok(Some(Accepted {
-                deployment_id: id.to_string(),
-                build_id: latest.id,
-                state,
-                names: None,
-                names_skipped: None,
-            }));
+    let now = now_ms();
+    let (build_id, state, queued) = match builds::latest(&mut tx, id.as_str()).await? {
+        Some(latest)
+            if latest.kind == BuildKind::Destroy
+                && matches!(latest.status, BuildStatus::Queued | BuildStatus::Running | BuildStatus::Succeeded) =>
+        {
+            (latest.id, DeploymentState::derive(Some((latest.kind, latest.status))), false)
         }
-    }
-    let build_id = new_build_id(id, time::OffsetDateTime::now_utc());
-    let new = builds::NewBuild {
-        id: &build_id,
-        deployment_id: id.as_str(),
-        kind: BuildKind::Destroy,
-        configuration: &deployment.configuration,
-        module_source: deployment.module_source.as_deref(),
-        instances: &[],
+        _ => {
+            let build_id = new_build_id(id, time::OffsetDateTime::now_utc());
+            let new = builds::NewBuild {
+                id: &build_id,
+                deployment_id: id.as_str(),
+                kind: BuildKind::Destroy,
+                configuration: &deployment.configuration,
+                module_source: deployment.module_source.as_deref(),
+                instances: &[],
+            };
+            builds::insert(&mut tx, new, now).await?;
+            builds::dispatch_next(&mut tx, id.as_str()).await?;
+            events::record(&mut tx, id.as_str(), now).await?;
+            (build_id, DeploymentState::Destroying, true)
+        }
     };
-    builds::insert(&mut tx, new, now_ms()).await?;
-    builds::dispatch_next(&mut tx, id.as_str()).await?;
+    let callback_stored = match callback {
+        Some(c) => builds::set_callback(&mut tx, &build_id, &c.url, c.token.expose_secret(), now).await?,
+        None => false,
+    };
     tx.commit().await?;
-    Ok(Some(Accepted {
-        deployment_id: id.to_string(),
-        build_id,
-        state: DeploymentState::Destroying,
-        names: None,
-        names_skipped: None,
-    }))
+    let accepted = Accepted { deployment_id: id.to_string(), build_id, state, names: None, names_skipped: None };
+    Ok(Some(Deleted { accepted, callback_stored, queued }))
 }
 
 /// What a cancel request did.
@@ -482,7 +513,10 @@ pub async fn cancel(db: &Db, id: &str) -> Result<Cancel, StoreError> {
 async fn cancel_as_read(tx: &mut Conn, build: &BuildRow) -> Result<Option<Cancel>, StoreError> {
     Ok(match build.status {
         BuildStatus::Queued if builds::cancel_queued(tx, build, now_ms()).await? => {
+            let now = now_ms();
+            builds::settle_callback(tx, &build.id, false, "cancelled", now).await?;
             builds::dispatch_next(tx, &build.deployment_id).await?;
+            events::record(tx, &build.deployment_id, now).await?;
             Some(Cancel::Cancelled)
         }
         BuildStatus::Running if builds::request_cancel(tx, build).await? => Some(Cancel::Requested),

@@ -32,7 +32,7 @@ enum Command {
         /// Concurrent builds (default: BUILD_SLOTS).
         #[arg(long)]
         slots: Option<u32>,
-        /// The queues this worker serves, comma separated, of builds, nix and maintenance
+        /// The queues this worker serves, comma separated, of builds, nix, callbacks and maintenance
         /// (default: SLIPWAY_QUEUES, else all). For example `--queues nix` for an evaluation worker.
         #[arg(long)]
         queues: Option<String>,

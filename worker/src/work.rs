@@ -12,9 +12,10 @@ use anyhow::Context as _;
 use apalis::prelude::*;
 use apalis_cron::{timezone::Utc, CronScheduler, Schedule, Tick};
 use slipway_jobs::config::Config;
-use slipway_jobs::jobs::{build, nix, retry_backoff, sweep, Ctx};
+use slipway_jobs::jobs::{build, callback, nix, retry_backoff, sweep, Ctx};
 use slipway_jobs::store::queue::{
-    BuildJob, NixJob, QueueSettings, BUILDS_QUEUE, MAINTENANCE_QUEUE, NIX_QUEUE, NIX_WORKER_SUFFIX,
+    BuildJob, CallbackJob, NixJob, QueueSettings, BUILDS_QUEUE, CALLBACKS_CONCURRENCY, CALLBACKS_QUEUE,
+    CALLBACKS_WORKER_SUFFIX, MAINTENANCE_QUEUE, NIX_QUEUE, NIX_WORKER_SUFFIX,
 };
 use slipway_jobs::store::Db;
 use std::sync::Arc;
@@ -83,6 +84,18 @@ async fn handle_nix(job: NixJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(),
     match tokio::spawn(async move { nix::run(job, &ctx).await }).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => give_back(e, &attempt, "nix").await,
+        Err(e) => Err(Box::new(e)),
+    }
+}
+
+/// The apalis handler of the `callbacks` queue: adapts a [`CallbackJob`] to
+/// [`callback::run`] in a task of its own. The push itself is never
+/// retried (DL-2); only a job that could not take or record it goes back.
+async fn handle_callback(job: CallbackJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(), BoxDynError> {
+    let ctx = (*ctx).clone();
+    match tokio::spawn(async move { callback::run(job, &ctx).await }).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => give_back(e, &attempt, "callback").await,
         Err(e) => Err(Box::new(e)),
     }
 }
@@ -199,6 +212,28 @@ fn register_all(
             Db::Sqlite(pool) => monitor.register(move |_restarts| nix_worker!(nix_settings.sqlite::<NixJob>(&pool))),
             Db::Postgres(pool) => {
                 monitor.register(move |_restarts| nix_worker!(nix_settings.postgres::<NixJob>(&pool)))
+            }
+        };
+    }
+    if serves(CALLBACKS_QUEUE) {
+        let settings = QueueSettings { queue: CALLBACKS_QUEUE, batch_size: 1, heartbeat: ctx.config.heartbeat };
+        let callbacks_name = format!("{}{CALLBACKS_WORKER_SUFFIX}", ctx.worker);
+        let callbacks_ctx = ctx.clone();
+        macro_rules! callbacks_worker {
+            ($storage:expr) => {
+                WorkerBuilder::new(callbacks_name.clone())
+                    .backend($storage)
+                    .data(callbacks_ctx.clone())
+                    .concurrency(CALLBACKS_CONCURRENCY)
+                    .build(handle_callback)
+            };
+        }
+        monitor = match ctx.db.clone() {
+            Db::Sqlite(pool) => {
+                monitor.register(move |_restarts| callbacks_worker!(settings.sqlite::<CallbackJob>(&pool)))
+            }
+            Db::Postgres(pool) => {
+                monitor.register(move |_restarts| callbacks_worker!(settings.postgres::<CallbackJob>(&pool)))
             }
         };
     }

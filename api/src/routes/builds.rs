@@ -30,7 +30,22 @@ pub struct BuildView {
     /// Milliseconds from the latest start to the end (or now, while running).
     duration_ms: Option<i64>,
     report: Option<Value>,
+    /// A destroy's reconcile push (DL-2), when its delete gave an accepted
+    /// callback: `{url, state, message, at, status?, error?, address?}`;
+    /// `state` is `waiting`, `queued`, `sending`, `delivered`, `failed` or
+    /// `not_sent`. Never the token.
+    callback: Option<Value>,
     log: String,
+}
+
+/// The `callback` of a build view: the stored outcome with the URL, `at` as RFC 3339.
+fn callback_view(url: Option<String>, outcome: Option<Value>) -> Option<Value> {
+    let mut v = outcome?;
+    if let Some(at) = v.get("at").and_then(Value::as_i64) {
+        v["at"] = Value::String(rfc3339(at));
+    }
+    v["url"] = url.map_or(Value::Null, Value::String);
+    Some(v)
 }
 
 /// `GET /builds/{id}`. A build outside the token's scope answers `404`, so
@@ -64,6 +79,7 @@ pub async fn show(
         started_at: b.started_at.map(rfc3339),
         finished_at: b.finished_at.map(rfc3339),
         report: b.report,
+        callback: callback_view(b.callback_url, b.callback),
         log,
     }))
 }

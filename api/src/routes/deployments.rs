@@ -3,7 +3,7 @@
 use super::rfc3339;
 use crate::app::{AppState, Auth};
 use crate::error::ApiError;
-use crate::extract::{DeploymentIdPath, Json, Query};
+use crate::extract::{DeploymentIdPath, Json, OptionalJson, Query};
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -216,40 +216,110 @@ pub async fn preview(
     Ok(Json(submit::preview(&app.sources, request).await?))
 }
 
-/// Optional body of `DELETE /deployments/{id}` (DL-2).
-#[derive(Debug, Default, Deserialize)]
+/// Optional body of `DELETE /deployments/{id}` (DL-2): where and with
+/// which token to push when the destroy reaches `idle`.
+///
+/// Both are read as any JSON value and checked here, so that a token of the
+/// wrong type refuses the callback with a sentence that does not repeat it
+/// (serde's own message would).
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DeleteBody {
     #[serde(default)]
-    callback_url: Option<String>,
+    callback_url: Option<Value>,
+    #[serde(default)]
+    callback_token: Option<Value>,
 }
 
-/// `DELETE /deployments/{id}`: queue a destroy and answer `202` at once;
-/// unknown id `404` (a front-end counts that as done). Harmless to repeat.
+impl std::fmt::Debug for DeleteBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeleteBody").field("callback_url", &self.callback_url).finish_non_exhaustive()
+    }
+}
+
+/// The longest callback token accepted, in bytes.
+pub const MAX_CALLBACK_TOKEN: usize = 4096;
+
+/// The `callback` of a delete's answer: whether the callback was stored
+/// for a push, and if not, why.
+#[derive(Debug, Serialize)]
+pub struct CallbackAnswer {
+    accepted: bool,
+    reason: Option<String>,
+}
+
+impl CallbackAnswer {
+    fn refused(reason: impl Into<String>) -> Self {
+        Self { accepted: false, reason: Some(reason.into()) }
+    }
+}
+
+/// Checks a delete body's callback (DL-2): `Ok` the callback to store,
+/// `Err` why none will be pushed. Reasons never repeat the token.
+fn check_callback(body: DeleteBody, app: &AppState) -> Result<submit::Callback, CallbackAnswer> {
+    let (url, token) = match (body.callback_url, body.callback_token) {
+        (Some(url), Some(token)) if !url.is_null() && !token.is_null() => (url, token),
+        (Some(url), _) if !url.is_null() => {
+            return Err(CallbackAnswer::refused("callback_url needs a callback_token to send with the push"))
+        }
+        _ => return Err(CallbackAnswer::refused("callback_token was given without a callback_url")),
+    };
+    let Value::String(url) = url else { return Err(CallbackAnswer::refused("callback_url must be a string")) };
+    let Value::String(token) = token else { return Err(CallbackAnswer::refused("callback_token must be a string")) };
+    if token.is_empty() || token.len() > MAX_CALLBACK_TOKEN || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(CallbackAnswer::refused(format!(
+            "callback_token must be 1 to {MAX_CALLBACK_TOKEN} visible ASCII characters (it is sent as a bearer token)"
+        )));
+    }
+    slipway_jobs::callback::check_url(&url, &app.config.allowed_origins)
+        .map_err(|refusal| CallbackAnswer::refused(refusal.to_string()))?;
+    Ok(submit::Callback { url, token: secrecy::SecretString::from(token) })
+}
+
+/// `DELETE /deployments/{id}` (DL-1, DL-2): queue a destroy and answer
+/// `202 {deployment_id, build_id, state, callback}` at once; unknown id
+/// `404` (a front-end counts that as done). Harmless to repeat. With a
+/// body `{"callback_url", "callback_token"}` the destroy POSTs once to the
+/// URL when it reaches `idle`; `callback` says whether that was accepted
+/// (`{"accepted": true, "reason": null}`) or why not. A refused callback
+/// never blocks the delete. `callback` is `null` when the body gave none.
 pub async fn delete(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
-    body: axum::body::Bytes,
+    OptionalJson(body): OptionalJson<DeleteBody>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     auth.require(id.as_str())?;
-    let body: DeleteBody = if body.iter().all(u8::is_ascii_whitespace) {
-        DeleteBody::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}")))?
+    let given = |v: &Option<Value>| v.as_ref().is_some_and(|v| !v.is_null());
+    let (callback, mut answer) = match body {
+        None => (None, None),
+        Some(b) if !given(&b.callback_url) && !given(&b.callback_token) => (None, None),
+        Some(b) => match check_callback(b, &app) {
+            Ok(c) => (Some(c), None),
+            Err(refused) => (None, Some(refused)),
+        },
     };
-    let accepted =
-        submit::delete(&app.db, &id).await?.ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
-    tracing::info!(deployment.id = %id, build.id = %accepted.build_id, "destroy queued");
-    let mut answer = serde_json::to_value(&accepted).expect("serialises");
-    if body.callback_url.is_some() {
-        // DL-2: teardown never depends on the callback; say why none will come.
-        answer["callback"] = json!({
-            "accepted": false,
-            "reason": "this release does not send reconcile pushes yet; follow the deployment until idle instead"
+    let deleted = submit::delete(&app.db, &id, callback.as_ref())
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
+    let accepted = deleted.accepted;
+    if deleted.queued {
+        tracing::info!(deployment.id = %id, build.id = %accepted.build_id, "destroy queued");
+    } else {
+        tracing::info!(deployment.id = %id, build.id = %accepted.build_id, "delete repeated: its destroy was already queued or done");
+    }
+    if callback.is_some() {
+        answer = Some(if deleted.callback_stored {
+            CallbackAnswer { accepted: true, reason: None }
+        } else {
+            CallbackAnswer::refused(
+                "the deployment is already idle: its destroy has finished, so no push will come (this answer's state is final)",
+            )
         });
     }
-    Ok((StatusCode::ACCEPTED, Json(answer)))
+    let mut out = serde_json::to_value(&accepted).expect("serialises");
+    out["callback"] = serde_json::to_value(&answer).expect("serialises");
+    Ok((StatusCode::ACCEPTED, Json(out)))
 }
 
 /// `?limit=&before=` of `GET /deployments/{id}/builds`.

@@ -3,6 +3,7 @@
 
 pub mod builds;
 pub mod deployments;
+pub mod events;
 pub mod public;
 pub mod sbom;
 pub mod sources;

@@ -57,9 +57,9 @@ pub async fn queue_states(
     app: &AppState,
     conn: &mut slipway_jobs::store::Conn,
 ) -> Result<Vec<slipway_jobs::store::workers::QueueState>, slipway_jobs::store::StoreError> {
-    use slipway_jobs::store::queue::{BUILDS_QUEUE, MISSED_HEARTBEATS, NIX_QUEUE};
+    use slipway_jobs::store::queue::{BUILDS_QUEUE, CALLBACKS_QUEUE, MISSED_HEARTBEATS, NIX_QUEUE};
     let window = (app.config.heartbeat * MISSED_HEARTBEATS).as_secs() as i64 + 1;
-    slipway_jobs::store::workers::queue_states(conn, &[BUILDS_QUEUE, NIX_QUEUE], window).await
+    slipway_jobs::store::workers::queue_states(conn, &[BUILDS_QUEUE, NIX_QUEUE, CALLBACKS_QUEUE], window).await
 }
 
 /// One sentence per queue whose jobs wait with no live worker serving it

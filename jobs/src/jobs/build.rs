@@ -15,9 +15,9 @@ use super::{deploy, destroy, Ctx, JobError};
 use crate::source::ModuleSource;
 use crate::state::{BuildKind, BuildStatus};
 use crate::store::builds::{self, BuildRow, Finish};
-use crate::store::queue::{BuildJob, MISSED_HEARTBEATS};
+use crate::store::queue::{self, BuildJob, MISSED_HEARTBEATS};
 use crate::store::sboms::{self, NodeSbom};
-use crate::store::{now_ms, workers, StoreError};
+use crate::store::{events, now_ms, workers, StoreError};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -239,7 +239,14 @@ async fn record_once(ctx: &Ctx, build: &BuildRow, finish: &Finish, change: &Sbom
         SbomChange::Replace(nodes) => sboms::replace(&mut tx, &build.deployment_id, &build.id, nodes, now).await?,
         SbomChange::RemoveAll => sboms::remove_all(&mut tx, &build.deployment_id).await?,
     }
+    if build.kind == BuildKind::Destroy {
+        let idle = finish.status == BuildStatus::Succeeded;
+        if builds::settle_callback(&mut tx, &build.id, idle, finish.status.as_str(), now).await? {
+            queue::push_callback_job(&mut tx, &build.id).await?;
+        }
+    }
     builds::dispatch_next(&mut tx, &build.deployment_id).await?;
+    events::record(&mut tx, &build.deployment_id, now).await?;
     tx.commit().await?;
     Ok(true)
 }

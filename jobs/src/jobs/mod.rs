@@ -7,6 +7,7 @@
 //! retention sweep.
 
 pub mod build;
+pub mod callback;
 pub mod deploy;
 pub mod destroy;
 pub mod nix;

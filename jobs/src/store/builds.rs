@@ -56,10 +56,16 @@ pub struct BuildRow {
     pub started_at: Option<i64>,
     /// Unix ms.
     pub finished_at: Option<i64>,
+    /// A destroy's reconcile push URL (DL-2), when the delete gave one that was accepted.
+    pub callback_url: Option<String>,
+    /// The push's outcome ([`CallbackState`] and more, as JSON), once a
+    /// callback was accepted. The callback token is never read into a row.
+    pub callback: Option<Value>,
 }
 
 const COLUMNS: &str = "id, seq, deployment_id, kind, status, reason, error, configuration, module_source, instances, \
-                       report, attempts, cancel_requested, worker, version, queued_at, started_at, finished_at";
+                       report, attempts, cancel_requested, worker, version, queued_at, started_at, finished_at, \
+                       callback_url, callback";
 
 fn parse<T: std::str::FromStr<Err = String>>(col: &str, v: String) -> Result<T, StoreError> {
     v.parse().map_err(|e: String| StoreError::Corrupt(format!("builds.{col}: {e}")))
@@ -85,6 +91,8 @@ fn from_row(r: &Row) -> Result<BuildRow, StoreError> {
         queued_at: r.int("queued_at")?,
         started_at: r.opt_int("started_at")?,
         finished_at: r.opt_int("finished_at")?,
+        callback_url: r.opt_text("callback_url")?,
+        callback: r.opt_text("callback")?.map(|t| json_col(&t, "builds.callback")).transpose()?,
     })
 }
 
@@ -107,6 +115,30 @@ pub async fn log(conn: &mut Conn, id: &str) -> Result<Option<String>, StoreError
         log.push_str(&c.text("chunk")?);
     }
     Ok(Some(log))
+}
+
+/// A build's log chunks numbered after `after`, oldest first, at most
+/// `limit`: `(number, text)`. Numbers grow within a build (each attempt
+/// starts at [`log_base`]), so they serve as the log stream's event ids.
+pub async fn log_since(conn: &mut Conn, id: &str, after: i64, limit: i64) -> Result<Vec<(i64, String)>, StoreError> {
+    Q::new("SELECT seq, chunk FROM build_log_chunks WHERE build_id = $1 AND seq > $2 ORDER BY seq LIMIT $3")
+        .text(id)
+        .int(after)
+        .int(limit)
+        .fetch_all(conn)
+        .await?
+        .iter()
+        .map(|r| Ok((r.int("seq")?, r.text("chunk")?)))
+        .collect()
+}
+
+/// The number of a build's last log chunk; `None` without a log.
+pub async fn log_last(conn: &mut Conn, id: &str) -> Result<Option<i64>, StoreError> {
+    Q::new("SELECT MAX(seq) AS last FROM build_log_chunks WHERE build_id = $1")
+        .text(id)
+        .fetch_one(conn)
+        .await?
+        .opt_int("last")
 }
 
 /// The first chunk number of `attempt`'s log: each attempt numbers its
@@ -449,4 +481,124 @@ pub async fn clear_logs_finished_before(conn: &mut Conn, cutoff: i64) -> Result<
 pub async fn ending(conn: &mut Conn, id: &str) -> Result<Option<(Option<i64>, i64)>, StoreError> {
     let row = Q::new("SELECT finished_at, attempts FROM builds WHERE id = $1").text(id).fetch_optional(conn).await?;
     row.map(|r| Ok((r.opt_int("finished_at")?, r.int("attempts")?))).transpose()
+}
+
+/// Where a destroy's reconcile push is (DL-2), as stored in the outcome's
+/// `state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallbackState {
+    /// Accepted with the delete; the destroy has not ended.
+    Waiting,
+    /// The destroy reached `idle`; the push is queued.
+    Queued,
+    /// A worker took the push (and the token) and is sending it; it stays
+    /// so when the worker died meanwhile (the push is never sent twice).
+    Sending,
+    /// The front-end answered 2xx.
+    Delivered,
+    /// Sent or tried, and not delivered (see `status` or `error`).
+    Failed,
+    /// Never sent: the destroy did not reach `idle`.
+    NotSent,
+}
+
+/// A callback outcome to store: `{state, message, at, ...extra}`.
+pub fn callback_outcome(state: CallbackState, message: &str, at: i64, extra: Option<&Value>) -> Value {
+    let mut v = serde_json::json!({ "state": state, "message": message, "at": at });
+    if let Some(Value::Object(extra)) = extra {
+        for (k, x) in extra {
+            v[k] = x.clone();
+        }
+    }
+    v
+}
+
+/// Stores an accepted callback on destroy build `id` (DL-2), replacing one
+/// an earlier delete gave, while the build has not ended. Returns whether
+/// it was stored. Call in the delete's transaction.
+pub async fn set_callback(conn: &mut Conn, id: &str, url: &str, token: &str, now: i64) -> Result<bool, StoreError> {
+    let waiting = callback_outcome(CallbackState::Waiting, "the push is sent when the destroy reaches idle", now, None);
+    let changed = Q::new(
+        "UPDATE builds SET callback_url = $1, callback_token = $2, callback = $3, version = version + 1
+         WHERE id = $4 AND kind = 'destroy' AND status IN ('queued', 'running')",
+    )
+    .text(url)
+    .text(token)
+    .text(waiting.to_string())
+    .text(id)
+    .execute(conn)
+    .await?;
+    Ok(changed == 1)
+}
+
+/// Settles destroy build `id`'s callback when the build ends, in the
+/// transaction that ends it: when it reached `idle` the push is marked
+/// queued and `true` is returned (the caller pushes the job in the same
+/// transaction); otherwise the token is dropped and the outcome says no
+/// push comes. A build without a callback answers `false`.
+pub async fn settle_callback(conn: &mut Conn, id: &str, idle: bool, ended: &str, now: i64) -> Result<bool, StoreError> {
+    if idle {
+        let queued = callback_outcome(CallbackState::Queued, "the destroy reached idle; the push is queued", now, None);
+        let changed = Q::new(
+            "UPDATE builds SET callback = $1 WHERE id = $2 AND callback_token IS NOT NULL AND callback_url IS NOT NULL",
+        )
+        .text(queued.to_string())
+        .text(id)
+        .execute(conn)
+        .await?;
+        return Ok(changed == 1);
+    }
+    let message = format!("the destroy ended {ended} without reaching idle; no push is sent");
+    let not_sent = callback_outcome(CallbackState::NotSent, &message, now, None);
+    Q::new("UPDATE builds SET callback_token = NULL, callback = $1 WHERE id = $2 AND callback_token IS NOT NULL")
+        .text(not_sent.to_string())
+        .text(id)
+        .execute(conn)
+        .await?;
+    Ok(false)
+}
+
+/// Takes build `id`'s queued push: returns `(deployment, url, token)` and,
+/// in the same statement's transaction, drops the token and marks the push
+/// `sending`, so it is sent at most once whatever happens next. `None`:
+/// no push is queued (already taken, or none).
+pub async fn take_callback(
+    conn: &mut Conn,
+    id: &str,
+    now: i64,
+) -> Result<Option<(String, String, String)>, StoreError> {
+    let Some(row) = Q::new(
+        "SELECT deployment_id, callback_url, callback_token, callback FROM builds
+         WHERE id = $1 AND callback_token IS NOT NULL AND callback_url IS NOT NULL",
+    )
+    .text(id)
+    .fetch_optional(conn)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let outcome: Value = json_col(&row.opt_text("callback")?.unwrap_or_else(|| "null".into()), "builds.callback")?;
+    if outcome.get("state").and_then(Value::as_str) != Some("queued") {
+        return Ok(None);
+    }
+    let sending = callback_outcome(CallbackState::Sending, "a worker is sending the push", now, None);
+    // Conditional on the token still being there: of two workers handed
+    // the same job, one takes it.
+    let taken =
+        Q::new("UPDATE builds SET callback_token = NULL, callback = $1 WHERE id = $2 AND callback_token IS NOT NULL")
+            .text(sending.to_string())
+            .text(id)
+            .execute(conn)
+            .await?;
+    if taken != 1 {
+        return Ok(None);
+    }
+    Ok(Some((row.text("deployment_id")?, row.text("callback_url")?, row.text("callback_token")?)))
+}
+
+/// Records the push's outcome on build `id`.
+pub async fn record_callback(conn: &mut Conn, id: &str, outcome: &Value) -> Result<(), StoreError> {
+    Q::new("UPDATE builds SET callback = $1 WHERE id = $2").text(outcome.to_string()).text(id).execute(conn).await?;
+    Ok(())
 }

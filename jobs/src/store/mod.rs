@@ -11,6 +11,7 @@
 pub mod builds;
 pub mod db;
 pub mod deployments;
+pub mod events;
 pub mod nix;
 pub mod queue;
 pub mod sboms;

@@ -103,8 +103,9 @@ impl QueueSettings {
 pub const NIX_QUEUE: &str = "nix";
 
 /// The queues a worker serves unless told otherwise: builds, the
-/// `nix` queue, and `maintenance` (the retention sweep).
-pub const ALL_QUEUES: [&str; 3] = [BUILDS_QUEUE, NIX_QUEUE, MAINTENANCE_QUEUE];
+/// `nix` queue, `callbacks` (reconcile pushes) and `maintenance` (the
+/// retention sweep).
+pub const ALL_QUEUES: [&str; 4] = [BUILDS_QUEUE, NIX_QUEUE, CALLBACKS_QUEUE, MAINTENANCE_QUEUE];
 
 /// The periodic sweep's queue name (it runs on apalis-cron in each worker
 /// that serves it, not from the database).
@@ -113,6 +114,14 @@ pub const MAINTENANCE_QUEUE: &str = "maintenance";
 /// A worker's `nix`-queue worker is named `<worker name>-nix`: it beats
 /// and is handed back with the worker ([`super::workers::keep_alive`]).
 pub const NIX_WORKER_SUFFIX: &str = "-nix";
+
+/// A worker's `callbacks`-queue worker is named `<worker name>-callbacks`,
+/// beating and handed back with the worker like the `nix` one.
+pub const CALLBACKS_WORKER_SUFFIX: &str = "-callbacks";
+
+/// The apalis workers one worker process runs besides its `builds` one,
+/// by name suffix: kept alive and handed back together.
+pub const SIBLING_SUFFIXES: [&str; 2] = [NIX_WORKER_SUFFIX, CALLBACKS_WORKER_SUFFIX];
 
 /// A `schema_build` or `names_eval` job: the key of its `nix_results` row,
 /// which holds its kind and input.
@@ -131,4 +140,32 @@ pub async fn push_nix_job(conn: &mut Conn, key: &str) -> Result<(), StoreError> 
     let args = serde_json::to_vec(&NixJob { key: key.to_owned() }).expect("job payload serialises");
     let task = TaskBuilder::new(args).task_id(TaskId::from(ulid::Ulid::generate())).max_attempts(NIX_JOB_ATTEMPTS);
     conn.push_job(NIX_QUEUE, task.build()).await
+}
+
+/// The queue of reconcile pushes (DL-2).
+pub const CALLBACKS_QUEUE: &str = "callbacks";
+
+/// How many pushes one worker sends at once.
+pub const CALLBACKS_CONCURRENCY: usize = 16;
+
+/// A `reconcile_push` job: the destroy build whose callback to send (the
+/// URL and token stay on the build row; a job payload outlives the push in
+/// apalis's table, so it never carries the token).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallbackJob {
+    /// The destroy build.
+    pub build_id: String,
+}
+
+/// How many times apalis may hand a push job out: a worker that died with it
+/// leaves it to another, which finds it taken (`sending`) and sends nothing
+/// (DL-2: the push is sent at most once, never retried).
+pub const CALLBACK_JOB_ATTEMPTS: usize = 3;
+
+/// Pushes a [`CallbackJob`] for `build_id` into the `callbacks` queue in
+/// `conn`'s transaction.
+pub async fn push_callback_job(conn: &mut Conn, build_id: &str) -> Result<(), StoreError> {
+    let args = serde_json::to_vec(&CallbackJob { build_id: build_id.to_owned() }).expect("job payload serialises");
+    let task = TaskBuilder::new(args).task_id(TaskId::from(ulid::Ulid::generate())).max_attempts(CALLBACK_JOB_ATTEMPTS);
+    conn.push_job(CALLBACKS_QUEUE, task.build()).await
 }

@@ -7,14 +7,14 @@ use super::{Conn, Engine, StoreError, Q};
 /// Marks apalis worker `name` alive now. apalis only beats while its worker
 /// polls for jobs, which a worker whose slots are all busy does not do; this
 /// keeps a busy, live worker from being taken for dead (Q-1).
-/// Its `nix`-queue worker (named with [`super::queue::NIX_WORKER_SUFFIX`])
-/// is kept alive with it, for the same reason.
+/// Its `nix`- and `callbacks`-queue workers (named with
+/// [`super::queue::SIBLING_SUFFIXES`]) are kept alive with it, for the same reason.
 pub async fn keep_alive(conn: &mut Conn, name: &str) -> Result<u64, StoreError> {
     let sql = match conn.engine() {
-        Engine::Sqlite => "UPDATE Workers SET last_seen = strftime('%s', 'now') WHERE id = $1 OR id = $2",
-        Engine::Postgres => "UPDATE apalis.workers SET last_seen = now() WHERE id = $1 OR id = $2",
+        Engine::Sqlite => "UPDATE Workers SET last_seen = strftime('%s', 'now') WHERE id IN ($1, $2, $3)",
+        Engine::Postgres => "UPDATE apalis.workers SET last_seen = now() WHERE id IN ($1, $2, $3)",
     };
-    Q::new(sql).text(name).text(format!("{name}{}", super::queue::NIX_WORKER_SUFFIX)).execute(conn).await
+    siblings(Q::new(sql).text(name), name).execute(conn).await
 }
 
 /// How long ago worker `name` last beat, in milliseconds; `None` when it
@@ -44,29 +44,35 @@ pub async fn release(conn: &mut Conn, name: &str) -> Result<u64, StoreError> {
         .await?;
     Ok(match conn.engine() {
         Engine::Sqlite => {
-            Q::new(
+            let q = Q::new(
                 "UPDATE Jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, attempts = attempts + 1
-                 WHERE lock_by IN ($1, $2) AND status IN ('Running', 'Queued')",
+                 WHERE lock_by IN ($1, $2, $3) AND status IN ('Running', 'Queued')",
             )
-            .text(name)
-            .text(format!("{name}{}", super::queue::NIX_WORKER_SUFFIX))
-            .execute(conn)
-            .await?
+            .text(name);
+            siblings(q, name).execute(conn).await?
         }
         // Idle workers wake on the notification apalis's insert trigger sends.
-        Engine::Postgres => Q::new(
-            "WITH released AS (
+        Engine::Postgres => siblings(
+            Q::new(
+                "WITH released AS (
                    UPDATE apalis.jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, attempts = attempts + 1
-                   WHERE lock_by IN ($1, $2) AND status IN ('Running', 'Queued') RETURNING id, job_type)
+                   WHERE lock_by IN ($1, $2, $3) AND status IN ('Running', 'Queued') RETURNING id, job_type)
                  SELECT pg_notify('apalis::job::insert', json_build_object('job_type', job_type, 'id', id)::text)::text
                    AS notified FROM released",
+            )
+            .text(name),
+            name,
         )
-        .text(name)
-        .text(format!("{name}{}", super::queue::NIX_WORKER_SUFFIX))
         .fetch_all(conn)
         .await?
         .len() as u64,
     })
+}
+
+/// Binds the names of worker `name`'s sibling apalis workers
+/// ([`super::queue::SIBLING_SUFFIXES`]) as the next parameters of `q`.
+fn siblings(q: Q, name: &str) -> Q {
+    super::queue::SIBLING_SUFFIXES.iter().fold(q, |q, suffix| q.text(format!("{name}{suffix}")))
 }
 
 /// One queue as the fleet serves it (Q-8).

@@ -1,0 +1,92 @@
+//! A delete's callback (DL-2) as the api answers it: every URL of
+//! `testdata/cases/callback-urls.json` through a real `DELETE`, and the
+//! shapes of a callback a front-end can get wrong. A refused callback never
+//! blocks the delete.
+
+mod common;
+
+use axum::http::{Method, StatusCode};
+use common::{all, case, demo, harness_with, Harness};
+use serde_json::{json, Value};
+use slipway_jobs::store::{Engine, Q};
+
+async fn delete(h: &Harness, body: &Value) -> (StatusCode, Value) {
+    h.call(Method::DELETE, "/deployments/demo", Some(&all()), Some(body.to_string().into_bytes())).await
+}
+
+/// The callback URL stored on the deployment's destroy build, if any.
+async fn stored_url(h: &Harness) -> Option<String> {
+    let mut conn = h.db.acquire().await.unwrap();
+    Q::new("SELECT callback_url FROM builds WHERE kind = 'destroy'")
+        .fetch_optional(&mut conn)
+        .await
+        .unwrap()
+        .and_then(|r| r.opt_text("callback_url").unwrap())
+}
+
+async fn every_callback_case_is_accepted_or_refused_on_delete_as_the_case_file_says(engine: Engine) {
+    let cases = case("callback-urls.json");
+    let origins: Vec<&str> = cases["allowed_origins"].as_array().unwrap().iter().map(|o| o.as_str().unwrap()).collect();
+    let h = harness_with(engine, &[("SLIPWAY_ALLOWED_ORIGINS", &origins.join(","))]).await;
+    let (status, body) = h.put("demo", &json!({ "configuration": demo() })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let mut destroy = None;
+    for url in cases["allowed"].as_array().unwrap() {
+        let (status, answer) = delete(&h, &json!({ "callback_url": url, "callback_token": "t0k3n" })).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{url}: {answer}");
+        assert_eq!(answer["callback"], json!({ "accepted": true, "reason": null }), "{url}");
+        assert_eq!(stored_url(&h).await.as_deref(), url.as_str(), "{url} was not stored");
+        // Repeats answer the same destroy (DL-1).
+        assert_eq!(*destroy.get_or_insert_with(|| answer["build_id"].clone()), answer["build_id"]);
+    }
+    let last_allowed = stored_url(&h).await;
+    for url in cases["refused"].as_array().unwrap() {
+        let (status, answer) = delete(&h, &json!({ "callback_url": url, "callback_token": "t0k3n" })).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "a refused callback blocked the delete: {url}: {answer}");
+        assert_eq!(answer["callback"]["accepted"], false, "{url}: {answer}");
+        let reason = answer["callback"]["reason"].as_str().unwrap_or_default();
+        assert!(!reason.is_empty(), "{url}: no reason");
+        assert!(!answer.to_string().contains("t0k3n"), "the answer repeats the token: {answer}");
+        assert_eq!(stored_url(&h).await, last_allowed, "{url} replaced the stored callback");
+        assert_eq!(answer["build_id"], destroy.clone().unwrap());
+    }
+}
+
+slipway_jobs::on_both_engines!(every_callback_case_is_accepted_or_refused_on_delete_as_the_case_file_says);
+
+async fn a_callback_without_its_other_half_or_with_a_token_that_cannot_be_a_header_is_refused(engine: Engine) {
+    let h = harness_with(engine, &[("SLIPWAY_ALLOWED_ORIGINS", "https://panel.example.org")]).await;
+    let (status, body) = h.put("demo", &json!({ "configuration": demo() })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let url = "https://panel.example.org/api/reconcile";
+    let long = "x".repeat(5000);
+    for (body, secret) in [
+        (json!({ "callback_url": url }), None),
+        (json!({ "callback_token": "lonely-token" }), Some("lonely-token")),
+        (json!({ "callback_url": url, "callback_token": "" }), None),
+        (json!({ "callback_url": url, "callback_token": "has space" }), Some("has space")),
+        (json!({ "callback_url": url, "callback_token": "line\r\nX-Injected: 1" }), Some("X-Injected")),
+        (json!({ "callback_url": url, "callback_token": long }), Some(long.as_str())),
+        // A token of the wrong type is refused without being repeated.
+        (json!({ "callback_url": url, "callback_token": 918273645 }), Some("918273645")),
+        (json!({ "callback_url": url, "callback_token": { "k": "zq-not-a-string" } }), Some("zq-not-a-string")),
+        (json!({ "callback_url": ["https://panel.example.org/x"], "callback_token": "t" }), None),
+    ] {
+        let (status, answer) = delete(&h, &body).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}: {answer}");
+        assert_eq!(answer["callback"]["accepted"], false, "{body}: {answer}");
+        assert!(answer["callback"]["reason"].as_str().is_some_and(|r| !r.is_empty()), "{answer}");
+        if let Some(secret) = secret {
+            assert!(!answer.to_string().contains(secret), "the answer repeats the token: {answer}");
+        }
+        assert_eq!(stored_url(&h).await, None);
+    }
+    // A body without a callback: `callback` is null. Unknown fields are refused.
+    let (status, answer) = delete(&h, &json!({})).await;
+    assert_eq!((status, &answer["callback"]), (StatusCode::ACCEPTED, &Value::Null), "{answer}");
+    let (status, answer) = delete(&h, &json!({ "callback": url })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert_eq!(answer["error"], "invalid_request");
+}
+
+slipway_jobs::on_both_engines!(a_callback_without_its_other_half_or_with_a_token_that_cannot_be_a_header_is_refused);
