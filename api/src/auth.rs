@@ -163,8 +163,11 @@ impl Verifier {
     /// reason ([`TokenError`]) that never repeats the token.
     pub fn verify(&self, header: Option<&str>) -> Result<Claims, ApiError> {
         let header = header.ok_or(TokenError::Missing)?;
-        let token =
-            header.strip_prefix("Bearer ").or_else(|| header.strip_prefix("bearer ")).ok_or(TokenError::NotBearer)?;
+        // The scheme name is case-insensitive (RFC 9110 §11.1).
+        let token = match header.split_once(' ') {
+            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token,
+            _ => return Err(TokenError::NotBearer.into()),
+        };
         let now = time::OffsetDateTime::now_utc().unix_timestamp_nanos() as f64 / 1e9;
         Ok(self.check(token.trim(), now)?)
     }
@@ -491,5 +494,9 @@ mod tests {
         assert!(v.verify(Some(&format!("Bearer {listed}"))).is_ok());
         assert_eq!(v.verify(None).unwrap_err().message, "send a bearer token: Authorization: Bearer <token>");
         assert_eq!(v.verify(Some("Basic abc")).unwrap_err().message, "the Authorization header is not a bearer token");
+        let token = sign(Algorithm::HS256, &claims(json!({})));
+        for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+            assert!(v.verify(Some(&format!("{scheme} {token}"))).is_ok(), "{scheme}");
+        }
     }
 }

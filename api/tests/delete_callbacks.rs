@@ -81,12 +81,38 @@ async fn a_callback_without_its_other_half_or_with_a_token_that_cannot_be_a_head
         }
         assert_eq!(stored_url(&h).await, None);
     }
-    // A body without a callback: `callback` is null. Unknown fields are refused.
+    // A body without a callback: `callback` is null.
     let (status, answer) = delete(&h, &json!({})).await;
     assert_eq!((status, &answer["callback"]), (StatusCode::ACCEPTED, &Value::Null), "{answer}");
-    let (status, answer) = delete(&h, &json!({ "callback": url })).await;
+    // A mistyped field refuses the callback, naming the field, and never the delete.
+    let (status, answer) = delete(&h, &json!({ "callbackUrl": url, "callbackToken": "typo-token" })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    assert_eq!(answer["callback"]["accepted"], false, "{answer}");
+    let reason = answer["callback"]["reason"].as_str().unwrap();
+    assert!(reason.contains("callbackUrl") && reason.contains("callback_url"), "{reason}");
+    assert!(!answer.to_string().contains("typo-token"), "{answer}");
+    // Not a JSON object: nothing is understood, nothing is done.
+    let (status, answer) = delete(&h, &json!(["callback_url"])).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
     assert_eq!(answer["error"], "invalid_request");
 }
+
+async fn a_callback_to_a_private_address_is_refused_at_once_unless_private_pushes_are_allowed(engine: Engine) {
+    let origins = "http://127.0.0.1:3000,http://[::1]:3000,http://10.1.2.3";
+    for (allow, accepted) in [("false", false), ("true", true)] {
+        let h =
+            harness_with(engine, &[("SLIPWAY_ALLOWED_ORIGINS", origins), ("SLIPWAY_CALLBACK_ALLOW_PRIVATE", allow)])
+                .await;
+        let (status, body) = h.put("demo", &json!({ "configuration": demo() })).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        for url in ["http://127.0.0.1:3000/cb", "http://[::1]:3000/cb", "http://10.1.2.3/cb"] {
+            let (status, answer) = delete(&h, &json!({ "callback_url": url, "callback_token": "t" })).await;
+            assert_eq!(status, StatusCode::ACCEPTED, "{url}: {answer}");
+            assert_eq!(answer["callback"]["accepted"], accepted, "{url} with private pushes {allow}: {answer}");
+        }
+    }
+}
+
+slipway_jobs::on_both_engines!(a_callback_to_a_private_address_is_refused_at_once_unless_private_pushes_are_allowed);
 
 slipway_jobs::on_both_engines!(a_callback_without_its_other_half_or_with_a_token_that_cannot_be_a_header_is_refused);

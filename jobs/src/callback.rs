@@ -158,6 +158,9 @@ pub enum Refusal {
     /// different scheme, host or port, or the second one refuses the URL.
     #[error("two URL parsers read the callback URL's scheme, host or port differently")]
     Ambiguous,
+    /// Longer than [`MAX_URL_BYTES`].
+    #[error("the callback URL is longer than {MAX_URL_BYTES} bytes")]
+    TooLong,
     /// The origin read from the URL is not in the allowlist.
     #[error("the callback origin {origin} is not in SLIPWAY_ALLOWED_ORIGINS")]
     Origin {
@@ -166,11 +169,14 @@ pub enum Refusal {
     },
 }
 
+/// The longest callback URL accepted, in bytes.
+pub const MAX_URL_BYTES: usize = 8192;
+
 /// Checks a delete's `callback_url` (DL-2) and gives it parsed.
 ///
 /// Checked when a delete is accepted and again by [`push`] right before the
 /// call, against the allowlist of that moment. Refused (see [`Refusal`])
-/// when the URL is empty, is not a URL, has a scheme other than `http` or
+/// when the URL is empty or longer than [`MAX_URL_BYTES`], is not a URL, has a scheme other than `http` or
 /// `https`, contains whitespace, a control character or a backslash, carries
 /// user information or a fragment, is read differently by two parsers (the
 /// WHATWG one and the `http` crate's: scheme, host compared
@@ -179,6 +185,9 @@ pub enum Refusal {
 pub fn check_url(raw: &str, origins: &Origins) -> Result<Url, Refusal> {
     if raw.is_empty() {
         return Err(Refusal::Empty);
+    }
+    if raw.len() > MAX_URL_BYTES {
+        return Err(Refusal::TooLong);
     }
     let url = Url::parse(raw).map_err(Refusal::NotAUrl)?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -247,9 +256,12 @@ fn parsers_agree(raw: &str, url: &Url) -> bool {
         // User information is refused before this, so the host starts the authority.
         let span = input.find("://").map(|i| i + 3..i + 3 + host.len());
         let original = span.filter(|span| input.get(span.clone()) == Some(host)).and_then(|span| raw.get(span));
+        // An address written with other than ASCII characters (full-width
+        // digits, which IDNA maps to ASCII ones) is a disguise, not a name.
+        let ip = matches!(url.host(), Some(url::Host::Ipv4(_) | url::Host::Ipv6(_)));
         original.is_some_and(|original| match original.is_ascii() {
             true => original.eq_ignore_ascii_case(url_host),
-            false => url::Host::parse(original).is_ok_and(|h| h.to_string().eq_ignore_ascii_case(url_host)),
+            false => !ip && url::Host::parse(original).is_ok_and(|h| h.to_string().eq_ignore_ascii_case(url_host)),
         })
     };
     let default_port = match url.scheme() {
@@ -302,7 +314,7 @@ mod tests {
 
     #[test]
     fn a_callback_url_with_tricky_characters_is_refused_with_its_reason() {
-        let o = origins(&["https://panel.example"]);
+        let o = origins(&["https://panel.example", "http://127.0.0.1:3000"]);
         let cases: &[(&str, Refusal)] = &[
             ("", Refusal::Empty),
             ("https://panel.example/a b", Refusal::Whitespace),
@@ -316,8 +328,12 @@ mod tests {
             ("https:///panel.example/", Refusal::Ambiguous),
             ("https://panel%2Eexample/", Refusal::Ambiguous),
             ("http://0x7f.1:3000/", Refusal::Ambiguous),
+            // Full-width digits, which IDNA maps to 127.0.0.1.
+            ("http://\u{ff11}\u{ff12}\u{ff17}.\u{ff10}.\u{ff10}.\u{ff11}:3000/", Refusal::Ambiguous),
             ("https://evil.test/", Refusal::Origin { origin: "https://evil.test".to_owned() }),
         ];
+        let long = format!("https://panel.example/{}", "a".repeat(MAX_URL_BYTES));
+        assert_eq!(check_url(&long, &o).err(), Some(Refusal::TooLong));
         for (raw, want) in cases {
             assert_eq!(check_url(raw, &o).as_ref().err(), Some(want), "{raw:?}");
             assert!(!want.to_string().is_empty());

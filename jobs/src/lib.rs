@@ -1,8 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-pub mod channel;
 pub mod callback;
+pub mod channel;
 pub mod config;
 pub mod draft;
 pub mod effect;

@@ -47,7 +47,8 @@ async fn a_deploy_stores_every_nodes_sbom_and_a_destroy_removes_them(engine: Eng
     assert!(stored < total, "{stored} stored for {total} listed");
     drop(conn);
 
-    let destroy = submit::delete(&w.ctx.db, &DeploymentId::parse("demo").unwrap(), None).await.unwrap().unwrap().accepted;
+    let destroy =
+        submit::delete(&w.ctx.db, &DeploymentId::parse("demo").unwrap(), None).await.unwrap().unwrap().accepted;
     let report = w.run(&destroy.build_id).await;
     assert_eq!(report.status, BuildStatus::Succeeded, "{report:?}");
     assert_eq!(w.state("demo").await, DeploymentState::Idle);

@@ -158,7 +158,7 @@ async fn receiver() -> (String, mpsc::UnboundedReceiver<Received>) {
 fn fleet(db: &TestDatabase, origin: &str) -> (common::Running, common::Running, u16) {
     let port = free_port();
     let mut api = command(&binary("slipway-api"), db, port);
-    api.env("SLIPWAY_ALLOWED_ORIGINS", origin);
+    api.env("SLIPWAY_ALLOWED_ORIGINS", origin).env("SLIPWAY_CALLBACK_ALLOW_PRIVATE", "true");
     let api = start(api, db, "api.log");
     let mut worker = command(&binary("slipway-worker"), db, port);
     worker.arg("work").env("SLIPWAY_ALLOWED_ORIGINS", origin).env("SLIPWAY_CALLBACK_ALLOW_PRIVATE", "true");
@@ -415,7 +415,8 @@ async fn an_api_stopping_ends_its_open_streams_instead_of_waiting_for_them(engin
     assert_eq!(status, 202, "{submitted}");
     let mut channel = Stream::open(&api, "/deployments/demo/events", None, false).await;
     assert_eq!(channel.next(LONG).await.unwrap().data["state"], "building");
-    let mut log = Stream::open(&api, &format!("/builds/{}/log", submitted["build_id"].as_str().unwrap()), None, false).await;
+    let mut log =
+        Stream::open(&api, &format!("/builds/{}/log", submitted["build_id"].as_str().unwrap()), None, false).await;
     assert_eq!(log.status, 200);
 
     common::signal(api_process.0.id(), libc::SIGTERM);
@@ -430,3 +431,49 @@ async fn an_api_stopping_ends_its_open_streams_instead_of_waiting_for_them(engin
 }
 
 slipway_jobs::on_both_engines!(an_api_stopping_ends_its_open_streams_instead_of_waiting_for_them);
+
+async fn a_last_event_id_the_deployment_never_reached_starts_over_from_the_current_state(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    let api = Api::connect(&db, port).await;
+    // No worker: the deploy stays queued, the deployment `building` (event 1).
+    let (status, _) = api.submit("demo", &demo()).await.unwrap();
+    assert_eq!(status, 202);
+    let mut channel = Stream::open(&api, "/deployments/demo/events", Some("50"), false).await;
+    assert_eq!(channel.status, 200);
+    let first = channel.next(Duration::from_secs(10)).await.expect("the current state");
+    assert_eq!((first.id.as_deref(), &first.data["state"]), (Some("1"), &json!("building")));
+}
+
+slipway_jobs::on_both_engines!(a_last_event_id_the_deployment_never_reached_starts_over_from_the_current_state);
+
+async fn a_stream_ends_when_the_token_it_was_opened_with_expires(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    let api = Api::connect(&db, port).await;
+    let (status, submitted) = api.submit("demo", &demo()).await.unwrap();
+    assert_eq!(status, 202);
+    let out = command(&binary("slipway-api"), &db, port)
+        .args(["token", "--deployments", "demo", "--ttl", "3s"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let short = Api { token: String::from_utf8(out.stdout).unwrap().trim().to_owned(), ..api.clone() };
+    let build = submitted["build_id"].as_str().unwrap();
+    // Both opened while the token is valid.
+    let mut streams = Vec::new();
+    for path in ["/deployments/demo/events".to_owned(), format!("/builds/{build}/log")] {
+        let stream = Stream::open(&short, &path, None, true).await;
+        assert_eq!(stream.status, 200, "{path}");
+        streams.push((path, stream));
+    }
+    for (path, mut stream) in streams {
+        // The deploy never runs (no worker): only the token's end can close these.
+        let rest = stream.rest(Duration::from_secs(30)).await;
+        assert!(rest.iter().all(|e| e.event != "end" && e.data["state"] != "active"), "{path}: {rest:?}");
+    }
+}
+
+slipway_jobs::on_both_engines!(a_stream_ends_when_the_token_it_was_opened_with_expires);

@@ -7,7 +7,7 @@ use crate::extract::{DeploymentIdPath, Json, OptionalJson, Query};
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use slipway_jobs::id::DeploymentId;
 use slipway_jobs::read::DeploymentRead;
 use slipway_jobs::source::Instance;
@@ -216,26 +216,9 @@ pub async fn preview(
     Ok(Json(submit::preview(&app.sources, request).await?))
 }
 
-/// Optional body of `DELETE /deployments/{id}` (DL-2): where and with
-/// which token to push when the destroy reaches `idle`.
-///
-/// Both are read as any JSON value and checked here, so that a token of the
-/// wrong type refuses the callback with a sentence that does not repeat it
-/// (serde's own message would).
-#[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DeleteBody {
-    #[serde(default)]
-    callback_url: Option<Value>,
-    #[serde(default)]
-    callback_token: Option<Value>,
-}
-
-impl std::fmt::Debug for DeleteBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeleteBody").field("callback_url", &self.callback_url).finish_non_exhaustive()
-    }
-}
+/// The fields of the optional body of `DELETE /deployments/{id}` (DL-2):
+/// where and with which token to push when the destroy reaches `idle`.
+pub const DELETE_FIELDS: [&str; 2] = ["callback_url", "callback_token"];
 
 /// The longest callback token accepted, in bytes.
 pub const MAX_CALLBACK_TOKEN: usize = 4096;
@@ -256,10 +239,22 @@ impl CallbackAnswer {
 
 /// Checks a delete body's callback (DL-2): `Ok` the callback to store,
 /// `Err` why none will be pushed. Reasons never repeat the token.
-fn check_callback(body: DeleteBody, app: &AppState) -> Result<submit::Callback, CallbackAnswer> {
-    let (url, token) = match (body.callback_url, body.callback_token) {
-        (Some(url), Some(token)) if !url.is_null() && !token.is_null() => (url, token),
-        (Some(url), _) if !url.is_null() => {
+///
+/// The body is read as any JSON object and checked here, so that nothing in
+/// it blocks the delete (an unknown field, a token of the wrong type) and no
+/// refusal repeats a value (serde's messages would).
+fn check_callback(body: &Map<String, Value>, app: &AppState) -> Result<submit::Callback, CallbackAnswer> {
+    let unknown: Vec<&str> = body.keys().map(String::as_str).filter(|k| !DELETE_FIELDS.contains(k)).collect();
+    if !unknown.is_empty() {
+        return Err(CallbackAnswer::refused(format!(
+            "the body has fields this service does not know ({}); it takes callback_url and callback_token",
+            unknown.iter().take(5).map(|k| format!("{:?}", truncate(k, 64))).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let field = |name: &str| body.get(name).filter(|v| !v.is_null());
+    let (url, token) = match (field("callback_url"), field("callback_token")) {
+        (Some(url), Some(token)) => (url, token),
+        (Some(_), None) => {
             return Err(CallbackAnswer::refused("callback_url needs a callback_token to send with the push"))
         }
         _ => return Err(CallbackAnswer::refused("callback_token was given without a callback_url")),
@@ -271,9 +266,33 @@ fn check_callback(body: DeleteBody, app: &AppState) -> Result<submit::Callback, 
             "callback_token must be 1 to {MAX_CALLBACK_TOKEN} visible ASCII characters (it is sent as a bearer token)"
         )));
     }
-    slipway_jobs::callback::check_url(&url, &app.config.allowed_origins)
+    let parsed = slipway_jobs::callback::check_url(url, &app.config.allowed_origins)
         .map_err(|refusal| CallbackAnswer::refused(refusal.to_string()))?;
-    Ok(submit::Callback { url, token: secrecy::SecretString::from(token) })
+    // A host written as an address can be judged now; a name is resolved
+    // and judged by the worker right before the push.
+    let ip = match parsed.host() {
+        Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
+        Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
+        _ => None,
+    };
+    if let Some(why) = ip.and_then(slipway_jobs::callback::forbidden_address) {
+        if !app.config.callback_allow_private {
+            return Err(CallbackAnswer::refused(format!(
+                "the callback host is an address of a refused kind ({why}); pushes go there only with \
+                 SLIPWAY_CALLBACK_ALLOW_PRIVATE=true"
+            )));
+        }
+    }
+    Ok(submit::Callback { url: url.clone(), token: secrecy::SecretString::from(token.clone()) })
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// `DELETE /deployments/{id}` (DL-1, DL-2): queue a destroy and answer
@@ -287,14 +306,13 @@ pub async fn delete(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
-    OptionalJson(body): OptionalJson<DeleteBody>,
+    OptionalJson(body): OptionalJson<Map<String, Value>>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     auth.require(id.as_str())?;
-    let given = |v: &Option<Value>| v.as_ref().is_some_and(|v| !v.is_null());
     let (callback, mut answer) = match body {
         None => (None, None),
-        Some(b) if !given(&b.callback_url) && !given(&b.callback_token) => (None, None),
-        Some(b) => match check_callback(b, &app) {
+        Some(b) if b.values().all(Value::is_null) => (None, None),
+        Some(b) => match check_callback(&b, &app) {
             Ok(c) => (Some(c), None),
             Err(refused) => (None, Some(refused)),
         },

@@ -77,13 +77,16 @@ where
 /// The `Last-Event-ID` header: a non-negative integer, or absent.
 fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     let Some(value) = headers.get("last-event-id") else { return Ok(None) };
-    let text = value.to_str().unwrap_or("").trim();
+    let invalid =
+        || ApiError::bad_request("invalid_request", "Last-Event-ID must be an event id this service sent (a number)");
+    let text = value.to_str().map_err(|_| invalid())?.trim();
     if text.is_empty() {
         return Ok(None);
     }
-    text.parse::<i64>().ok().filter(|n| *n >= 0).map(Some).ok_or_else(|| {
-        ApiError::bad_request("invalid_request", "Last-Event-ID must be an event id this service sent (a number)")
-    })
+    if !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid());
+    }
+    text.parse::<i64>().map(Some).map_err(|_| invalid())
 }
 
 /// An SSE response over what a task sends into `rx`, with keep-alives and
@@ -97,8 +100,24 @@ fn sse(rx: mpsc::Receiver<Event>) -> Response {
     response
 }
 
-/// Runs a stream's task until it ends or the process stops serving
-/// (dropping its sender ends the response).
+/// When a stream must end whatever it follows: when the process stops
+/// serving, or when the token it was opened with expires (a token is
+/// checked when a stream opens; the client reconnects with a fresh one and
+/// its last id).
+fn ends(app: &AppState, auth: &Auth) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let closed = app.hub.closed();
+    let now = time::OffsetDateTime::now_utc().unix_timestamp_nanos() as f64 / 1e9;
+    let left = Duration::try_from_secs_f64(auth.0.exp - now).unwrap_or(Duration::ZERO);
+    async move {
+        tokio::select! {
+            () = closed => {}
+            () = tokio::time::sleep(left) => {}
+        }
+    }
+}
+
+/// Runs a stream's task until it ends or must end (see [`ends`]);
+/// dropping its sender ends the response.
 async fn until_closed(task: impl std::future::Future<Output = ()>, closed: impl std::future::Future<Output = ()>) {
     tokio::select! {
         () = task => {}
@@ -144,6 +163,9 @@ pub async fn deployment(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
     let latest = events::latest(&mut conn, id.as_str()).await?;
+    // An id past the deployment's last event was never sent for it: start
+    // over from the current state, as without one.
+    let last = last.filter(|n| *n <= latest.as_ref().map_or(0, |e| e.n));
     let (first, after) = match last {
         None => {
             let current = latest.unwrap_or_else(|| events::Event {
@@ -168,7 +190,7 @@ pub async fn deployment(
     drop(conn);
     let (tx, rx) = mpsc::channel(16);
     let follow = follow_deployment(app.db.clone(), id.to_string(), first, after, wakes, tx);
-    tokio::spawn(until_closed(follow, app.hub.closed()));
+    tokio::spawn(until_closed(follow, ends(&app, &auth)));
     Ok(sse(rx))
 }
 
@@ -259,7 +281,7 @@ pub async fn build_log(
     }
     drop(conn);
     let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(until_closed(follow_log(app.db.clone(), id, after, tx), app.hub.closed()));
+    tokio::spawn(until_closed(follow_log(app.db.clone(), id, after, tx), ends(&app, &auth)));
     Ok(sse(rx))
 }
 

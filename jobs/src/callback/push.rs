@@ -206,7 +206,7 @@ pub async fn push(request: PushRequest<'_>) -> PushOutcome {
             return PushOutcome::failed(
                 PushError::RefusedAddress,
                 format!(
-                    "No push was sent: the callback host is {ip}, a {why} address, which is refused unless \
+                    "No push was sent: the callback host is {ip}, an address of a refused kind ({why}), which is refused unless \
                      SLIPWAY_CALLBACK_ALLOW_PRIVATE is set."
                 ),
             );

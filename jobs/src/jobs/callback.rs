@@ -6,7 +6,8 @@
 //!
 //! 1. Take the push: in one transaction the token leaves the build row and
 //!    the outcome becomes `sending`. A job handed out twice (its worker died)
-//!    finds nothing to take: the push is sent at most once, never retried.
+//!    finds nothing to take: the push is sent at most once, never retried;
+//!    a push left `sending` by a dead worker becomes `failed` (`interrupted`).
 //! 2. Send it with [`crate::callback::push`]: the URL checked again against
 //!    this worker's `SLIPWAY_ALLOWED_ORIGINS`, the host resolved once and
 //!    every address checked (`SLIPWAY_CALLBACK_ALLOW_PRIVATE`), the
@@ -47,7 +48,13 @@ async fn send(job: CallbackJob, ctx: &Ctx, resolver: &dyn Resolve) -> Result<(),
         taken
     };
     let Some((deployment, url, token)) = taken else {
-        tracing::debug!("no push to send: already taken or none queued");
+        // Handed out again after the worker that took it died: what it
+        // sent is unknown, and nothing is sent twice.
+        if builds::interrupt_callback(&mut ctx.db.acquire().await?, &job.build_id, now_ms()).await? {
+            tracing::warn!("the push was interrupted by its worker's end; it is recorded as failed and not sent again");
+        } else {
+            tracing::debug!("no push to send: already taken or none queued");
+        }
         return Ok(());
     };
     tracing::Span::current().record("deployment.id", deployment.as_str());

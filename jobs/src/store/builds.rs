@@ -597,6 +597,33 @@ pub async fn take_callback(
     Ok(Some((row.text("deployment_id")?, row.text("callback_url")?, row.text("callback_token")?)))
 }
 
+/// Ends build `id`'s push that a worker took and never recorded (it died
+/// while sending): the outcome becomes `failed` with error `interrupted`,
+/// since the push may or may not have arrived and is not sent again.
+/// Conditional on the outcome read still being `sending`; returns whether
+/// it changed.
+pub async fn interrupt_callback(conn: &mut Conn, id: &str, now: i64) -> Result<bool, StoreError> {
+    let Some(row) = Q::new("SELECT callback FROM builds WHERE id = $1").text(id).fetch_optional(conn).await? else {
+        return Ok(false);
+    };
+    let Some(text) = row.opt_text("callback")? else { return Ok(false) };
+    let outcome: Value = json_col(&text, "builds.callback")?;
+    if outcome.get("state").and_then(Value::as_str) != Some("sending") {
+        return Ok(false);
+    }
+    let message = "the worker sending the push stopped before it recorded the answer; the push may or may not have \
+                   arrived, and it is not sent again";
+    let interrupted =
+        callback_outcome(CallbackState::Failed, message, now, Some(&serde_json::json!({ "error": "interrupted" })));
+    let changed = Q::new("UPDATE builds SET callback = $1 WHERE id = $2 AND callback = $3")
+        .text(interrupted.to_string())
+        .text(id)
+        .text(text)
+        .execute(conn)
+        .await?;
+    Ok(changed == 1)
+}
+
 /// Records the push's outcome on build `id`.
 pub async fn record_callback(conn: &mut Conn, id: &str, outcome: &Value) -> Result<(), StoreError> {
     Q::new("UPDATE builds SET callback = $1 WHERE id = $2").text(outcome.to_string()).text(id).execute(conn).await?;
