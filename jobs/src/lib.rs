@@ -13,6 +13,7 @@ pub mod jobs;
 pub mod migrate;
 pub mod nix;
 pub mod read;
+pub mod secrets;
 pub mod source;
 pub mod sources;
 pub mod state;

@@ -233,7 +233,8 @@ pub const SECRETS_REFUSED: &str =
 /// . Nothing is written when it is refused.
 pub async fn submit(db: &Db, sources: &dyn Sources, request: SubmitRequest) -> Result<Accepted, SubmitError> {
     let (checker, stored_source) = sources.checker_for(request.module_source.as_deref()).await?;
-    let checked = checker.check(request.configuration, SECRETS_REFUSED).map_err(SubmitError::InvalidConfiguration)?;
+    let checked =
+        checker.check(request.configuration, Some(SECRETS_REFUSED)).map_err(SubmitError::InvalidConfiguration)?;
     let names = sources.names(stored_source.as_deref(), &checked.configuration).await?;
     let (names, names_skipped) = match names {
         NamesEval::Evaluated(names) => (Some(names), None),
@@ -279,7 +280,8 @@ pub struct Preview {
 /// a preview without the eval has no result.
 pub async fn preview(sources: &dyn Sources, request: SubmitRequest) -> Result<Preview, SubmitError> {
     let (checker, stored_source) = sources.checker_for(request.module_source.as_deref()).await?;
-    let checked = checker.check(request.configuration, SECRETS_REFUSED).map_err(SubmitError::InvalidConfiguration)?;
+    let checked =
+        checker.check(request.configuration, Some(SECRETS_REFUSED)).map_err(SubmitError::InvalidConfiguration)?;
     match sources.names(stored_source.as_deref(), &checked.configuration).await? {
         NamesEval::Evaluated(names) => Ok(Preview {
             deployment_id: request.deployment.to_string(),

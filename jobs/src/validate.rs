@@ -17,6 +17,7 @@
 //! cut to [`MAX_PROBLEM_TEXT`] bytes.
 
 use crate::migrate::{self, Skipped};
+use crate::secrets::AppSecrets;
 use crate::source::{get_path, Instance, OutputError, SourceOutputs};
 use serde::Serialize;
 use serde_json::Value;
@@ -143,6 +144,9 @@ pub struct Checked {
     pub domain: Option<String>,
     /// The instances it serves (TF-1).
     pub instances: Vec<Instance>,
+    /// The secrets of each application present (§8): the values taken out
+    /// and what a submit needs to place them ([`crate::secrets`]).
+    pub secrets: Vec<AppSecrets>,
 }
 
 /// A module source's outputs with its schema compiled once.
@@ -249,13 +253,14 @@ impl Checker {
         &self.outputs
     }
 
-    /// MG-7, first steps: migrate, validate (all errors), refuse secret
-    /// values (each with the sentence `secrets_refused`: this release keeps
-    /// no operator secrets). Returns the checked configuration, or its
-    /// problems: skipped renames, schema problems, text Nix cannot carry to a
-    /// node, and secret values, in that order; at most [`MAX_PROBLEMS`] are
-    /// listed and the rest counted.
-    pub fn check(&self, mut configuration: Value, secrets_refused: &str) -> Result<Checked, Listing> {
+    /// MG-7, first steps: migrate, validate (all errors), take the secret
+    /// values out (§8). With `secrets_refused` (no secret store), each
+    /// secret value is a problem with that sentence; without, the values
+    /// are given back in [`Checked::secrets`]. Returns the checked
+    /// configuration, or its problems: skipped renames, schema problems,
+    /// text Nix cannot carry to a node, and refused secret values, in that
+    /// order; at most [`MAX_PROBLEMS`] are listed and the rest counted.
+    pub fn check(&self, mut configuration: Value, secrets_refused: Option<&str>) -> Result<Checked, Listing> {
         let skipped = migrate::migrate(&mut configuration, &self.outputs.renames);
         let mut found = Listing::default();
         for s in &skipped {
@@ -263,8 +268,15 @@ impl Checker {
         }
         self.schema_problems(&configuration, &mut found);
         undeployable_text(&configuration, &mut String::new(), &mut found);
-        for at in self.take_secrets(&mut configuration) {
-            found.add(|| Problem::new(at, "secret", secrets_refused.to_owned()));
+        let secrets = self.take_secrets(&mut configuration);
+        if let Some(refused) = secrets_refused {
+            for app in &secrets {
+                for (field, _) in &app.given {
+                    found.add(|| {
+                        Problem::new(format!("{}{}", pointer(&app.path), segment(field)), "secret", refused.to_owned())
+                    });
+                }
+            }
         }
         if !found.problems.is_empty() {
             return Err(found);
@@ -274,6 +286,7 @@ impl Checker {
             domain: meta.domain_of(&configuration),
             instances: meta.instances_of(&configuration),
             configuration,
+            secrets,
         })
     }
 
@@ -324,14 +337,18 @@ impl Checker {
         }
     }
 
-    /// §8: removes every secret field's value and returns the JSON pointers
-    /// of the non-empty ones; empty and null ones mean "keep what the secret
-    /// store has" and simply go. `secretsSet` and `secretsClear` are derived
-    /// from what is left.
-    fn take_secrets(&self, configuration: &mut Value) -> Vec<String> {
+    /// §8: removes every secret field's value and gives, for each
+    /// application present, its [`AppSecrets`]: the non-empty values (empty
+    /// and null ones mean "keep what the secret store has" and simply go),
+    /// the clear list and the renames of its secret fields. What is left
+    /// says, as a preview shows it, `secretsSet`: the fields given a value
+    /// now (a submit adds the secret store's entries, [`crate::secrets`]),
+    /// and `secretsClear`: secret fields without a value (a value wins over a
+    /// clear, seed 000).
+    fn take_secrets(&self, configuration: &mut Value) -> Vec<AppSecrets> {
         let mut out = Vec::new();
-        for app in self.outputs.meta.applications.values() {
-            if get_path(configuration, &app.path).is_none() {
+        for (key, app) in &self.outputs.meta.applications {
+            if app.secrets.is_empty() || get_path(configuration, &app.path).is_none() {
                 continue;
             }
             let Some(obj) = app
@@ -342,29 +359,49 @@ impl Checker {
             else {
                 continue;
             };
-            let mut set = Vec::new();
+            let mut given = Vec::new();
             for field in &app.secrets {
-                match obj.remove(field) {
-                    Some(Value::String(s)) if !s.is_empty() => {
-                        set.push(field.clone());
-                        out.push(format!("{}{}", pointer(&app.path), segment(field)));
+                if let Some(Value::String(s)) = obj.remove(field) {
+                    if !s.is_empty() {
+                        given.push((field.clone(), secrecy::SecretString::from(s)));
                     }
-                    _ => {}
                 }
             }
-            // `secretsSet` is read-only: the api derives it (the fields given
-            // a value now; the secret store's existing entries join it once
-            // the store is wired). `secretsClear` keeps only secret fields
-            // without a value: a value wins over a clear (seed 000).
+            let clear: Vec<String> = match obj.get(SECRETS_CLEAR) {
+                Some(Value::Array(list)) => list.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
+                _ => Vec::new(),
+            };
+            let secrets = AppSecrets {
+                application: key.clone(),
+                path: app.path.clone(),
+                fields: app.secrets.clone(),
+                given,
+                clear,
+                renamed: secret_renames(&self.outputs.renames, &app.path, &app.secrets),
+            };
+            let plan = crate::secrets::plan(&secrets, &[]);
             if obj.contains_key(SECRETS_SET) {
-                obj.insert(SECRETS_SET.into(), Value::from(set.clone()));
+                obj.insert(SECRETS_SET.into(), Value::from(plan.secrets_set));
             }
-            if let Some(Value::Array(clear)) = obj.get_mut(SECRETS_CLEAR) {
-                clear.retain(|v| {
-                    v.as_str().is_some_and(|f| app.secrets.iter().any(|s| s == f) && !set.iter().any(|s| s == f))
-                });
+            if obj.contains_key(SECRETS_CLEAR) {
+                obj.insert(SECRETS_CLEAR.into(), Value::from(plan.secrets_clear));
             }
+            out.push(secrets);
         }
         out
     }
+}
+
+/// The renames of an application's secret fields: `(old name, new name)`
+/// for each entry that moves a field of the application at `path` (its
+/// segments literal or `*`) to one of its `secrets`.
+fn secret_renames(renames: &[migrate::Rename], path: &[String], secrets: &[String]) -> Vec<(String, String)> {
+    let under =
+        |p: &[String]| p.len() == path.len() + 1 && p.iter().zip(path).all(|(a, b)| a == b || a == migrate::WILDCARD);
+    renames
+        .iter()
+        .filter(|r| under(&r.from) && under(&r.to))
+        .filter_map(|r| Some((r.from.last()?.clone(), r.to.last()?.clone())))
+        .filter(|(old, new)| old != new && secrets.contains(new))
+        .collect()
 }

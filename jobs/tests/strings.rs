@@ -208,7 +208,7 @@ async fn a_whole_number_beyond_64_bits_is_refused_with_its_path() {
     ] {
         let mut config = demo();
         config["applications"]["peertube"]["settings"]["signup"]["userLimit"] = value;
-        let listing = checker.check(config, "no secrets").unwrap_err();
+        let listing = checker.check(config, Some("no secrets")).unwrap_err();
         let problem = listing.problems.iter().find(|p| p.path == path).unwrap_or_else(|| panic!("{listing:?}"));
         assert_eq!(problem.kind, "unsupported_number", "{problem:?}");
     }

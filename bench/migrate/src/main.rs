@@ -92,20 +92,20 @@ fn main() -> anyhow::Result<()> {
         let skipped = migrate(&mut migrated, &table);
         ensure!(skipped.is_empty(), "the generated table skips entries: {skipped:?}");
         ensure!(migrated != configuration, "the generated table moves nothing");
-        let checked = with_table.check(configuration.clone(), SECRETS_REFUSED);
+        let checked = with_table.check(configuration.clone(), Some(SECRETS_REFUSED));
         if let Err(listing) = &checked {
             anyhow::bail!("the generated configuration does not pass: {:?}", listing.problems);
         }
         drop(checked);
 
         eprintln!("[migrate-bench] {mb} MB: {bytes} bytes, {nodes} JSON values");
-        let check = time(budget, &configuration, |c| with_table.check(c, SECRETS_REFUSED).is_ok());
+        let check = time(budget, &configuration, |c| with_table.check(c, Some(SECRETS_REFUSED)).is_ok());
         let migrate_only = time(budget, &configuration, |mut c| {
             migrate(&mut c, &table);
             c
         });
-        let validate = time(budget, &migrated, |c| without_table.check(c, SECRETS_REFUSED).is_ok());
-        let check_current = time(budget, &migrated, |c| with_table.check(c, SECRETS_REFUSED).is_ok());
+        let validate = time(budget, &migrated, |c| without_table.check(c, Some(SECRETS_REFUSED)).is_ok());
+        let check_current = time(budget, &migrated, |c| with_table.check(c, Some(SECRETS_REFUSED)).is_ok());
         eprintln!(
             "[migrate-bench] {mb} MB: check p50 {:.2} ms, p99 {:.2} ms ({} runs); migrate p50 {:.2} ms; \
              validate p50 {:.2} ms; check of the current shape p50 {:.2} ms",

@@ -1,0 +1,192 @@
+//! Operator secrets at submit (PRODUCT.md §8, seed 000 "Secrets of the
+//! operator"): what a submit does with the secret fields of each
+//! application, rule by rule.
+//!
+//! The checks ([`crate::validate::Checker::check`]) take every secret
+//! value out of the configuration and give, per application present, an
+//! [`AppSecrets`]: the values given, the `secretsClear` list, the secret
+//! fields and the renames of secret fields. After every other check has
+//! passed and the names eval ran on the configuration without secrets,
+//! [`plan`] decides, from the entries that exist in the secret store, what
+//! to write and copy and what the stored configuration's `secretsSet` and
+//! `secretsClear` say:
+//!
+//! 1. A non-empty value is written to the entry of its field, and the field
+//!    joins `secretsSet`.
+//! 2. An empty or null value keeps the existing entry: `secretsSet` lists
+//!    every field that has an entry (also those an earlier submit set).
+//! 3. A renamed field with no entry under its new name, no value and no
+//!    clear, is copied from the old name's entry when that exists (the old
+//!    entry stays: a node reads it until its next deploy).
+//! 4. A field in `secretsClear` without a value leaves `secretsSet`, and
+//!    neither its entry nor an old name's is read (nor copied).
+//! 5. A value wins over a clear: the field leaves `secretsClear`.
+//! 6. Names that are not secret fields leave `secretsClear`.
+//! 7. Nothing is ever deleted here (the deploy deletes cleared entries once
+//!    the nodes no longer name them).
+
+use secrecy::SecretString;
+use std::collections::BTreeSet;
+
+/// One application's secrets in a submitted configuration.
+#[derive(Debug, Clone, Default)]
+pub struct AppSecrets {
+    /// The application's key in `applications` (its vars instance is
+    /// `<application>-operator-secrets`).
+    pub application: String,
+    /// Where the application's settings sit in the configuration.
+    pub path: Vec<String>,
+    /// Its secret fields, as the module source declares them.
+    pub fields: Vec<String>,
+    /// The non-empty values the submit gives, by field.
+    pub given: Vec<(String, SecretString)>,
+    /// The submit's `secretsClear`, as given (filtered by [`plan`]).
+    pub clear: Vec<String>,
+    /// Renames of its secret fields in the source's renames: `(old, new)`.
+    pub renamed: Vec<(String, String)>,
+}
+
+impl AppSecrets {
+    /// The vars instance of the application's secrets (seed 000).
+    pub fn instance(&self) -> String {
+        format!("{}-operator-secrets", self.application)
+    }
+
+    /// Whether `field` is given a value.
+    fn gives(&self, field: &str) -> bool {
+        self.given.iter().any(|(f, _)| f == field)
+    }
+
+    /// Whether `field` is a secret field of this application.
+    fn is_secret(&self, field: &str) -> bool {
+        self.fields.iter().any(|f| f == field)
+    }
+}
+
+/// What a submit does with one application's secrets, given the entries
+/// that exist ([`plan`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Fields whose given value is written (rule 1).
+    pub write: Vec<String>,
+    /// `(old, new)`: entries copied from an old name (rule 3).
+    pub copy: Vec<(String, String)>,
+    /// The stored `secretsSet`: sorted, secret fields only.
+    pub secrets_set: Vec<String>,
+    /// The stored `secretsClear`: secret fields without a value, as listed.
+    pub secrets_clear: Vec<String>,
+}
+
+/// Decides what a submit does with `app`'s secrets when `existing` entries
+/// (field names) are in the store. `existing` must not be read for a field
+/// in the clear list (rule 4): the caller lists entries, it never reads
+/// values, except the old entry of a copy.
+pub fn plan(app: &AppSecrets, existing: &[String]) -> Plan {
+    // Rules 5 and 6: the clear list keeps secret fields without a value, once each.
+    let mut secrets_clear: Vec<String> = Vec::new();
+    for f in &app.clear {
+        if app.is_secret(f) && !app.gives(f) && !secrets_clear.contains(f) {
+            secrets_clear.push(f.clone());
+        }
+    }
+    let cleared = |f: &str| secrets_clear.iter().any(|c| c == f);
+    let exists = |f: &str| existing.iter().any(|e| e == f);
+    let write: Vec<String> = app.given.iter().map(|(f, _)| f.clone()).filter(|f| app.is_secret(f)).collect();
+    // Rule 3: a copy only where the new name has nothing, gets nothing and
+    // is not cleared; the old name's entry must exist.
+    let mut copy = Vec::new();
+    for (old, new) in &app.renamed {
+        let taken = copy.iter().any(|(_, n): &(String, String)| n == new);
+        if app.is_secret(new) && !exists(new) && !app.gives(new) && !cleared(new) && exists(old) && !taken {
+            copy.push((old.clone(), new.clone()));
+        }
+    }
+    // Rules 1, 2 and 4.
+    let mut set: BTreeSet<String> = BTreeSet::new();
+    set.extend(existing.iter().filter(|f| app.is_secret(f)).cloned());
+    set.extend(write.iter().cloned());
+    set.extend(copy.iter().map(|(_, new)| new.clone()));
+    set.retain(|f| !cleared(f));
+    Plan { write, copy, secrets_set: set.into_iter().collect(), secrets_clear }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(given: &[&str], clear: &[&str]) -> AppSecrets {
+        AppSecrets {
+            application: "mastodon".into(),
+            path: vec!["applications".into(), "mastodon".into()],
+            fields: vec!["translationApiKey".into(), "smtpPassword".into()],
+            given: given.iter().map(|f| (f.to_string(), SecretString::from(format!("value of {f}")))).collect(),
+            clear: clear.iter().map(|f| f.to_string()).collect(),
+            renamed: vec![("deeplApiKey".into(), "translationApiKey".into())],
+        }
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_value_is_written_and_joins_secrets_set() {
+        let p = plan(&app(&["smtpPassword"], &[]), &[]);
+        assert_eq!(p.write, names(&["smtpPassword"]));
+        assert_eq!(p.secrets_set, names(&["smtpPassword"]));
+    }
+
+    #[test]
+    fn an_empty_value_keeps_the_entry_an_earlier_submit_wrote() {
+        let p = plan(&app(&[], &[]), &names(&["smtpPassword"]));
+        assert!(p.write.is_empty());
+        assert_eq!(p.secrets_set, names(&["smtpPassword"]));
+    }
+
+    #[test]
+    fn a_renamed_field_without_an_entry_is_copied_from_its_old_name() {
+        let p = plan(&app(&[], &[]), &names(&["deeplApiKey"]));
+        assert_eq!(p.copy, vec![("deeplApiKey".to_owned(), "translationApiKey".to_owned())]);
+        assert_eq!(p.secrets_set, names(&["translationApiKey"]));
+    }
+
+    #[test]
+    fn a_value_replaces_the_copy() {
+        let p = plan(&app(&["translationApiKey"], &[]), &names(&["deeplApiKey"]));
+        assert!(p.copy.is_empty());
+        assert_eq!(p.write, names(&["translationApiKey"]));
+    }
+
+    #[test]
+    fn an_existing_entry_under_the_new_name_is_not_overwritten_by_a_copy() {
+        let p = plan(&app(&[], &[]), &names(&["deeplApiKey", "translationApiKey"]));
+        assert!(p.copy.is_empty());
+    }
+
+    #[test]
+    fn a_cleared_field_without_a_value_leaves_secrets_set_and_is_not_copied() {
+        let p = plan(&app(&[], &["translationApiKey", "smtpPassword"]), &names(&["smtpPassword", "deeplApiKey"]));
+        assert!(p.copy.is_empty());
+        assert!(p.secrets_set.is_empty(), "{p:?}");
+        assert_eq!(p.secrets_clear, names(&["translationApiKey", "smtpPassword"]));
+    }
+
+    #[test]
+    fn a_value_wins_over_a_clear() {
+        let p = plan(&app(&["smtpPassword"], &["smtpPassword"]), &[]);
+        assert!(p.secrets_clear.is_empty());
+        assert_eq!(p.secrets_set, names(&["smtpPassword"]));
+    }
+
+    #[test]
+    fn names_that_are_not_secret_fields_leave_secrets_clear() {
+        let p = plan(&app(&[], &["domain", "smtpPassword", "smtpPassword", "deeplApiKey"]), &[]);
+        assert_eq!(p.secrets_clear, names(&["smtpPassword"]));
+    }
+
+    #[test]
+    fn entries_of_names_that_are_not_secret_fields_stay_out_of_secrets_set() {
+        let p = plan(&app(&[], &[]), &names(&["somethingElse"]));
+        assert!(p.secrets_set.is_empty());
+    }
+}
