@@ -35,6 +35,14 @@ pub enum ConfigError {
         /// What shape was expected.
         reason: &'static str,
     },
+    /// A key is missing that another key needs.
+    #[error("{key} is not set: {reason}")]
+    Missing {
+        /// The key that is missing.
+        key: &'static str,
+        /// Which key needs it, and why.
+        reason: &'static str,
+    },
     /// A key of a feature this release does not have is set: refused, so
     /// that nobody believes it takes effect.
     #[error("{key} is not supported by this release ({feature} comes in a later one); unset it")]
@@ -47,13 +55,116 @@ pub enum ConfigError {
 }
 
 /// Keys of features this release does not have, and what they would
-/// configure; setting one is [`ConfigError::Unsupported`].
-pub const UNSUPPORTED: &[(&str, &str)] = &[
-    ("OPENBAO_ADDR", "keeping operator secrets in OpenBao"),
-    ("OPENBAO_TOKEN", "keeping operator secrets in OpenBao"),
-    ("OPENBAO_MOUNT", "keeping operator secrets in OpenBao"),
-    ("OPENBAO_ROOT", "keeping operator secrets in OpenBao"),
-];
+/// configure; setting one is [`ConfigError::Unsupported`]. Empty in this
+/// release (the `OPENBAO_*` keys left it with [`OpenBaoConfig`]); kept for
+/// the next feature that ships its keys before its code.
+pub const UNSUPPORTED: &[(&str, &str)] = &[];
+
+/// Where operator secrets live (PRODUCT.md §8, §12; `docs/OPENBAO.md`): an
+/// OpenBao KV version 2 mount. Present in [`Config::openbao`] only when
+/// `OPENBAO_ADDR` is set. `Debug` never shows the token.
+#[derive(Clone)]
+pub struct OpenBaoConfig {
+    /// `OPENBAO_ADDR`: the server's base URL, `http(s)://host[:port][/path]`,
+    /// without a trailing slash (requests go to `<addr>/v1/…`).
+    pub addr: String,
+    /// `OPENBAO_TOKEN`: the token Slipway sends as `X-Vault-Token`: the api's
+    /// and the workers' are different tokens with different policies
+    /// (`docs/openbao/`).
+    pub token: SecretString,
+    /// `OPENBAO_MOUNT`: the KV version 2 mount, default `secret`; one or
+    /// more segments of `A-Z a-z 0-9 - . _ ~` joined by `/`.
+    pub mount: String,
+    /// `OPENBAO_ROOT`: the folder of the mount that holds every
+    /// deployment's entries, default `deployments`; same shape as `mount`.
+    pub root: String,
+}
+
+impl std::fmt::Debug for OpenBaoConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenBaoConfig")
+            .field("addr", &self.addr)
+            .field("token", &"[redacted]")
+            .field("mount", &self.mount)
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+impl OpenBaoConfig {
+    /// Reads the `OPENBAO_*` keys: `None` when `OPENBAO_ADDR` is unset (no
+    /// operator secrets). An address without a token, a token without an
+    /// address, an address that is not an `http(s)` URL, or a mount or root
+    /// that is not a plain path is a [`ConfigError`] naming the key; the
+    /// token is never echoed.
+    fn from_keys(get: impl Fn(&str) -> Option<String>) -> Result<Option<Self>, ConfigError> {
+        let token = get("OPENBAO_TOKEN");
+        let Some(addr) = get("OPENBAO_ADDR") else {
+            if token.is_some() {
+                return Err(ConfigError::Missing {
+                    key: "OPENBAO_ADDR",
+                    reason: "OPENBAO_TOKEN is set, but without an address Slipway keeps no operator secrets",
+                });
+            }
+            return Ok(None);
+        };
+        let addr = openbao_addr(addr.trim())?;
+        let Some(token) = token.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()) else {
+            return Err(ConfigError::Missing {
+                key: "OPENBAO_TOKEN",
+                reason: "OPENBAO_ADDR is set: Slipway needs a token to reach OpenBao",
+            });
+        };
+        let folder = |key: &'static str, default: &str| -> Result<String, ConfigError> {
+            let value = get(key).unwrap_or_else(|| default.to_owned());
+            let trimmed = value.trim().trim_matches('/');
+            let plain = !trimmed.is_empty()
+                && trimmed.split('/').all(|s| {
+                    !s.is_empty()
+                        && s != "."
+                        && s != ".."
+                        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
+                });
+            if plain {
+                Ok(trimmed.to_owned())
+            } else {
+                Err(ConfigError::Invalid {
+                    key,
+                    value,
+                    reason: "expected a path of OpenBao such as `secret` or `team/kv`: segments of letters, digits, \
+                             `-`, `.`, `_` and `~` joined by `/` (no empty, `.` or `..` segment)",
+                })
+            }
+        };
+        Ok(Some(Self {
+            addr,
+            token: SecretString::from(token),
+            mount: folder("OPENBAO_MOUNT", "secret")?,
+            root: folder("OPENBAO_ROOT", "deployments")?,
+        }))
+    }
+}
+
+/// `OPENBAO_ADDR` checked and without its trailing slash. User information
+/// (`user:password@`) is refused without echoing the value.
+fn openbao_addr(value: &str) -> Result<String, ConfigError> {
+    let invalid = |value: &str, reason| ConfigError::Invalid { key: "OPENBAO_ADDR", value: value.to_owned(), reason };
+    if value.contains('@') {
+        return Err(invalid(
+            "[not shown: it may hold user information]",
+            "an OpenBao address carries no user information (`@`); the token goes in OPENBAO_TOKEN",
+        ));
+    }
+    let url = url::Url::parse(value)
+        .map_err(|_| invalid(value, "expected an http or https URL such as http://127.0.0.1:8200"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(invalid(value, "expected an http or https URL such as http://127.0.0.1:8200"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid(value, "an OpenBao address has no query and no fragment"));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
 
 /// Slipway's configuration (PRODUCT.md §12). Durations are whole seconds
 /// unless a unit is given (`90s`, `5m`, `1h`, `14d`).
@@ -105,6 +216,10 @@ pub struct Config {
     /// `NIX_SLOTS` (MS-7): schema builds and names evals running at once,
     /// fleet-wide; default 2.
     pub nix_slots: u32,
+    /// `OPENBAO_ADDR`, `OPENBAO_TOKEN`, `OPENBAO_MOUNT`, `OPENBAO_ROOT`
+    /// (PRODUCT.md §8): where operator secrets live; `None` when
+    /// `OPENBAO_ADDR` is unset (a submit with a secret value is then refused).
+    pub openbao: Option<OpenBaoConfig>,
     /// `SLIPWAY_QUEUES` (Q-8): the queues this worker serves, of `builds`,
     /// `nix` and `maintenance`; default all. `--queues` overrides it.
     pub queues: Vec<String>,
@@ -295,6 +410,7 @@ impl Config {
             provider: get("SLIPWAY_PROVIDER").unwrap_or("local").to_owned(),
             nix_timeout: duration(keys, "NIX_TIMEOUT", 300)?,
             nix_slots: number(keys, "NIX_SLOTS", 2)?,
+            openbao: OpenBaoConfig::from_keys(|k| get(k).map(str::to_owned))?,
             queues: parse_queues(get("SLIPWAY_QUEUES"))?,
             build_slots: number(keys, "BUILD_SLOTS", 4)?,
             build_prefetch: match keys.get("BUILD_PREFETCH").filter(|v| !v.is_empty()) {
@@ -406,6 +522,84 @@ mod tests {
         }
     }
 
+    fn openbao(pairs: &[(&str, &str)]) -> Result<Option<OpenBaoConfig>, String> {
+        let keys = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_keys(&keys).map(|c| c.openbao).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn openbao_is_configured_only_by_an_address_and_takes_the_default_mount_and_root() {
+        assert!(openbao(&[]).unwrap().is_none());
+        assert!(openbao(&[("OPENBAO_ADDR", ""), ("OPENBAO_MOUNT", "kv")]).unwrap().is_none());
+        let c = openbao(&[("OPENBAO_ADDR", "http://127.0.0.1:8200/"), ("OPENBAO_TOKEN", "s.tok")]).unwrap().unwrap();
+        assert_eq!(
+            (c.addr.as_str(), c.mount.as_str(), c.root.as_str()),
+            ("http://127.0.0.1:8200", "secret", "deployments")
+        );
+        let c = openbao(&[
+            ("OPENBAO_ADDR", "https://bao.example/proxy/"),
+            ("OPENBAO_TOKEN", "s.tok\n"),
+            ("OPENBAO_MOUNT", "/team/kv/"),
+            ("OPENBAO_ROOT", "slipway/deployments"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (c.addr.as_str(), c.mount.as_str(), c.root.as_str()),
+            ("https://bao.example/proxy", "team/kv", "slipway/deployments")
+        );
+        use secrecy::ExposeSecret;
+        assert_eq!(c.token.expose_secret(), "s.tok");
+    }
+
+    #[test]
+    fn an_openbao_address_without_a_token_names_the_missing_key() {
+        for token in [None, Some(""), Some("  ")] {
+            let mut pairs = vec![("OPENBAO_ADDR", "http://127.0.0.1:8200")];
+            pairs.extend(token.map(|t| ("OPENBAO_TOKEN", t)));
+            let err = openbao(&pairs).unwrap_err();
+            assert!(err.starts_with("OPENBAO_TOKEN is not set"), "{err}");
+        }
+        let err = openbao(&[("OPENBAO_TOKEN", "s.never-shown")]).unwrap_err();
+        assert!(err.starts_with("OPENBAO_ADDR is not set"), "{err}");
+        assert!(!err.contains("s.never-shown"), "the token is echoed: {err}");
+    }
+
+    #[test]
+    fn a_malformed_openbao_key_is_named_and_the_token_never_shows() {
+        let token = ("OPENBAO_TOKEN", "s.never-shown");
+        for (key, value) in [
+            ("OPENBAO_ADDR", "127.0.0.1:8200"),
+            ("OPENBAO_ADDR", "ftp://bao.example"),
+            ("OPENBAO_ADDR", "http://bao.example/?x=1"),
+            ("OPENBAO_ADDR", "http://user:s.never-shown@bao.example"),
+            ("OPENBAO_MOUNT", "a//b"),
+            ("OPENBAO_MOUNT", "../secret"),
+            ("OPENBAO_MOUNT", "sec ret"),
+            ("OPENBAO_ROOT", "."),
+            ("OPENBAO_ROOT", "deploy%2Fments"),
+            ("OPENBAO_ROOT", "/"),
+        ] {
+            let mut pairs = vec![("OPENBAO_ADDR", "http://127.0.0.1:8200"), token];
+            pairs.retain(|(k, _)| *k != key);
+            pairs.push((key, value));
+            let err = openbao(&pairs).unwrap_err();
+            assert!(err.starts_with(&format!("{key}:")), "{value}: {err}");
+            assert!(!err.contains("never-shown"), "the token is echoed: {err}");
+        }
+    }
+
+    #[test]
+    fn the_debug_form_of_a_configuration_never_shows_the_openbao_token() {
+        let keys = BTreeMap::from([
+            ("OPENBAO_ADDR".to_owned(), "http://127.0.0.1:8200".to_owned()),
+            ("OPENBAO_TOKEN".to_owned(), "s.never-shown".to_owned()),
+        ]);
+        let c = Config::from_keys(&keys).unwrap();
+        let debug = format!("{c:?} {:?} {:#?}", c.openbao, c.openbao);
+        assert!(debug.contains("http://127.0.0.1:8200") && !debug.contains("never-shown"), "{debug}");
+    }
+
     #[test]
     fn a_key_of_a_feature_this_release_does_not_have_is_refused_by_name() {
         for (key, _) in UNSUPPORTED {
@@ -414,9 +608,6 @@ mod tests {
             assert!(err.starts_with(key) && err.contains("not supported by this release"), "{err}");
             assert!(!err.contains("something"), "the value is echoed: {err}");
         }
-        // Unset or empty, they are no trouble.
-        let keys = BTreeMap::from([("OPENBAO_ADDR".to_owned(), String::new())]);
-        assert!(Config::from_keys(&keys).is_ok());
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod id;
 pub mod jobs;
 pub mod migrate;
 pub mod nix;
+pub mod openbao;
 pub mod read;
 pub mod secrets;
 pub mod source;

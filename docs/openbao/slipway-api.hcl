@@ -1,0 +1,15 @@
+# The policy of Slipway's api (docs/OPENBAO.md), for OPENBAO_MOUNT=secret and
+# OPENBAO_ROOT=deployments: change `secret` and `deployments` in both paths
+# when yours differ. The tests load this file as it is, with their own root.
+#
+# A submit writes each secret value to its entry (create, update), reads the
+# entry of a renamed field's old name to copy it (read), and lists which
+# entries of an application exist (list). It deletes nothing.
+
+path "secret/data/deployments/*" {
+  capabilities = ["create", "update", "read"]
+}
+
+path "secret/metadata/deployments/*" {
+  capabilities = ["list"]
+}

@@ -1,0 +1,18 @@
+# The policy of Slipway's workers (docs/OPENBAO.md), for OPENBAO_MOUNT=secret
+# and OPENBAO_ROOT=deployments: change `secret` and `deployments` in both
+# paths when yours differ. The tests load this file as it is, with their own
+# root.
+#
+# A deploy reads the secret values its nodes need (read) and, once the nodes
+# run a configuration that no longer names a cleared field, deletes that
+# entry with every version (delete on its metadata); it lists an
+# application's entries (list: names only, never values) to tell which
+# cleared entries are still there. It writes nothing.
+
+path "secret/data/deployments/*" {
+  capabilities = ["read"]
+}
+
+path "secret/metadata/deployments/*" {
+  capabilities = ["list", "delete"]
+}

@@ -1,0 +1,580 @@
+//! Operator secrets in OpenBao KV version 2 (PRODUCT.md §8; seed 000
+//! "Secrets of the operator"; `docs/OPENBAO.md`).
+//!
+//! One entry per secret field of an application of a deployment, at
+//! `<mount>/data/<root>/<id>/secret/<instance>/<field>`, where `<instance>`
+//! is `<application>-operator-secrets` ([`instance_of`]); the value is kept
+//! as `{"value": "<secret>"}` in the entry's `data`.
+//!
+//! **Paths are data, never syntax.** The deployment id, the instance and
+//! the field are each one path segment, whatever they hold. OpenBao decodes
+//! percent escapes in a request path once (`a%2Fb` is the two segments `a`
+//! and `b` to it) and folds `.` and `..`, so escaping for the URL alone is
+//! not enough: each value is first given the *name* OpenBao stores,
+//! [`escape_segment`] (RFC 3986 unreserved characters kept, every other
+//! byte of its UTF-8 as `%XX`, so a name holds no `/` and is plain ASCII),
+//! and that name is then escaped again for the request (`%` as `%25`), which
+//! OpenBao's one decoding undoes. `""`, `.` and `..` are refused: they
+//! cannot be a segment. [`OpenBao::list`] gives back only names that
+//! [`unescape_segment`] reads, so what it lists is what [`OpenBao::read`]
+//! addresses.
+//!
+//! Errors ([`OpenBaoError`]) never hold the token or a secret value.
+
+use crate::config::OpenBaoConfig;
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// The deadline of one request to OpenBao (connection, request and answer):
+/// past it the request is [`OpenBaoError::Unavailable`].
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest OpenBao message (its `errors`) kept in an error, in bytes.
+const MAX_MESSAGE: usize = 300;
+
+/// The vars instance of `application`'s operator secrets:
+/// `<application>-operator-secrets`, where `application` is the key of the
+/// application in the configuration's `applications`.
+pub fn instance_of(application: &str) -> String {
+    format!("{application}-operator-secrets")
+}
+
+/// Which part of an entry's path a value is, for errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The deployment id.
+    DeploymentId,
+    /// The instance, `<application>-operator-secrets`.
+    Instance,
+    /// The secret field's name.
+    Field,
+}
+
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::DeploymentId => "deployment id",
+            Self::Instance => "instance",
+            Self::Field => "field",
+        })
+    }
+}
+
+/// Why an operation on OpenBao did not happen. The texts are sentences for
+/// an operator; none holds the token or a secret value (what OpenBao says is
+/// kept only from its `errors` list, cut short, with both scrubbed out).
+#[derive(Debug, thiserror::Error)]
+pub enum OpenBaoError {
+    /// A deployment id, instance or field that cannot be a path segment
+    /// (empty, `.` or `..`): nothing was sent.
+    #[error("the {part} {value:?} cannot name an OpenBao entry: an empty name, `.` and `..` are not path segments")]
+    Segment {
+        /// Which part of the path.
+        part: Part,
+        /// The value given (a name, never a secret).
+        value: String,
+    },
+    /// No answer: the connection was refused or reset, or no answer came
+    /// within [`REQUEST_TIMEOUT`].
+    #[error("OpenBao at {addr} cannot be reached: {reason}")]
+    Unavailable {
+        /// `OPENBAO_ADDR`.
+        addr: String,
+        /// What happened.
+        reason: String,
+    },
+    /// OpenBao answered `503` and says it is sealed.
+    #[error("OpenBao at {addr} is sealed; it answers again once an operator unseals it")]
+    Sealed {
+        /// `OPENBAO_ADDR`.
+        addr: String,
+    },
+    /// OpenBao answered with another status than the operation expects:
+    /// `403` (the token's policy does not allow it, or the token is not
+    /// valid), another `4xx`, a `5xx`, or a redirect (never followed).
+    #[error("OpenBao refused to {action} {path}: {status}{message}")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// What was attempted (`write`, `read`, …).
+        action: &'static str,
+        /// The entry or folder, as OpenBao names it.
+        path: String,
+        /// `": "` and what OpenBao said, or empty.
+        message: String,
+    },
+    /// A success whose body is not what KV version 2 answers (an entry
+    /// without a string `value`, a list without `keys`).
+    #[error("OpenBao's answer to {action} {path} is not one Slipway understands: {reason}")]
+    Malformed {
+        /// What was attempted.
+        action: &'static str,
+        /// The entry or folder, as OpenBao names it.
+        path: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}
+
+/// True for the RFC 3986 unreserved characters, kept as they are in a name.
+fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+/// The name OpenBao stores for a path segment holding `value`: the
+/// unreserved characters `A-Z a-z 0-9 - . _ ~` as they are, every other
+/// byte of its UTF-8 as `%XX` (upper-case hex). `None` for `""`, `.` and
+/// `..`, which cannot be a segment. Different values always get different
+/// names, and no name holds `/`.
+pub fn escape_segment(value: &str) -> Option<String> {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    if matches!(value, "" | "." | "..") {
+        return None;
+    }
+    let mut name = String::with_capacity(value.len());
+    for &b in value.as_bytes() {
+        if unreserved(b) {
+            name.push(b as char);
+        } else {
+            name.extend(['%', HEX[usize::from(b >> 4)] as char, HEX[usize::from(b & 15)] as char]);
+        }
+    }
+    Some(name)
+}
+
+/// The value whose [`escape_segment`] name is `name`; `None` when no value
+/// has that name (a name Slipway did not write, such as `a b` or `%41`).
+pub fn unescape_segment(name: &str) -> Option<String> {
+    let bytes = name.as_bytes();
+    let mut value = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = |b: u8| match b {
+                b'0'..=b'9' => Some(b - b'0'),
+                b'A'..=b'F' => Some(b - b'A' + 10),
+                _ => None,
+            };
+            let high = hex(*bytes.get(i + 1)?)?;
+            let low = hex(*bytes.get(i + 2)?)?;
+            value.push(high << 4 | low);
+            i += 3;
+        } else if unreserved(bytes[i]) {
+            value.push(bytes[i]);
+            i += 1;
+        } else {
+            return None;
+        }
+    }
+    let value = String::from_utf8(value).ok()?;
+    (escape_segment(&value)? == name).then_some(value)
+}
+
+/// A client of the KV version 2 mount holding operator secrets, with one
+/// token (the api's or a worker's: `docs/openbao/`). Cheap to clone.
+/// `Debug` never shows the token.
+#[derive(Clone)]
+pub struct OpenBao {
+    http: reqwest::Client,
+    addr: String,
+    token: SecretString,
+    mount: String,
+    root: String,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for OpenBao {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenBao")
+            .field("addr", &self.addr)
+            .field("token", &"[redacted]")
+            .field("mount", &self.mount)
+            .field("root", &self.root)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// What an operation was, for errors.
+mod action {
+    pub const WRITE: &str = "write";
+    pub const READ: &str = "read";
+    pub const LIST: &str = "list the entries of";
+    pub const DESTROY: &str = "delete every version of";
+}
+
+#[derive(Serialize)]
+struct WriteBody<'a> {
+    data: WriteData<'a>,
+}
+
+#[derive(Serialize)]
+struct WriteData<'a> {
+    value: &'a str,
+}
+
+#[derive(Deserialize)]
+struct ReadAnswer {
+    data: Option<ReadVersion>,
+}
+
+#[derive(Deserialize)]
+struct ReadVersion {
+    data: Option<HashMap<String, serde_json::Value>>,
+}
+
+#[derive(Deserialize)]
+struct ListAnswer {
+    data: Option<ListKeys>,
+}
+
+#[derive(Deserialize)]
+struct ListKeys {
+    keys: Option<Vec<String>>,
+}
+
+#[derive(Deserialize, Default)]
+struct ErrorAnswer {
+    #[serde(default)]
+    errors: Vec<String>,
+}
+
+/// An answer that came: its status and body.
+struct Answer {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    /// OpenBao's `errors` list (empty when the body has none).
+    fn errors(&self) -> Vec<String> {
+        serde_json::from_slice::<ErrorAnswer>(&self.body).unwrap_or_default().errors
+    }
+}
+
+impl OpenBao {
+    /// A client for `config`, with [`REQUEST_TIMEOUT`] per request, through
+    /// no proxy and following no redirect. Fails (as
+    /// [`OpenBaoError::Unavailable`]) only when no HTTP client can be built
+    /// or the token cannot be sent in a header.
+    pub fn new(config: &OpenBaoConfig) -> Result<Self, OpenBaoError> {
+        let unavailable = |reason: &str| OpenBaoError::Unavailable { addr: config.addr.clone(), reason: reason.into() };
+        if reqwest::header::HeaderValue::from_str(config.token.expose_secret()).is_err() {
+            return Err(unavailable("OPENBAO_TOKEN holds characters that cannot be sent in a header"));
+        }
+        crate::callback::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .user_agent(concat!("slipway/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|_| unavailable("no HTTP client could be built"))?;
+        Ok(Self {
+            http,
+            addr: config.addr.clone(),
+            token: config.token.clone(),
+            mount: config.mount.clone(),
+            root: config.root.clone(),
+            timeout: REQUEST_TIMEOUT,
+        })
+    }
+
+    /// The same client with another deadline per request (tests).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// `OPENBAO_ADDR`.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The entry of `field`, as OpenBao names it:
+    /// `<mount>/data/<root>/<id>/secret/<instance>/<field>` with each of the
+    /// three values given its [`escape_segment`] name.
+    pub fn entry_path(&self, id: &str, instance: &str, field: &str) -> Result<String, OpenBaoError> {
+        Ok(format!("{}/data/{}/{}", self.mount, self.folder(id, instance)?, segment(Part::Field, field)?))
+    }
+
+    /// `<root>/<id>/secret/<instance>`, escaped.
+    fn folder(&self, id: &str, instance: &str) -> Result<String, OpenBaoError> {
+        Ok(format!("{}/{}/secret/{}", self.root, segment(Part::DeploymentId, id)?, segment(Part::Instance, instance)?))
+    }
+
+    /// Writes `value` as the entry of `field` (a new version when it
+    /// exists). Needs `create` and `update` on `<mount>/data/<root>/*`.
+    pub async fn write(&self, id: &str, instance: &str, field: &str, value: &SecretString) -> Result<(), OpenBaoError> {
+        let path = self.entry_path(id, instance, field)?;
+        let body = WriteBody { data: WriteData { value: value.expose_secret() } };
+        let answer = self.send(reqwest::Method::POST, &path, "", Some(&body)).await?;
+        match answer.status {
+            200..=299 => Ok(()),
+            _ => Err(self.refusal(action::WRITE, &path, &answer, Some(value))),
+        }
+    }
+
+    /// The value of the entry of `field`, `None` when there is none (or its
+    /// latest version is deleted). Needs `read` on `<mount>/data/<root>/*`.
+    pub async fn read(&self, id: &str, instance: &str, field: &str) -> Result<Option<SecretString>, OpenBaoError> {
+        let path = self.entry_path(id, instance, field)?;
+        let answer = self.send(reqwest::Method::GET, &path, "", None::<&()>).await?;
+        match answer.status {
+            200 => {
+                let malformed = |reason| OpenBaoError::Malformed { action: action::READ, path: path.clone(), reason };
+                // serde's messages may quote the value: none is kept.
+                let read: ReadAnswer = serde_json::from_slice(&answer.body)
+                    .map_err(|_| malformed("the body is not a KV version 2 entry"))?;
+                let Some(mut data) = read.data.and_then(|v| v.data) else { return Ok(None) };
+                match data.remove("value") {
+                    Some(serde_json::Value::String(value)) => Ok(Some(SecretString::from(value))),
+                    _ => Err(malformed("the entry has no string `value`")),
+                }
+            }
+            404 if answer.errors().is_empty() => Ok(None),
+            _ => Err(self.refusal(action::READ, &path, &answer, None)),
+        }
+    }
+
+    /// The fields of `instance` that have an entry, sorted (names OpenBao
+    /// lists that Slipway cannot have written, and sub-folders, are left
+    /// out); empty when there is none. Needs `list` on
+    /// `<mount>/metadata/<root>/*`.
+    pub async fn list(&self, id: &str, instance: &str) -> Result<Vec<String>, OpenBaoError> {
+        let path = format!("{}/metadata/{}/", self.mount, self.folder(id, instance)?);
+        let answer = self.send(reqwest::Method::GET, &path, "?list=true", None::<&()>).await?;
+        match answer.status {
+            200 => {
+                let listed: ListAnswer = serde_json::from_slice(&answer.body).map_err(|_| OpenBaoError::Malformed {
+                    action: action::LIST,
+                    path: path.clone(),
+                    reason: "the body is not a KV version 2 list",
+                })?;
+                let keys = listed.data.and_then(|d| d.keys).unwrap_or_default();
+                let mut fields: Vec<String> =
+                    keys.iter().filter(|k| !k.ends_with('/')).filter_map(|k| unescape_segment(k)).collect();
+                fields.sort();
+                fields.dedup();
+                Ok(fields)
+            }
+            // An empty folder is a 404 without errors; a missing mount is
+            // a 404 that says so, and is refused.
+            404 if answer.errors().is_empty() => Ok(Vec::new()),
+            _ => Err(self.refusal(action::LIST, &path, &answer, None)),
+        }
+    }
+
+    /// Copies the value of the entry of `from_field` to the entry of
+    /// `to_field` (a rename); `false`, changing nothing, when `from_field`
+    /// has no entry. The entry of `from_field` stays. Needs what
+    /// [`OpenBao::read`] and [`OpenBao::write`] need.
+    pub async fn copy(&self, id: &str, instance: &str, from_field: &str, to_field: &str) -> Result<bool, OpenBaoError> {
+        // Both paths are checked before anything is read.
+        self.entry_path(id, instance, to_field)?;
+        let Some(value) = self.read(id, instance, from_field).await? else { return Ok(false) };
+        self.write(id, instance, to_field, &value).await?;
+        Ok(true)
+    }
+
+    /// Deletes the entry of `field` with every version and its metadata
+    /// (clearing a secret: a soft delete would leave older versions
+    /// readable); done when there is no entry. Needs `delete` on
+    /// `<mount>/metadata/<root>/*`.
+    pub async fn destroy_all_versions(&self, id: &str, instance: &str, field: &str) -> Result<(), OpenBaoError> {
+        let path = format!("{}/metadata/{}/{}", self.mount, self.folder(id, instance)?, segment(Part::Field, field)?);
+        let answer = self.send(reqwest::Method::DELETE, &path, "", None::<&()>).await?;
+        match answer.status {
+            200..=299 => Ok(()),
+            _ => Err(self.refusal(action::DESTROY, &path, &answer, None)),
+        }
+    }
+
+    /// One request to `<addr>/v1/<path><query>` with the token, within the
+    /// deadline. `path` is the stored form; OpenBao decodes the request
+    /// path once, so each `%` is sent as `%25`.
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &str,
+        body: Option<&impl Serialize>,
+    ) -> Result<Answer, OpenBaoError> {
+        let url = format!("{}/v1/{}{query}", self.addr, path.replace('%', "%25"));
+        let unavailable = |reason: String| OpenBaoError::Unavailable { addr: self.addr.clone(), reason };
+        let Ok(mut token) = reqwest::header::HeaderValue::from_str(self.token.expose_secret()) else {
+            return Err(unavailable("OPENBAO_TOKEN holds characters that cannot be sent in a header".into()));
+        };
+        token.set_sensitive(true);
+        let mut request = self.http.request(method, &url).header("X-Vault-Token", token).timeout(self.timeout);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let failed = |e: reqwest::Error| {
+            if e.is_timeout() {
+                unavailable(format!("no answer within {} ms", self.timeout.as_millis()))
+            } else {
+                unavailable(chain(e))
+            }
+        };
+        let response = request.send().await.map_err(failed)?;
+        let status = response.status().as_u16();
+        let body = response.bytes().await.map_err(failed)?.to_vec();
+        Ok(Answer { status, body })
+    }
+
+    /// The error of an answer the operation did not expect.
+    fn refusal(
+        &self,
+        action: &'static str,
+        path: &str,
+        answer: &Answer,
+        secret: Option<&SecretString>,
+    ) -> OpenBaoError {
+        let errors = answer.errors();
+        if answer.status == 503 && errors.iter().any(|e| e.to_ascii_lowercase().contains("sealed")) {
+            return OpenBaoError::Sealed { addr: self.addr.clone() };
+        }
+        let mut said = errors.join("; ");
+        if (300..400).contains(&answer.status) {
+            said = "a redirect, which Slipway does not follow (point OPENBAO_ADDR at the active node)".into();
+        }
+        for hidden in std::iter::once(self.token.expose_secret()).chain(secret.map(|s| s.expose_secret())) {
+            if !hidden.is_empty() {
+                said = said.replace(hidden, "[redacted]");
+            }
+        }
+        if said.len() > MAX_MESSAGE {
+            let mut cut = MAX_MESSAGE;
+            while !said.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            said.truncate(cut);
+            said.push('…');
+        }
+        OpenBaoError::Refused {
+            status: answer.status,
+            action,
+            path: path.to_owned(),
+            message: if said.is_empty() { String::new() } else { format!(": {said}") },
+        }
+    }
+}
+
+/// The stored name of `value` as `part`, or [`OpenBaoError::Segment`].
+fn segment(part: Part, value: &str) -> Result<String, OpenBaoError> {
+    escape_segment(value).ok_or_else(|| OpenBaoError::Segment { part, value: value.to_owned() })
+}
+
+/// A request error and its causes on one line, without the URL.
+fn chain(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut causes: Vec<&(dyn std::error::Error + 'static)> = vec![&e];
+    while let Some(next) = causes.last().and_then(|c| c.source()) {
+        causes.push(next);
+    }
+    crate::error_line(causes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> OpenBao {
+        OpenBao::new(&OpenBaoConfig {
+            addr: "http://127.0.0.1:1".into(),
+            token: SecretString::from("s.never-shown"),
+            mount: "secret".into(),
+            root: "deployments".into(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_plain_name_is_its_own_segment_and_everything_else_is_escaped() {
+        for (value, name) in [
+            ("apiKey", "apiKey"),
+            ("demo-1", "demo-1"),
+            ("pixelfed-operator-secrets", "pixelfed-operator-secrets"),
+            ("a.b_c~d", "a.b_c~d"),
+            ("...", "..."),
+            ("a/b", "a%2Fb"),
+            ("a%2Fb", "a%252Fb"),
+            ("%2e%2e", "%252e%252e"),
+            ("a/", "a%2F"),
+            ("/a", "%2Fa"),
+            ("é", "%C3%A9"),
+            ("ｆｕｌｌ", "%EF%BD%86%EF%BD%95%EF%BD%8C%EF%BD%8C"),
+            ("a?b", "a%3Fb"),
+            ("a#b", "a%23b"),
+            ("a b", "a%20b"),
+            ("a\\b", "a%5Cb"),
+            ("\0", "%00"),
+        ] {
+            assert_eq!(escape_segment(value).as_deref(), Some(name), "{value:?}");
+            assert_eq!(unescape_segment(name).as_deref(), Some(value), "{name:?}");
+        }
+        for refused in ["", ".", ".."] {
+            assert_eq!(escape_segment(refused), None, "{refused:?}");
+        }
+    }
+
+    #[test]
+    fn only_names_slipway_writes_are_read_back() {
+        for name in ["a b", "a/b", "%41", "%2f", "%", "%4", "%ZZ", "%C3", ".", "..", "", "é"] {
+            assert_eq!(unescape_segment(name), None, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn entry_paths_follow_the_layout_and_refuse_what_cannot_be_a_segment() {
+        let bao = client();
+        assert_eq!(
+            bao.entry_path("demo", &instance_of("pixelfed"), "apiKey").unwrap(),
+            "secret/data/deployments/demo/secret/pixelfed-operator-secrets/apiKey"
+        );
+        assert_eq!(
+            bao.entry_path("../x", &instance_of(".."), "a/../b").unwrap(),
+            "secret/data/deployments/..%2Fx/secret/..-operator-secrets/a%2F..%2Fb"
+        );
+        for (id, instance, field, part) in [
+            ("", "i", "f", Part::DeploymentId),
+            ("..", "i", "f", Part::DeploymentId),
+            ("d", ".", "f", Part::Instance),
+            ("d", "i", "", Part::Field),
+            ("d", "i", "..", Part::Field),
+        ] {
+            match bao.entry_path(id, instance, field) {
+                Err(OpenBaoError::Segment { part: p, .. }) => assert_eq!(p, part, "{id:?} {instance:?} {field:?}"),
+                other => panic!("{id:?} {instance:?} {field:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_request_url_keeps_the_escapes_of_a_name() {
+        // What `send` builds for a name holding `%`: the URL parser must
+        // neither decode it nor take `%252E` for a dot segment.
+        let url = reqwest::Url::parse("http://127.0.0.1:8200/v1/secret/data/r/%252E%252E/%252Fa/x%2520y").unwrap();
+        assert_eq!(url.path(), "/v1/secret/data/r/%252E%252E/%252Fa/x%2520y");
+    }
+
+    #[test]
+    fn the_debug_form_of_a_client_never_shows_the_token() {
+        let debug = format!("{:?} {:#?}", client(), client());
+        assert!(debug.contains("127.0.0.1:1") && !debug.contains("never-shown"), "{debug}");
+    }
+
+    #[test]
+    fn a_refusal_never_repeats_the_token_or_the_value() {
+        let bao = client();
+        let answer = Answer { status: 400, body: br#"{"errors":["bad s.never-shown and hunter2 here"]}"#.to_vec() };
+        let err = bao.refusal(action::WRITE, "p", &answer, Some(&SecretString::from("hunter2"))).to_string();
+        assert!(!err.contains("never-shown") && !err.contains("hunter2"), "{err}");
+        assert!(err.starts_with("OpenBao refused to write p: 400: bad [redacted]"), "{err}");
+        let sealed = Answer { status: 503, body: br#"{"errors":["Vault is sealed"]}"#.to_vec() };
+        assert!(matches!(bao.refusal(action::READ, "p", &sealed, None), OpenBaoError::Sealed { .. }));
+    }
+}
