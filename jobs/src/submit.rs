@@ -226,7 +226,7 @@ pub struct SubmitRequest {
 /// What a submit refuses a secret value with: this release keeps no
 /// operator secrets (§8 needs OpenBao, not supported yet).
 pub const SECRETS_REFUSED: &str =
-    "this release does not keep operator secrets (OpenBao is not supported yet); leave the field empty";
+    "this release does not store operator secrets yet (even with OPENBAO_ADDR set); leave the field empty";
 
 /// Checks a submit's configuration against its module source, stores it
 /// and queues its build (MG-7), unless `queueing.limit` builds already wait
