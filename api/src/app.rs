@@ -215,7 +215,7 @@ async fn error_shape(request: Request, next: Next) -> Response {
         return response;
     }
     let (mut parts, body) = response.into_parts();
-    if is_json(&parts.headers) {
+    if crate::extract::json_content_type(&parts.headers) {
         if let Ok(bytes) = axum::body::to_bytes(body, SHAPE_CHECK_BYTES).await {
             if in_error_shape(&bytes) {
                 return Response::from_parts(parts, Body::from(bytes));
@@ -233,14 +233,6 @@ async fn error_shape(request: Request, next: Next) -> Response {
     let mut answer = ApiError::from_status(status).into_response();
     answer.headers_mut().extend(parts.headers);
     answer
-}
-
-/// Whether headers say the body is JSON (`application/json`, `…+json`).
-fn is_json(headers: &HeaderMap) -> bool {
-    headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| {
-        let essence = v.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-        essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
-    })
 }
 
 /// Whether a body is `{"error": string, "message": string, "details": …}`.

@@ -71,7 +71,7 @@ where
 
 /// Whether the request says its body is JSON: `application/json` or
 /// `application/<something>+json`, with any parameters (as `axum::Json`).
-fn json_content_type(headers: &HeaderMap) -> bool {
+pub(crate) fn json_content_type(headers: &HeaderMap) -> bool {
     let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
     let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     essence == "application/json"

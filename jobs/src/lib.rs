@@ -42,6 +42,17 @@ pub fn error_line<'a>(chain: impl IntoIterator<Item = &'a (dyn std::error::Error
     line
 }
 
+/// An HTTP request's error and its causes on one line ([`error_line`]),
+/// without the URL (it may carry a token or a secret's path).
+pub(crate) fn request_error_line(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut causes: Vec<&(dyn std::error::Error + 'static)> = vec![&e];
+    while let Some(next) = causes.last().and_then(|c| c.source()) {
+        causes.push(next);
+    }
+    error_line(causes)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

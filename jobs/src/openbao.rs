@@ -175,26 +175,11 @@ pub fn unescape_segment(name: &str) -> Option<String> {
 /// A client of the KV version 2 mount holding operator secrets, with one
 /// token (the api's or a worker's: `docs/openbao/`). Cheap to clone.
 /// `Debug` never shows the token.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct OpenBao {
     http: reqwest::Client,
-    addr: String,
-    token: SecretString,
-    mount: String,
-    root: String,
+    config: OpenBaoConfig,
     timeout: Duration,
-}
-
-impl std::fmt::Debug for OpenBao {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenBao")
-            .field("addr", &self.addr)
-            .field("token", &"[redacted]")
-            .field("mount", &self.mount)
-            .field("root", &self.root)
-            .field("timeout", &self.timeout)
-            .finish()
-    }
 }
 
 /// What an operation was, for errors.
@@ -272,14 +257,7 @@ impl OpenBao {
             .connect_timeout(REQUEST_TIMEOUT)
             .build()
             .map_err(|_| unavailable("no HTTP client could be built"))?;
-        Ok(Self {
-            http,
-            addr: config.addr.clone(),
-            token: config.token.clone(),
-            mount: config.mount.clone(),
-            root: config.root.clone(),
-            timeout: REQUEST_TIMEOUT,
-        })
+        Ok(Self { http, config: config.clone(), timeout: REQUEST_TIMEOUT })
     }
 
     /// The same client with another deadline per request (tests).
@@ -290,19 +268,24 @@ impl OpenBao {
 
     /// `OPENBAO_ADDR`.
     pub fn addr(&self) -> &str {
-        &self.addr
+        &self.config.addr
     }
 
     /// The entry of `field`, as OpenBao names it:
     /// `<mount>/data/<root>/<id>/secret/<instance>/<field>` with each of the
     /// three values given its [`escape_segment`] name.
     pub fn entry_path(&self, id: &str, instance: &str, field: &str) -> Result<String, OpenBaoError> {
-        Ok(format!("{}/data/{}/{}", self.mount, self.folder(id, instance)?, segment(Part::Field, field)?))
+        Ok(format!("{}/data/{}/{}", self.config.mount, self.folder(id, instance)?, segment(Part::Field, field)?))
     }
 
     /// `<root>/<id>/secret/<instance>`, escaped.
     fn folder(&self, id: &str, instance: &str) -> Result<String, OpenBaoError> {
-        Ok(format!("{}/{}/secret/{}", self.root, segment(Part::DeploymentId, id)?, segment(Part::Instance, instance)?))
+        Ok(format!(
+            "{}/{}/secret/{}",
+            self.config.root,
+            segment(Part::DeploymentId, id)?,
+            segment(Part::Instance, instance)?
+        ))
     }
 
     /// Writes `value` as the entry of `field` (a new version when it
@@ -344,7 +327,7 @@ impl OpenBao {
     /// out); empty when there is none. Needs `list` on
     /// `<mount>/metadata/<root>/*`.
     pub async fn list(&self, id: &str, instance: &str) -> Result<Vec<String>, OpenBaoError> {
-        let path = format!("{}/metadata/{}/", self.mount, self.folder(id, instance)?);
+        let path = format!("{}/metadata/{}/", self.config.mount, self.folder(id, instance)?);
         let answer = self.send(reqwest::Method::GET, &path, "?list=true", None::<&()>).await?;
         match answer.status {
             200 => {
@@ -384,7 +367,8 @@ impl OpenBao {
     /// readable); done when there is no entry. Needs `delete` on
     /// `<mount>/metadata/<root>/*`.
     pub async fn destroy_all_versions(&self, id: &str, instance: &str, field: &str) -> Result<(), OpenBaoError> {
-        let path = format!("{}/metadata/{}/{}", self.mount, self.folder(id, instance)?, segment(Part::Field, field)?);
+        let path =
+            format!("{}/metadata/{}/{}", self.config.mount, self.folder(id, instance)?, segment(Part::Field, field)?);
         let answer = self.send(reqwest::Method::DELETE, &path, "", None::<&()>).await?;
         match answer.status {
             200..=299 => Ok(()),
@@ -402,9 +386,9 @@ impl OpenBao {
         query: &str,
         body: Option<&impl Serialize>,
     ) -> Result<Answer, OpenBaoError> {
-        let url = format!("{}/v1/{}{query}", self.addr, path.replace('%', "%25"));
-        let unavailable = |reason: String| OpenBaoError::Unavailable { addr: self.addr.clone(), reason };
-        let Ok(mut token) = reqwest::header::HeaderValue::from_str(self.token.expose_secret()) else {
+        let url = format!("{}/v1/{}{query}", self.config.addr, path.replace('%', "%25"));
+        let unavailable = |reason: String| OpenBaoError::Unavailable { addr: self.config.addr.clone(), reason };
+        let Ok(mut token) = reqwest::header::HeaderValue::from_str(self.config.token.expose_secret()) else {
             return Err(unavailable("OPENBAO_TOKEN holds characters that cannot be sent in a header".into()));
         };
         token.set_sensitive(true);
@@ -416,7 +400,7 @@ impl OpenBao {
             if e.is_timeout() {
                 unavailable(format!("no answer within {} ms", self.timeout.as_millis()))
             } else {
-                unavailable(chain(e))
+                unavailable(crate::request_error_line(e))
             }
         };
         let response = request.send().await.map_err(failed)?;
@@ -435,13 +419,13 @@ impl OpenBao {
     ) -> OpenBaoError {
         let errors = answer.errors();
         if answer.status == 503 && errors.iter().any(|e| e.to_ascii_lowercase().contains("sealed")) {
-            return OpenBaoError::Sealed { addr: self.addr.clone() };
+            return OpenBaoError::Sealed { addr: self.config.addr.clone() };
         }
         let mut said = errors.join("; ");
         if (300..400).contains(&answer.status) {
             said = "a redirect, which Slipway does not follow (point OPENBAO_ADDR at the active node)".into();
         }
-        for hidden in std::iter::once(self.token.expose_secret()).chain(secret.map(|s| s.expose_secret())) {
+        for hidden in std::iter::once(self.config.token.expose_secret()).chain(secret.map(|s| s.expose_secret())) {
             if !hidden.is_empty() {
                 said = said.replace(hidden, "[redacted]");
             }
@@ -466,16 +450,6 @@ impl OpenBao {
 /// The stored name of `value` as `part`, or [`OpenBaoError::Segment`].
 fn segment(part: Part, value: &str) -> Result<String, OpenBaoError> {
     escape_segment(value).ok_or_else(|| OpenBaoError::Segment { part, value: value.to_owned() })
-}
-
-/// A request error and its causes on one line, without the URL.
-fn chain(e: reqwest::Error) -> String {
-    let e = e.without_url();
-    let mut causes: Vec<&(dyn std::error::Error + 'static)> = vec![&e];
-    while let Some(next) = causes.last().and_then(|c| c.source()) {
-        causes.push(next);
-    }
-    crate::error_line(causes)
 }
 
 #[cfg(test)]

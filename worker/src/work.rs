@@ -1,8 +1,9 @@
 //! `slipway-worker work`: the apalis adapter around `slipway_jobs::jobs`.
 //!
-//! [`register_all`] registers every job kind on one monitor: the `builds`
-//! queue (its storage made by [`QueueSettings`], the one place apalis's
-//! storage is configured) and the retention sweep on apalis-cron. Every
+//! [`register_all`] registers every job kind on one monitor: the `builds`,
+//! `nix` and `callbacks` queues (their storage made by [`QueueSettings`], the
+//! one place apalis's storage is configured) and the retention sweep on
+//! apalis-cron. Every
 //! process gets a unique worker name. No apalis timeout or catch-panic layer
 //! is used: deadlines live in the job body, which always records an outcome.
 //! A dead worker's build is taken over within `2.5 × SLIPWAY_HEARTBEAT` plus
@@ -155,11 +156,40 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
 #[derive(Clone, Default)]
 struct Beats(Arc<tokio::sync::Mutex<()>>);
 
+/// Registers on `$monitor` the apalis worker `<worker><$suffix>` that runs
+/// `$handler` for `$job`s of `$queue`, `$concurrency` at once, one claimed
+/// at a time, with the worker's [`Ctx`]: the `nix` and `callbacks` queues.
+/// Its name lets it beat and be handed back with the worker
+/// ([`slipway_jobs::store::queue::SIBLING_SUFFIXES`]).
+macro_rules! register_sibling {
+    ($monitor:expr, $ctx:expr, $queue:expr, $suffix:expr, $job:ty, $handler:expr, $concurrency:expr) => {{
+        let settings = QueueSettings { queue: $queue, batch_size: 1, heartbeat: $ctx.config.heartbeat };
+        let (name, data, concurrency) = (format!("{}{}", $ctx.worker, $suffix), $ctx.clone(), $concurrency);
+        match $ctx.db.clone() {
+            Db::Sqlite(pool) => $monitor.register(move |_restarts| {
+                WorkerBuilder::new(name.clone())
+                    .backend(settings.sqlite::<$job>(&pool))
+                    .data(data.clone())
+                    .concurrency(concurrency)
+                    .build($handler)
+            }),
+            Db::Postgres(pool) => $monitor.register(move |_restarts| {
+                WorkerBuilder::new(name.clone())
+                    .backend(settings.postgres::<$job>(&pool))
+                    .data(data.clone())
+                    .concurrency(concurrency)
+                    .build($handler)
+            }),
+        }
+    }};
+}
+
 /// Every job kind this worker runs of `queues`, on one monitor: `builds`
 /// jobs ([`handle`], on either engine, `prefetch` claimed at once, at most as
 /// many builds at a time as `slots` has permits), `nix` jobs ([`handle_nix`],
-/// as many at once as `NIX_SLOTS`, which bounds them fleet-wide) and, for
-/// `maintenance`, the retention sweep every [`SWEEP_EVERY`].
+/// as many at once as `NIX_SLOTS`, which bounds them fleet-wide),
+/// `callbacks` jobs ([`handle_callback`], `CALLBACKS_CONCURRENCY` at once)
+/// and, for `maintenance`, the retention sweep every [`SWEEP_EVERY`].
 fn register_all(
     monitor: Monitor,
     ctx: &Ctx,
@@ -195,47 +225,19 @@ fn register_all(
         };
     }
     if serves(NIX_QUEUE) {
-        let nix_settings = QueueSettings { queue: NIX_QUEUE, batch_size: 1, heartbeat: ctx.config.heartbeat };
-        let nix_name = format!("{}{NIX_WORKER_SUFFIX}", ctx.worker);
-        let nix_ctx = ctx.clone();
         let concurrency = ctx.config.nix_slots.max(1) as usize;
-        macro_rules! nix_worker {
-            ($storage:expr) => {
-                WorkerBuilder::new(nix_name.clone())
-                    .backend($storage)
-                    .data(nix_ctx.clone())
-                    .concurrency(concurrency)
-                    .build(handle_nix)
-            };
-        }
-        monitor = match db {
-            Db::Sqlite(pool) => monitor.register(move |_restarts| nix_worker!(nix_settings.sqlite::<NixJob>(&pool))),
-            Db::Postgres(pool) => {
-                monitor.register(move |_restarts| nix_worker!(nix_settings.postgres::<NixJob>(&pool)))
-            }
-        };
+        monitor = register_sibling!(monitor, ctx, NIX_QUEUE, NIX_WORKER_SUFFIX, NixJob, handle_nix, concurrency);
     }
     if serves(CALLBACKS_QUEUE) {
-        let settings = QueueSettings { queue: CALLBACKS_QUEUE, batch_size: 1, heartbeat: ctx.config.heartbeat };
-        let callbacks_name = format!("{}{CALLBACKS_WORKER_SUFFIX}", ctx.worker);
-        let callbacks_ctx = ctx.clone();
-        macro_rules! callbacks_worker {
-            ($storage:expr) => {
-                WorkerBuilder::new(callbacks_name.clone())
-                    .backend($storage)
-                    .data(callbacks_ctx.clone())
-                    .concurrency(CALLBACKS_CONCURRENCY)
-                    .build(handle_callback)
-            };
-        }
-        monitor = match ctx.db.clone() {
-            Db::Sqlite(pool) => {
-                monitor.register(move |_restarts| callbacks_worker!(settings.sqlite::<CallbackJob>(&pool)))
-            }
-            Db::Postgres(pool) => {
-                monitor.register(move |_restarts| callbacks_worker!(settings.postgres::<CallbackJob>(&pool)))
-            }
-        };
+        monitor = register_sibling!(
+            monitor,
+            ctx,
+            CALLBACKS_QUEUE,
+            CALLBACKS_WORKER_SUFFIX,
+            CallbackJob,
+            handle_callback,
+            CALLBACKS_CONCURRENCY
+        );
     }
     if serves(MAINTENANCE_QUEUE) {
         let sweep_name = format!("{}-sweep", ctx.worker);

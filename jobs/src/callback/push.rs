@@ -233,7 +233,10 @@ pub async fn push(request: PushRequest<'_>) -> PushOutcome {
     let client = match client.build() {
         Ok(client) => client,
         Err(e) => {
-            return PushOutcome::failed(PushError::RequestFailed, format!("No push was sent: {}.", chain(e)));
+            return PushOutcome::failed(
+                PushError::RequestFailed,
+                format!("No push was sent: {}.", crate::request_error_line(e)),
+            );
         }
     };
     let Ok(mut authorization) =
@@ -265,7 +268,7 @@ pub async fn push(request: PushRequest<'_>) -> PushOutcome {
             let to = addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
             let message = match error {
                 PushError::Timeout => format!("No answer from {to} within {} ms.", request.deadline.as_millis()),
-                _ => format!("The push to {to} failed: {}.", chain(e)),
+                _ => format!("The push to {to} failed: {}.", crate::request_error_line(e)),
             };
             PushOutcome::failed(error, message)
         }
@@ -307,14 +310,4 @@ fn classify(e: &reqwest::Error) -> PushError {
     } else {
         PushError::RequestFailed
     }
-}
-
-/// A request error and its causes on one line, without the URL.
-fn chain(e: reqwest::Error) -> String {
-    let e = e.without_url();
-    let mut causes: Vec<&(dyn std::error::Error + 'static)> = vec![&e];
-    while let Some(next) = causes.last().and_then(|c| c.source()) {
-        causes.push(next);
-    }
-    crate::error_line(causes)
 }

@@ -71,17 +71,13 @@ async fn send(job: CallbackJob, ctx: &Ctx, resolver: &dyn Resolve) -> Result<(),
     })
     .await;
     drop(token);
-    let (state, message) = if outcome.delivered {
-        (CallbackState::Delivered, outcome.message.clone())
-    } else {
-        (CallbackState::Failed, outcome.message.clone())
-    };
+    let state = if outcome.delivered { CallbackState::Delivered } else { CallbackState::Failed };
     let extra = json!({
         "status": outcome.status,
         "error": outcome.error.map(|e| e.as_str()),
         "address": outcome.address.map(|a| a.to_string()),
     });
-    let stored = callback_outcome(state, &message, now_ms(), Some(&extra));
+    let stored = callback_outcome(state, &outcome.message, now_ms(), Some(&extra));
     tracing::info!(
         delivered = outcome.delivered,
         status = outcome.status,

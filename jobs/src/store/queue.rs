@@ -41,13 +41,25 @@ pub struct BuildJob {
 /// Pushes a [`BuildJob`] for `build_id` into the `builds` queue in `conn`'s
 /// transaction, to run at once or after `delay`.
 pub async fn push_build_job(conn: &mut Conn, build_id: &str, delay: Option<Duration>) -> Result<(), StoreError> {
-    let args = serde_json::to_vec(&BuildJob { build_id: build_id.to_owned() }).expect("job payload serialises");
-    let mut task =
-        TaskBuilder::new(args).task_id(TaskId::from(ulid::Ulid::generate())).max_attempts(BUILD_JOB_ATTEMPTS);
+    let job = BuildJob { build_id: build_id.to_owned() };
+    push(conn, BUILDS_QUEUE, &job, BUILD_JOB_ATTEMPTS, delay).await
+}
+
+/// Pushes `payload` into `queue` in `conn`'s transaction, under a new ULID,
+/// to be handed out at most `attempts` times, at once or after `delay`.
+async fn push<J: Serialize>(
+    conn: &mut Conn,
+    queue: &str,
+    payload: &J,
+    attempts: usize,
+    delay: Option<Duration>,
+) -> Result<(), StoreError> {
+    let args = serde_json::to_vec(payload).expect("job payload serialises");
+    let mut task = TaskBuilder::new(args).task_id(TaskId::from(ulid::Ulid::generate())).max_attempts(attempts);
     if let Some(delay) = delay {
         task = task.run_after(delay);
     }
-    conn.push_job(BUILDS_QUEUE, task.build()).await
+    conn.push_job(queue, task.build()).await
 }
 
 /// How long an idle SQLite worker waits before it looks for jobs again.
@@ -137,9 +149,7 @@ pub const NIX_JOB_ATTEMPTS: usize = 3;
 
 /// Pushes a [`NixJob`] for `key` into the `nix` queue in `conn`'s transaction.
 pub async fn push_nix_job(conn: &mut Conn, key: &str) -> Result<(), StoreError> {
-    let args = serde_json::to_vec(&NixJob { key: key.to_owned() }).expect("job payload serialises");
-    let task = TaskBuilder::new(args).task_id(TaskId::from(ulid::Ulid::generate())).max_attempts(NIX_JOB_ATTEMPTS);
-    conn.push_job(NIX_QUEUE, task.build()).await
+    push(conn, NIX_QUEUE, &NixJob { key: key.to_owned() }, NIX_JOB_ATTEMPTS, None).await
 }
 
 /// The queue of reconcile pushes (DL-2).
@@ -165,7 +175,5 @@ pub const CALLBACK_JOB_ATTEMPTS: usize = 3;
 /// Pushes a [`CallbackJob`] for `build_id` into the `callbacks` queue in
 /// `conn`'s transaction.
 pub async fn push_callback_job(conn: &mut Conn, build_id: &str) -> Result<(), StoreError> {
-    let args = serde_json::to_vec(&CallbackJob { build_id: build_id.to_owned() }).expect("job payload serialises");
-    let task = TaskBuilder::new(args).task_id(TaskId::from(ulid::Ulid::generate())).max_attempts(CALLBACK_JOB_ATTEMPTS);
-    conn.push_job(CALLBACKS_QUEUE, task.build()).await
+    push(conn, CALLBACKS_QUEUE, &CallbackJob { build_id: build_id.to_owned() }, CALLBACK_JOB_ATTEMPTS, None).await
 }
