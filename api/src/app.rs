@@ -64,6 +64,9 @@ pub struct App {
     pub unserved: std::sync::Mutex<std::collections::HashMap<String, bool>>,
     /// Wakes the deployment channels this process streams (DL-3).
     pub hub: slipway_jobs::channel::Hub,
+    /// Where a submit's operator secrets go (§8), with the api's token;
+    /// `None` without `OPENBAO_ADDR` (a secret value is then refused).
+    pub secrets: Option<slipway_jobs::openbao::OpenBao>,
 }
 
 /// The state handlers take: `State(state): State<AppState>`.
@@ -99,6 +102,12 @@ impl AppState {
         );
         let database_health = DatabaseHealth::new(db.clone());
         let hub = slipway_jobs::channel::Hub::new(db.clone());
+        let secrets = config
+            .openbao
+            .as_ref()
+            .map(slipway_jobs::openbao::OpenBao::new)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("OPENBAO_TOKEN: {e}"))?;
         Ok(AppState(Arc::new(App {
             config,
             db,
@@ -107,6 +116,7 @@ impl AppState {
             database_health,
             unserved: Default::default(),
             hub,
+            secrets,
         })))
     }
 }

@@ -237,7 +237,30 @@ impl From<SubmitError> for ApiError {
             e @ SubmitError::NixBusy => Self::nix_busy(e.to_string()),
             e @ (SubmitError::NixUnserved | SubmitError::NamesUnavailable(_)) => Self::unavailable(e.to_string()),
             e @ SubmitError::QueueFull { .. } => Self::queue_full(e.to_string()),
+            SubmitError::SecretStore(e) => secret_store(e),
             SubmitError::Store(s) => s.into(),
         }
     }
+}
+
+/// §8: OpenBao refused, is sealed or cannot be reached: `503
+/// service_unavailable`, nothing stored. The client learns which of these
+/// it was; the operator's log gets the whole sentence (address, path,
+/// OpenBao's words), which never holds the token or a value. A name that
+/// cannot be a path segment is the configuration's problem: `400`.
+fn secret_store(e: slipway_jobs::openbao::OpenBaoError) -> ApiError {
+    use slipway_jobs::openbao::OpenBaoError as E;
+    let what = match &e {
+        E::Segment { .. } => return ApiError::bad_request("invalid_configuration", e.to_string()),
+        E::Sealed { .. } => "OpenBao, which keeps the operator secrets, is sealed".to_owned(),
+        E::Unavailable { .. } => "OpenBao, which keeps the operator secrets, cannot be reached".to_owned(),
+        E::Refused { status, .. } => {
+            format!("OpenBao, which keeps the operator secrets, refused the submit's read or write ({status})")
+        }
+        E::Malformed { .. } => {
+            "OpenBao, which keeps the operator secrets, gave an answer Slipway does not understand".to_owned()
+        }
+    };
+    tracing::warn!(error = %e, "a submit's operator secrets could not be stored; nothing was stored");
+    ApiError::unavailable(format!("{what}; nothing was stored, try again later"))
 }

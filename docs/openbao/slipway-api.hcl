@@ -3,13 +3,15 @@
 # when yours differ. The tests load this file as it is, with their own root.
 #
 # A submit writes each secret value to its entry (create, update), reads the
-# entry of a renamed field's old name to copy it (read), and lists which
-# entries of an application exist (list). It deletes nothing.
+# entry of a renamed field's old name to copy it (read), lists which entries
+# of an application exist (list) and reads the current version number of an
+# entry it keeps, to pin the build to it (read on metadata: versions and
+# times, never a value). It deletes nothing.
 
 path "secret/data/deployments/*" {
   capabilities = ["create", "update", "read"]
 }
 
 path "secret/metadata/deployments/*" {
-  capabilities = ["list"]
+  capabilities = ["list", "read"]
 }

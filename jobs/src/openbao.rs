@@ -188,6 +188,7 @@ mod action {
     pub const READ: &str = "read";
     pub const LIST: &str = "list the entries of";
     pub const DESTROY: &str = "delete every version of";
+    pub const METADATA: &str = "read the versions of";
 }
 
 #[derive(Serialize)]
@@ -208,6 +209,36 @@ struct ReadAnswer {
 #[derive(Deserialize)]
 struct ReadVersion {
     data: Option<HashMap<String, serde_json::Value>>,
+}
+
+#[derive(Deserialize)]
+struct WriteAnswer {
+    data: Option<WrittenVersion>,
+}
+
+#[derive(Deserialize)]
+struct WrittenVersion {
+    version: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct MetadataAnswer {
+    data: Option<Metadata>,
+}
+
+#[derive(Deserialize)]
+struct Metadata {
+    current_version: Option<u64>,
+    #[serde(default)]
+    versions: HashMap<String, VersionMetadata>,
+}
+
+#[derive(Deserialize)]
+struct VersionMetadata {
+    #[serde(default)]
+    deletion_time: String,
+    #[serde(default)]
+    destroyed: bool,
 }
 
 #[derive(Deserialize)]
@@ -278,6 +309,18 @@ impl OpenBao {
         Ok(format!("{}/data/{}/{}", self.config.mount, self.folder(id, instance)?, segment(Part::Field, field)?))
     }
 
+    /// The entry of `field` relative to the mount, as the `bao kv` commands
+    /// take it with `-mount=<mount>`: `<root>/<id>/secret/<instance>/<field>`,
+    /// each value given its [`escape_segment`] name.
+    pub fn entry_key(&self, id: &str, instance: &str, field: &str) -> Result<String, OpenBaoError> {
+        Ok(format!("{}/{}", self.folder(id, instance)?, segment(Part::Field, field)?))
+    }
+
+    /// `OPENBAO_MOUNT`.
+    pub fn mount(&self) -> &str {
+        &self.config.mount
+    }
+
     /// `<root>/<id>/secret/<instance>`, escaped.
     fn folder(&self, id: &str, instance: &str) -> Result<String, OpenBaoError> {
         Ok(format!(
@@ -289,14 +332,57 @@ impl OpenBao {
     }
 
     /// Writes `value` as the entry of `field` (a new version when it
-    /// exists). Needs `create` and `update` on `<mount>/data/<root>/*`.
-    pub async fn write(&self, id: &str, instance: &str, field: &str, value: &SecretString) -> Result<(), OpenBaoError> {
+    /// exists) and gives the version written (1 for a new entry). Needs
+    /// `create` and `update` on `<mount>/data/<root>/*`.
+    pub async fn write(
+        &self,
+        id: &str,
+        instance: &str,
+        field: &str,
+        value: &SecretString,
+    ) -> Result<u64, OpenBaoError> {
         let path = self.entry_path(id, instance, field)?;
         let body = WriteBody { data: WriteData { value: value.expose_secret() } };
         let answer = self.send(reqwest::Method::POST, &path, "", Some(&body)).await?;
         match answer.status {
-            200..=299 => Ok(()),
+            200..=299 => serde_json::from_slice::<WriteAnswer>(&answer.body).ok().and_then(|a| a.data?.version).ok_or(
+                OpenBaoError::Malformed {
+                    action: action::WRITE,
+                    path,
+                    reason: "the answer does not give the version written",
+                },
+            ),
             _ => Err(self.refusal(action::WRITE, &path, &answer, Some(value))),
+        }
+    }
+
+    /// The version a read of the entry of `field` gives now (its current
+    /// version), from the entry's metadata, never its value; `None` when
+    /// there is no entry or that version is deleted or destroyed. Needs
+    /// `read` on `<mount>/metadata/<root>/*`.
+    pub async fn current_version(&self, id: &str, instance: &str, field: &str) -> Result<Option<u64>, OpenBaoError> {
+        let path =
+            format!("{}/metadata/{}/{}", self.config.mount, self.folder(id, instance)?, segment(Part::Field, field)?);
+        let answer = self.send(reqwest::Method::GET, &path, "", None::<&()>).await?;
+        match answer.status {
+            200 => {
+                let metadata = serde_json::from_slice::<MetadataAnswer>(&answer.body)
+                    .ok()
+                    .and_then(|a| a.data)
+                    .ok_or_else(|| OpenBaoError::Malformed {
+                        action: action::METADATA,
+                        path: path.clone(),
+                        reason: "the body is not KV version 2 metadata",
+                    })?;
+                let Some(current) = metadata.current_version.filter(|v| *v > 0) else { return Ok(None) };
+                let live = metadata
+                    .versions
+                    .get(&current.to_string())
+                    .is_some_and(|v| v.deletion_time.is_empty() && !v.destroyed);
+                Ok(live.then_some(current))
+            }
+            404 if answer.errors().is_empty() => Ok(None),
+            _ => Err(self.refusal(action::METADATA, &path, &answer, None)),
         }
     }
 
@@ -351,15 +437,21 @@ impl OpenBao {
     }
 
     /// Copies the value of the entry of `from_field` to the entry of
-    /// `to_field` (a rename); `false`, changing nothing, when `from_field`
-    /// has no entry. The entry of `from_field` stays. Needs what
-    /// [`OpenBao::read`] and [`OpenBao::write`] need.
-    pub async fn copy(&self, id: &str, instance: &str, from_field: &str, to_field: &str) -> Result<bool, OpenBaoError> {
+    /// `to_field` (a rename) and gives the version written; `None`,
+    /// changing nothing, when `from_field` has no entry. The entry of
+    /// `from_field` stays. Needs what [`OpenBao::read`] and
+    /// [`OpenBao::write`] need.
+    pub async fn copy(
+        &self,
+        id: &str,
+        instance: &str,
+        from_field: &str,
+        to_field: &str,
+    ) -> Result<Option<u64>, OpenBaoError> {
         // Both paths are checked before anything is read.
         self.entry_path(id, instance, to_field)?;
-        let Some(value) = self.read(id, instance, from_field).await? else { return Ok(false) };
-        self.write(id, instance, to_field, &value).await?;
-        Ok(true)
+        let Some(value) = self.read(id, instance, from_field).await? else { return Ok(None) };
+        Ok(Some(self.write(id, instance, to_field, &value).await?))
     }
 
     /// Deletes the entry of `field` with every version and its metadata

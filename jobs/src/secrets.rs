@@ -26,7 +26,59 @@
 //!    the nodes no longer name them).
 
 use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+
+/// The operator secrets a build's deploy gives its nodes, pinned at its
+/// submit (stored with the build, `builds.operator_secrets`): each field
+/// set, with the OpenBao KV version the submit wrote or kept, and each field
+/// cleared. Names and version numbers only, never a value.
+///
+/// The deploy reads exactly these versions, so a version written by a
+/// submit that then failed to commit (or was refused by Q-3 after the
+/// write) is never deployed (`docs/DECISIONS.md`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretPins {
+    /// The fields that hold a value, with the version to read.
+    #[serde(default)]
+    pub set: Vec<Pin>,
+    /// The fields whose entry the deploy deletes, with every version, once
+    /// the nodes run a configuration that no longer names them.
+    #[serde(default)]
+    pub clear: Vec<Cleared>,
+}
+
+impl SecretPins {
+    /// Whether there is nothing to read or clear.
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.clear.is_empty()
+    }
+
+    /// The version pinned for `field` of `application`.
+    pub fn version_of(&self, application: &str, field: &str) -> Option<u64> {
+        self.set.iter().find(|p| p.application == application && p.field == field).map(|p| p.version)
+    }
+}
+
+/// A secret field that holds a value, and the version its build reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pin {
+    /// The application's key in `applications`.
+    pub application: String,
+    /// The secret field.
+    pub field: String,
+    /// The OpenBao KV version (from 1).
+    pub version: u64,
+}
+
+/// A secret field a build clears.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cleared {
+    /// The application's key in `applications`.
+    pub application: String,
+    /// The secret field.
+    pub field: String,
+}
 
 /// One application's secrets in a submitted configuration.
 #[derive(Debug, Clone, Default)]
@@ -53,12 +105,12 @@ impl AppSecrets {
     }
 
     /// Whether `field` is given a value.
-    fn gives(&self, field: &str) -> bool {
+    pub fn gives(&self, field: &str) -> bool {
         self.given.iter().any(|(f, _)| f == field)
     }
 
     /// Whether `field` is a secret field of this application.
-    fn is_secret(&self, field: &str) -> bool {
+    pub fn is_secret(&self, field: &str) -> bool {
         self.fields.iter().any(|f| f == field)
     }
 }

@@ -2,15 +2,22 @@
 //! `PUT /deployments/{id}`), delete (DL-1) and cancel. The api only adapts
 //! them to HTTP; `slipway-worker run` calls [`submit`] too.
 //!
-//! Submit order (MG-7): migrate → validate (all errors) → refuse secret
-//! values (this release keeps none) → names eval (EV-1, on the `nix` queue;
-//! skipped when every nix slot is busy) → store → enqueue. A refusal at any
-//! step writes nothing; the deployment row, the build row and the build's job
-//! commit in one transaction (Q-1). A submit's deploy supersedes the
-//! deployment's queued deploys that have not started (Q-7).
+//! Submit order (MG-7): migrate → validate (all errors) → take the secret
+//! values out (in memory; refused when no OpenBao is configured) → names
+//! eval (EV-1, on the `nix` queue, on the configuration without secrets;
+//! skipped when every nix slot is busy) → write the secrets to OpenBao
+//! ([`crate::secrets`]) → store → enqueue. A refusal at any step before the
+//! OpenBao writes writes nothing anywhere; the deployment row, the build row
+//! and the build's job commit in one transaction (Q-1). The build pins the
+//! OpenBao versions it reads ([`crate::secrets::SecretPins`]), so versions
+//! written by a submit that then fails to commit are never deployed. A
+//! submit's deploy supersedes the deployment's queued deploys that have not
+//! started (Q-7).
 
 use crate::id::{new_build_id, DeploymentId};
 use crate::nix::Names;
+use crate::openbao::{OpenBao, OpenBaoError};
+use crate::secrets::{Cleared, Pin, SecretPins};
 use crate::source::{ModuleSource, SourceError};
 use crate::state::{BuildKind, BuildStatus, DeploymentState};
 use crate::store::builds::{self, BuildRow};
@@ -82,6 +89,10 @@ pub enum SubmitError {
         /// `QUEUE_SIZE`.
         limit: u32,
     },
+    /// OpenBao refused a read or a write of the submit's operator secrets,
+    /// is sealed or cannot be reached (§8): nothing was stored or queued.
+    #[error("the operator secrets cannot be stored now: {0}")]
+    SecretStore(OpenBaoError),
     /// Storage failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -223,18 +234,26 @@ pub struct SubmitRequest {
     pub queueing: Queueing,
 }
 
-/// What a submit refuses a secret value with: this release keeps no
-/// operator secrets (§8 needs OpenBao, not supported yet).
-pub const SECRETS_REFUSED: &str =
-    "this release does not store operator secrets yet (even with OPENBAO_ADDR set); leave the field empty";
+/// What a submit and a preview refuse a secret value with when no OpenBao
+/// is configured (§8: `400 invalid_configuration`, naming the field).
+pub const NO_SECRET_STORE: &str = "this Slipway keeps no operator secrets: OpenBao is not configured \
+                                   (OPENBAO_ADDR is not set); leave the field empty, or configure OpenBao";
 
-/// Checks a submit's configuration against its module source, stores it
-/// and queues its build (MG-7), unless `queueing.limit` builds already wait
-/// (Q-3). Nothing is written when it is refused.
-pub async fn submit(db: &Db, sources: &dyn Sources, request: SubmitRequest) -> Result<Accepted, SubmitError> {
+/// Checks a submit's configuration against its module source, moves its
+/// secret values to `secrets` (§8; `None`: no OpenBao is configured, and a
+/// secret value is refused), stores it and queues its build (MG-7), unless
+/// `queueing.limit` builds already wait (Q-3). Nothing is stored when it is
+/// refused; OpenBao is written only once every check has passed.
+pub async fn submit(
+    db: &Db,
+    sources: &dyn Sources,
+    secrets: Option<&OpenBao>,
+    request: SubmitRequest,
+) -> Result<Accepted, SubmitError> {
     let (checker, stored_source) = sources.checker_for(request.module_source.as_deref()).await?;
-    let checked =
-        checker.check(request.configuration, Some(SECRETS_REFUSED)).map_err(SubmitError::InvalidConfiguration)?;
+    let mut checked = checker
+        .check(request.configuration, secrets.is_none().then_some(NO_SECRET_STORE))
+        .map_err(SubmitError::InvalidConfiguration)?;
     let names = sources.names(stored_source.as_deref(), &checked.configuration).await?;
     let (names, names_skipped) = match names {
         NamesEval::Evaluated(names) => (Some(names), None),
@@ -242,9 +261,21 @@ pub async fn submit(db: &Db, sources: &dyn Sources, request: SubmitRequest) -> R
     };
     let names_value = names.as_ref().map(|n| serde_json::to_value(n).expect("names serialise"));
     let (id, kind) = (&request.deployment, request.queueing.kind);
+    let pins = match secrets {
+        Some(bao) => place_secrets(db, bao, &checker, id, &mut checked).await?,
+        None => SecretPins::default(),
+    };
+    // Between the OpenBao writes and the commit: what a crash here leaves
+    // is tested (a version no build pins).
+    crate::failpoint::hit("secrets_written");
     let mut admission = Admission::Shared;
     loop {
-        let stored = Stored { checked: &checked, module_source: stored_source.as_deref(), names: names_value.as_ref() };
+        let stored = Stored {
+            checked: &checked,
+            module_source: stored_source.as_deref(),
+            names: names_value.as_ref(),
+            operator_secrets: Some(&pins),
+        };
         let stored = store(db, id, stored, kind, request.queueing.limit, admission).await?;
         match stored {
             Some(build_id) => {
@@ -277,11 +308,19 @@ pub struct Preview {
 /// EV-2: the checks and the names eval of a submit, storing nothing and
 /// queuing no build. Every nix slot busy is [`SubmitError::NixBusy`], an
 /// eval that cannot run for another reason [`SubmitError::NamesUnavailable`]:
-/// a preview without the eval has no result.
-pub async fn preview(sources: &dyn Sources, request: SubmitRequest) -> Result<Preview, SubmitError> {
+/// a preview without the eval has no result. It neither reads nor writes
+/// OpenBao (§8): its `secretsSet` holds only the fields the body sets;
+/// `secrets_configured` says whether a submit could keep them (without, a
+/// secret value is refused as a submit would refuse it).
+pub async fn preview(
+    sources: &dyn Sources,
+    secrets_configured: bool,
+    request: SubmitRequest,
+) -> Result<Preview, SubmitError> {
     let (checker, stored_source) = sources.checker_for(request.module_source.as_deref()).await?;
-    let checked =
-        checker.check(request.configuration, Some(SECRETS_REFUSED)).map_err(SubmitError::InvalidConfiguration)?;
+    let checked = checker
+        .check(request.configuration, (!secrets_configured).then_some(NO_SECRET_STORE))
+        .map_err(SubmitError::InvalidConfiguration)?;
     match sources.names(stored_source.as_deref(), &checked.configuration).await? {
         NamesEval::Evaluated(names) => Ok(Preview {
             deployment_id: request.deployment.to_string(),
@@ -329,6 +368,96 @@ struct Stored<'a> {
     checked: &'a crate::validate::Checked,
     module_source: Option<&'a str>,
     names: Option<&'a Value>,
+    operator_secrets: Option<&'a SecretPins>,
+}
+
+/// §8, after every check passed and the names eval ran: for each
+/// application with secret fields, lists which entries OpenBao has, writes
+/// the values given (and the values an old stored configuration still
+/// holds in fields that became secret), copies renamed fields
+/// ([`crate::secrets::plan`]), and sets the stored configuration's
+/// `secretsSet` and `secretsClear`. Gives the versions the build reads: the
+/// version written or copied, else, for an entry kept, the version the
+/// deployment's latest build pinned (while that version still exists), else
+/// the entry's current version. Deletes nothing.
+async fn place_secrets(
+    db: &Db,
+    bao: &OpenBao,
+    checker: &crate::validate::Checker,
+    id: &DeploymentId,
+    checked: &mut crate::validate::Checked,
+) -> Result<SecretPins, SubmitError> {
+    use crate::validate::{SECRETS_CLEAR, SECRETS_SET};
+    let mut pins = SecretPins::default();
+    if checked.secrets.is_empty() {
+        return Ok(pins);
+    }
+    let (previous, stored) = {
+        let mut conn = db.acquire().await?;
+        let previous = builds::latest_secret_pins(&mut conn, id.as_str()).await?.unwrap_or_default();
+        let stored = deployments::get(&mut conn, id.as_str()).await?.map(|d| d.configuration);
+        (previous, stored)
+    };
+    let old_values = stored.map(|c| checker.stored_secret_values(c)).unwrap_or_default();
+    let failed = SubmitError::SecretStore;
+    for app in &mut checked.secrets {
+        // Old stored values move now, unless the submit gives or clears the field.
+        for (application, field, value) in &old_values {
+            if *application == app.application
+                && app.is_secret(field)
+                && !app.gives(field)
+                && !app.clear.contains(field)
+            {
+                app.given.push((field.clone(), value.clone()));
+            }
+        }
+        let instance = app.instance();
+        let existing = bao.list(id.as_str(), &instance).await.map_err(failed)?;
+        let plan = crate::secrets::plan(app, &existing);
+        let mut versions: Vec<(String, u64)> = Vec::new();
+        for field in &plan.write {
+            let (_, value) = app.given.iter().find(|(f, _)| f == field).expect("plan writes given fields");
+            versions.push((field.clone(), bao.write(id.as_str(), &instance, field, value).await.map_err(failed)?));
+        }
+        for (old, new) in &plan.copy {
+            if let Some(version) = bao.copy(id.as_str(), &instance, old, new).await.map_err(failed)? {
+                versions.push((new.clone(), version));
+            }
+        }
+        let mut secrets_set = Vec::new();
+        for field in &plan.secrets_set {
+            let version = match versions.iter().find(|(f, _)| f == field) {
+                Some((_, v)) => Some(*v),
+                None => {
+                    let current = bao.current_version(id.as_str(), &instance, field).await.map_err(failed)?;
+                    match (current, previous.version_of(&app.application, field)) {
+                        (Some(current), Some(pinned)) if pinned <= current => Some(pinned),
+                        (current, _) => current,
+                    }
+                }
+            };
+            // An entry deleted since it was listed is no longer set.
+            if let Some(version) = version {
+                pins.set.push(Pin { application: app.application.clone(), field: field.clone(), version });
+                secrets_set.push(field.clone());
+            }
+        }
+        pins.clear.extend(
+            plan.secrets_clear.iter().map(|f| Cleared { application: app.application.clone(), field: f.clone() }),
+        );
+        let settings = app
+            .path
+            .iter()
+            .try_fold(&mut checked.configuration, |v, seg| v.get_mut(seg.as_str()))
+            .and_then(Value::as_object_mut)
+            .expect("the checks found the application's settings here");
+        for (key, list) in [(SECRETS_SET, secrets_set), (SECRETS_CLEAR, plan.secrets_clear)] {
+            if !list.is_empty() || settings.contains_key(key) {
+                settings.insert(key.into(), Value::from(list));
+            }
+        }
+    }
+    Ok(pins)
 }
 
 /// One submit transaction (MG-7, Q-1): the deployment row, the build row and
@@ -342,7 +471,7 @@ async fn store(
     limit: Option<u32>,
     admission: Admission,
 ) -> Result<Option<String>, SubmitError> {
-    let Stored { checked, module_source, names } = stored;
+    let Stored { checked, module_source, names, operator_secrets } = stored;
     let mut tx = db.begin_write().await?;
     tx.lock_deployment(id.as_str()).await?;
     let snapshot = deployments::Snapshot {
@@ -367,6 +496,7 @@ async fn store(
         configuration: &checked.configuration,
         module_source,
         instances: &checked.instances,
+        operator_secrets,
     };
     if kind == BuildKind::Deploy {
         builds::supersede_queued_deploys(&mut tx, id.as_str(), &build_id, now).await?;
@@ -460,6 +590,7 @@ pub async fn delete(db: &Db, id: &DeploymentId, callback: Option<&Callback>) -> 
                 configuration: &deployment.configuration,
                 module_source: deployment.module_source.as_deref(),
                 instances: &[],
+                operator_secrets: None,
             };
             builds::insert(&mut tx, new, now).await?;
             builds::dispatch_next(&mut tx, id.as_str()).await?;

@@ -397,7 +397,10 @@ impl World {
             module_source: source.map(str::to_owned),
             queueing: crate::submit::Queueing { kind, limit: None },
         };
-        crate::submit::submit(&self.ctx.db, &AnySource(checker()), request).await.expect("the build is queued").build_id
+        crate::submit::submit(&self.ctx.db, &AnySource(checker()), None, request)
+            .await
+            .expect("the build is queued")
+            .build_id
     }
 
     /// Runs build `build_id` in-process to its end and returns its report.
@@ -515,7 +518,7 @@ pub async fn submit_demo(
         module_source: None,
         queueing: crate::submit::Queueing { kind: crate::state::BuildKind::Deploy, limit: Some(queue_size) },
     };
-    crate::submit::submit(db, sources, request).await
+    crate::submit::submit(db, sources, None, request).await
 }
 
 // ---------------------------------------------------------------------------

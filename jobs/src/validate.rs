@@ -337,6 +337,26 @@ impl Checker {
         }
     }
 
+    /// §8, old stored values: the non-empty values that `stored`, a
+    /// configuration stored before a field became secret, still holds in
+    /// secret fields, as `(application, field, value)`. `stored` is first
+    /// migrated with this source's renames, so a value under an old name is
+    /// found under its new one. A submit moves these to OpenBao.
+    pub fn stored_secret_values(&self, mut stored: Value) -> Vec<(String, String, secrecy::SecretString)> {
+        migrate::migrate(&mut stored, &self.outputs.renames);
+        let mut out = Vec::new();
+        for (key, app) in &self.outputs.meta.applications {
+            let Some(Value::Object(obj)) = get_path(&stored, &app.path) else { continue };
+            for field in &app.secrets {
+                if let Some(Value::String(value)) = obj.get(field).filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+                {
+                    out.push((key.clone(), field.clone(), secrecy::SecretString::from(value.clone())));
+                }
+            }
+        }
+        out
+    }
+
     /// §8: removes every secret field's value and gives, for each
     /// application present, its [`AppSecrets`]: the non-empty values (empty
     /// and null ones mean "keep what the secret store has" and simply go),

@@ -43,7 +43,7 @@ async fn a_value_the_api_writes_is_read_by_the_worker_and_listed_by_both() {
     let bao = TestOpenBao::new().await;
     let (api, worker) = (bao.api(), bao.worker());
     let app = instance_of("pixelfed");
-    api.write("demo", &app, "apiKey", &secret("s3cret-1")).await.unwrap();
+    assert_eq!(api.write("demo", &app, "apiKey", &secret("s3cret-1")).await.unwrap(), 1, "a new entry is version 1");
     assert_eq!(
         bao.entries().await,
         BTreeSet::from(["demo/secret/pixelfed-operator-secrets/apiKey".to_owned()]),
@@ -56,8 +56,10 @@ async fn a_value_the_api_writes_is_read_by_the_worker_and_listed_by_both() {
     assert_eq!(api.list("demo", &app).await.unwrap(), ["apiKey", "smtpPassword"]);
     assert_eq!(worker.list("demo", &app).await.unwrap(), ["apiKey", "smtpPassword"]);
     // A second write is a new version that replaces the value.
-    api.write("demo", &app, "apiKey", &secret("s3cret-3")).await.unwrap();
+    assert_eq!(api.write("demo", &app, "apiKey", &secret("s3cret-3")).await.unwrap(), 2);
     assert_eq!(exposed(worker.read("demo", &app, "apiKey").await.unwrap()).as_deref(), Some("s3cret-3"));
+    assert_eq!(api.current_version("demo", &app, "apiKey").await.unwrap(), Some(2), "the api reads versions");
+    assert_eq!(api.current_version("demo", &app, "neverWritten").await.unwrap(), None);
     assert_eq!(
         api.entry_path("demo", &app, "apiKey").unwrap(),
         format!("secret/data/{}/demo/secret/pixelfed-operator-secrets/apiKey", bao.root)
@@ -73,7 +75,7 @@ async fn what_has_no_entry_reads_as_nothing_and_lists_as_empty() {
     assert!(worker.read("demo", &app, "apiKey").await.unwrap().is_none());
     assert!(api.list("demo", &app).await.unwrap().is_empty());
     assert!(worker.list("never-deployed", &app).await.unwrap().is_empty());
-    assert!(!api.copy("demo", &app, "oldKey", "apiKey").await.unwrap(), "nothing to copy");
+    assert_eq!(api.copy("demo", &app, "oldKey", "apiKey").await.unwrap(), None, "nothing to copy");
     assert!(bao.entries().await.is_empty(), "a copy without a source writes nothing");
     worker.destroy_all_versions("demo", &app, "apiKey").await.expect("deleting what is not there is done");
 }
@@ -84,7 +86,7 @@ async fn a_rename_copies_the_value_to_the_new_name_and_the_old_entry_stays() {
     let api = bao.api();
     let app = instance_of("pixelfed");
     api.write("demo", &app, "apiToken", &secret("old-name-value")).await.unwrap();
-    assert!(api.copy("demo", &app, "apiToken", "apiKey").await.unwrap());
+    assert_eq!(api.copy("demo", &app, "apiToken", "apiKey").await.unwrap(), Some(1), "the copy's version");
     let worker = bao.worker();
     assert_eq!(exposed(worker.read("demo", &app, "apiKey").await.unwrap()).as_deref(), Some("old-name-value"));
     assert_eq!(exposed(worker.read("demo", &app, "apiToken").await.unwrap()).as_deref(), Some("old-name-value"));
@@ -101,6 +103,7 @@ async fn the_worker_deletes_an_entry_with_every_version() {
     api.write("demo", &app, "other", &secret("stays")).await.unwrap();
     worker.destroy_all_versions("demo", &app, "apiKey").await.unwrap();
     assert!(worker.read("demo", &app, "apiKey").await.unwrap().is_none());
+    assert_eq!(api.current_version("demo", &app, "apiKey").await.unwrap(), None, "no version is left");
     assert_eq!(worker.list("demo", &app).await.unwrap(), ["other"], "no soft-deleted entry is left listed");
     assert_eq!(bao.entries().await, BTreeSet::from([relative("demo", &app, "other")]));
     // Writing the field again starts from nothing: no older version came back.
@@ -255,7 +258,7 @@ async fn write_hostile(
             None
         }
         Err(err) => panic!("{part} {hostile:?}: {err}"),
-        Ok(()) => {
+        Ok(_version) => {
             let entry = relative(&id, &instance, &field);
             let mut expected = before.clone();
             assert!(expected.insert(entry.clone()), "{part} {hostile:?} landed on an existing entry {entry}");
@@ -424,7 +427,7 @@ async fn an_openbao_stopped_mid_test_is_unavailable() {
 async fn the_policies_in_docs_are_the_ones_loaded_for_the_tests() {
     let bao = TestOpenBao::new().await;
     for (file, must) in [
-        ("slipway-api.hcl", ["\"create\", \"update\", \"read\"", "[\"list\"]"]),
+        ("slipway-api.hcl", ["\"create\", \"update\", \"read\"", "[\"list\", \"read\"]"]),
         ("slipway-worker.hcl", ["[\"read\"]", "[\"list\", \"delete\"]"]),
     ] {
         let policy = bao.policy(file);

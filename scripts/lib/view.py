@@ -6,7 +6,19 @@ import sys
 def main():
     what, args = sys.argv[1], sys.argv[2:]
     if what == "submit-body":
-        print(json.dumps({"configuration": json.load(open(args[0]))}))
+        # submit-body FILE [A.B.C=VAR ...]: the file as a submit's body, each
+        # dotted path set to the value of environment variable VAR (so a
+        # secret never appears on a command line)
+        import os
+        configuration = json.load(open(args[0]))
+        for assignment in args[1:]:
+            path, var = assignment.split("=", 1)
+            *parents, last = path.split(".")
+            node = configuration
+            for key in parents:
+                node = node.setdefault(key, {})
+            node[last] = os.environ[var]
+        print(json.dumps({"configuration": configuration}))
         return
     d = json.load(sys.stdin)
     if what == "get":
@@ -22,6 +34,11 @@ def main():
         print("instances:")
         for i in d["deployed_instances"]:
             print(f"  {i['name']:<10} {i['url']:<40} section {i['section'] or '-'}")
+    elif what == "secrets-set":
+        # each application's secretsSet in a deployment's stored configuration
+        for name, app in sorted(d["configuration"].get("applications", {}).items()):
+            if app.get("secretsSet"):
+                print(f"  {name:<10} secretsSet {json.dumps(app['secretsSet'])}")
     elif what == "sbom-list":
         for n in d["nodes"]:
             print(f"  {n['node']:<10} {n['status']:<12} from {n['build_id']}")

@@ -110,7 +110,13 @@ pub async fn run(
         // A local run has no shared queue to protect.
         queueing: Queueing { kind, limit: None },
     };
-    let accepted = match submit::submit(&db, &source, request).await {
+    // A local run writes the secrets it is given and its deploy reads them:
+    // its OPENBAO_TOKEN needs both the api's and the workers' policies.
+    let secrets = match config.openbao.as_ref().map(slipway_jobs::openbao::OpenBao::new).transpose() {
+        Ok(s) => s,
+        Err(e) => return refuse(output, format!("OPENBAO_TOKEN: {e}")),
+    };
+    let accepted = match submit::submit(&db, &source, secrets.as_ref(), request).await {
         Ok(a) => a,
         Err(submit::SubmitError::InvalidConfiguration(listing)) => {
             eprintln!("slipway-worker run: {} ({}):", listing.message(), source.reference);

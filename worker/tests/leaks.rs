@@ -6,7 +6,11 @@
 //! at `debug`, while a front-end goes through the suite's flows with several
 //! secrets: submits with a bearer token, refused tokens (a foreign
 //! signature, an expired one, a tampered one), a refused submit carrying an
-//! operator secret, reads of builds and their logs, the deployment channel
+//! operator secret, a preview and submits whose operator secrets go to a
+//! real OpenBao (the api's and the workers' own tokens) and reach the
+//! nodes, a submit that keeps them, one that clears one (its deploy deletes
+//! it from OpenBao), one refused while OpenBao is sealed, reads of builds
+//! and their logs, the deployment channel
 //! with `access_token`, a delete whose reconcile push is delivered, a delete
 //! whose callback is refused (an origin outside the allowlist), a delete of
 //! an unknown deployment and one with a malformed callback, and a cancel.
@@ -24,7 +28,7 @@ use origin::Origin;
 use reqwest::Method;
 use serde_json::{json, Value};
 use slipway_jobs::store::Engine;
-use slipway_jobs::test_support::TestDatabase;
+use slipway_jobs::test_support::{TestDatabase, TestOpenBao};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -96,17 +100,20 @@ fn scan(secrets: &[Secret], place: &str, text: &[u8], hits: &mut Vec<String>) {
     }
 }
 
-/// Operator secrets (PRODUCT.md §8, SEC-2): the JWT signing secret, and a
-/// secret field's value in a submit (refused: this release keeps no
-/// operator secrets). When operator secrets go to OpenBao, add here
-/// `OPENBAO_TOKEN` and every secret value a submit moves to OpenBao (and
-/// give them to the processes and the flows above).
-fn operator_secrets(submitted: &str) -> Vec<Secret> {
-    vec![
+/// The operator's secrets (PRODUCT.md §8, SEC-2): the JWT signing secret,
+/// the api's and the workers' OpenBao tokens, and each value of a secret
+/// field the flows send: `(what, value)`.
+fn operator_secrets(bao: &TestOpenBao, values: &[(&str, &str)]) -> Vec<Secret> {
+    let token = |worker: bool| {
+        bao.keys(worker).into_iter().find(|(k, _)| *k == "OPENBAO_TOKEN").map(|(_, v)| v).expect("a token")
+    };
+    let mut secrets = vec![
         Secret::opaque("the JWT signing secret (SLIPWAY_JWT_SECRET)", SECRET),
-        Secret::opaque("an operator secret's value in a refused submit", submitted),
-        // OpenBao: Secret::opaque("OPENBAO_TOKEN", …), one per stored secret value.
-    ]
+        Secret::opaque("the api's OPENBAO_TOKEN", &token(false)),
+        Secret::opaque("the workers' OPENBAO_TOKEN", &token(true)),
+    ];
+    secrets.extend(values.iter().map(|(what, value)| Secret::opaque(what, value)));
+    secrets
 }
 
 /// A random token, as a front-end makes one.
@@ -240,9 +247,14 @@ async fn no_token_callback_token_or_operator_secret_appears_in_a_log_an_answer_o
     let origin = Origin::start(None).await;
     // Not in the allowlist: a callback pointing there is refused, and it must get nothing.
     let elsewhere = Origin::start(None).await;
+    // An OpenBao of this test's own, which it seals for a while.
+    let bao = TestOpenBao::private().await;
     let port = free_port();
     let process = |bin: &str| {
         let mut cmd = command(&binary(bin), &db, port);
+        for (key, value) in bao.keys(bin == "slipway-worker") {
+            cmd.env(key, value);
+        }
         cmd.env("SLIPWAY_ALLOWED_ORIGINS", &origin.base)
             .env("SLIPWAY_CALLBACK_ALLOW_PRIVATE", "true")
             .env("SLIPWAY_LOG", LOG_FILTER)
@@ -273,6 +285,8 @@ async fn no_token_callback_token_or_operator_secret_appears_in_a_log_an_answer_o
     let cb_unknown = random_token("cb-unknown");
     let cb_malformed = random_token("cb-malformed");
     let operator_secret = random_token("op-secret");
+    let (op_mastodon, op_peertube) = (random_token("op-mastodon"), random_token("op-peertube"));
+    let (op_preview, op_sealed) = (random_token("op-preview"), random_token("op-sealed"));
     let mut secrets = vec![
         Secret::bearer("the bearer token for every deployment", &api.token),
         Secret::bearer("the bearer token scoped to two deployments", &scoped),
@@ -284,7 +298,16 @@ async fn no_token_callback_token_or_operator_secret_appears_in_a_log_an_answer_o
         Secret::opaque("the callback token of a delete of an unknown deployment", &cb_unknown),
         Secret::opaque("the callback token of a malformed callback", &cb_malformed),
     ];
-    secrets.extend(operator_secrets(&operator_secret));
+    secrets.extend(operator_secrets(
+        &bao,
+        &[
+            ("an operator secret's value in a refused submit", &operator_secret),
+            ("an operator secret stored and deployed (mastodon)", &op_mastodon),
+            ("an operator secret stored, deployed and cleared (peertube)", &op_peertube),
+            ("an operator secret in a preview", &op_preview),
+            ("an operator secret in a submit while OpenBao is sealed", &op_sealed),
+        ],
+    ));
 
     // Refusals, each with its error body and log lines.
     let submit = json!({ "configuration": demo() });
@@ -310,14 +333,51 @@ async fn no_token_callback_token_or_operator_secret_appears_in_a_log_an_answer_o
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"], "invalid_configuration", "{body}");
 
-    // Two deployments, submitted with the scoped token.
+    // Two deployments, submitted with the scoped token, with operator secrets.
+    let mut with_secrets = demo();
+    with_secrets["applications"]["mastodon"]["translationApiKey"] = json!(op_mastodon);
+    with_secrets["applications"]["peertube"]["smtpPassword"] = json!(op_peertube);
+    let with_secrets = json!({ "configuration": with_secrets });
+    let (status, body) = front
+        .call(
+            Some(&scoped),
+            Method::POST,
+            &format!("/deployments/{a}/preview"),
+            Some(&{
+                let mut preview = with_secrets.clone();
+                preview["configuration"]["applications"]["mastodon"]["translationApiKey"] = json!(op_preview);
+                preview
+            }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
     for id in [a, b] {
-        let (status, body) = front.call(Some(&scoped), Method::PUT, &format!("/deployments/{id}"), Some(&submit)).await;
+        let (status, body) =
+            front.call(Some(&scoped), Method::PUT, &format!("/deployments/{id}"), Some(&with_secrets)).await;
         assert_eq!(status, 202, "{body}");
     }
     for id in [a, b] {
         api.wait_state(id, "active", Duration::from_secs(240)).await;
     }
+    // A submit that keeps them, one that clears one (its deploy deletes it
+    // from OpenBao), and one refused while OpenBao is sealed.
+    let (status, body) = front.call(Some(&scoped), Method::PUT, &format!("/deployments/{a}"), Some(&submit)).await;
+    assert_eq!(status, 202, "{body}");
+    wait_ended(&front, &scoped, body["build_id"].as_str().unwrap()).await;
+    let mut clear = demo();
+    clear["applications"]["peertube"]["secretsClear"] = json!(["smtpPassword"]);
+    let clear = json!({ "configuration": clear });
+    let (status, body) = front.call(Some(&scoped), Method::PUT, &format!("/deployments/{a}"), Some(&clear)).await;
+    assert_eq!(status, 202, "{body}");
+    wait_ended(&front, &scoped, body["build_id"].as_str().unwrap()).await;
+    bao.seal().await;
+    let mut sealed = demo();
+    sealed["applications"]["mastodon"]["translationApiKey"] = json!(op_sealed);
+    let (status, body) = front
+        .call(Some(&scoped), Method::PUT, &format!("/deployments/{a}"), Some(&json!({ "configuration": sealed })))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    bao.unseal().await;
     front.call(Some(&scoped), Method::GET, &format!("/deployments?ids={a},{b}"), None).await;
     let (status, text) = front.stream(&format!("/deployments/{a}/events"), Some(&scoped), None).await;
     assert_eq!(status, 200, "{text}");

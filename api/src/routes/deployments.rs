@@ -190,7 +190,7 @@ pub async fn submit(
         module_source: body.module_source,
         queueing: Queueing { kind: BuildKind::Deploy, limit: Some(app.config.queue_size) },
     };
-    let accepted = submit::submit(&app.db, &app.sources, request).await?;
+    let accepted = submit::submit(&app.db, &app.sources, app.secrets.as_ref(), request).await?;
     tracing::info!(deployment.id = %id, build.id = %accepted.build_id, "deploy queued");
     Ok((StatusCode::ACCEPTED, Json(accepted)))
 }
@@ -213,7 +213,7 @@ pub async fn preview(
         module_source: body.module_source,
         queueing: Queueing { kind: BuildKind::Deploy, limit: None },
     };
-    Ok(Json(submit::preview(&app.sources, request).await?))
+    Ok(Json(submit::preview(&app.sources, app.secrets.is_some(), request).await?))
 }
 
 /// The fields of the optional body of `DELETE /deployments/{id}` (DL-2):

@@ -207,7 +207,8 @@ pub(crate) async fn run_effect(
     let config_file = prepare().map_err(|e| format!("cannot prepare the build's work folder: {e}"))?;
     let abs = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
     let (work_abs, state_abs, source_abs) = (abs(&work), abs(&state), abs(source));
-    let env = vec![
+    let secrets_env = if effect == "deploy" { operator_secrets_env(build, ctx, &work).await? } else { Vec::new() };
+    let mut env = vec![
         ("DEPLOYMENT_ID".to_owned(), build.deployment_id.clone()),
         ("BUILD_ID".to_owned(), build.id.clone()),
         ("CONFIGURATION_FILE".to_owned(), abs(&config_file)),
@@ -217,6 +218,7 @@ pub(crate) async fn run_effect(
         ("DEPLOY_SBOM_TIMEOUT".to_owned(), ctx.config.deploy_sbom_timeout.as_secs().to_string()),
         ("PROVIDER".to_owned(), ctx.config.provider.clone()),
     ];
+    env.extend(secrets_env);
     let spec = EffectSpec {
         program: source.join("core/effects").join(effect),
         args: Vec::new(),
@@ -252,6 +254,69 @@ pub(crate) async fn run_effect(
     // is recorded (which waits for the database as long).
     log.flush(super::build::RECORD_PATIENCE).await;
     Ok((outcome.map_err(|e| e.to_string())?, work))
+}
+
+/// The name of the file, in the attempt's work folder, that lists the
+/// operator secrets a deploy reads and clears (`OPERATOR_SECRETS_FILE`).
+pub const OPERATOR_SECRETS_FILE: &str = "operator-secrets.tsv";
+
+/// §8: what a deploy effect needs to give its nodes their operator secrets,
+/// when its build pinned any: `OPERATOR_SECRETS_FILE`, one line per field,
+/// `<application> TAB <instance> TAB <field> TAB <entry> TAB <version>`,
+/// where `<entry>` is the entry relative to the mount as `bao kv` takes it
+/// and `<version>` the KV version to read, or `clear` for an entry to
+/// delete with every version once the nodes no longer name it (names and
+/// numbers only, never a value); `BAO_ADDR` and `BAO_TOKEN` (this worker's
+/// OpenBao and token, never the api's) and `OPENBAO_MOUNT`. A field that a
+/// build submitted later sets is not cleared: its value wins. Without
+/// `OPENBAO_ADDR` on this worker, a build with secrets cannot run here.
+async fn operator_secrets_env(
+    build: &BuildRow,
+    ctx: &Ctx,
+    work: &std::path::Path,
+) -> Result<Vec<(String, String)>, String> {
+    use secrecy::ExposeSecret as _;
+    let Some(pins) = build.operator_secrets.as_ref().filter(|p| !p.is_empty()) else { return Ok(Vec::new()) };
+    let Some(config) = ctx.config.openbao.as_ref() else {
+        return Err("this build's configuration has operator secrets, but this worker has no OpenBao \
+                    (OPENBAO_ADDR is not set): give the workers OPENBAO_ADDR and a token with the workers' policy"
+            .into());
+    };
+    let bao = crate::openbao::OpenBao::new(config).map_err(|e| format!("OPENBAO_TOKEN: {e}"))?;
+    let set_later =
+        async { builds::secrets_set_after(&mut ctx.db.acquire().await?, &build.deployment_id, build.seq).await };
+    let set_later = set_later.await.map_err(|e| format!("cannot read the deployment's later builds: {e}"))?;
+    let id = &build.deployment_id;
+    let mut lines = String::new();
+    let mut line = |application: &str, field: &str, version: String| -> Result<(), String> {
+        let instance = crate::openbao::instance_of(application);
+        let entry = bao.entry_key(id, &instance, field).map_err(|e| e.to_string())?;
+        let escape = |s: &str| s.replace(['\t', '\n', '\r'], " ");
+        lines.push_str(&format!(
+            "{}\t{}\t{}\t{entry}\t{version}\n",
+            escape(application),
+            escape(&instance),
+            escape(field)
+        ));
+        Ok(())
+    };
+    for pin in &pins.set {
+        line(&pin.application, &pin.field, pin.version.to_string())?;
+    }
+    for cleared in &pins.clear {
+        if !set_later.iter().any(|(a, f)| *a == cleared.application && *f == cleared.field) {
+            line(&cleared.application, &cleared.field, "clear".into())?;
+        }
+    }
+    let file = work.join(OPERATOR_SECRETS_FILE);
+    std::fs::write(&file, lines).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    let file = std::fs::canonicalize(&file).unwrap_or(file);
+    Ok(vec![
+        ("OPERATOR_SECRETS_FILE".to_owned(), file.display().to_string()),
+        ("BAO_ADDR".to_owned(), config.addr.clone()),
+        ("BAO_TOKEN".to_owned(), config.token.expose_secret().to_owned()),
+        ("OPENBAO_MOUNT".to_owned(), config.mount.clone()),
+    ])
 }
 
 /// How often a running build looks for a cancel request and its claim.

@@ -61,11 +61,14 @@ pub struct BuildRow {
     /// The push's outcome ([`CallbackState`] and more, as JSON), once a
     /// callback was accepted. The callback token is never read into a row.
     pub callback: Option<Value>,
+    /// The operator secrets its deploy reads and clears, pinned at its
+    /// submit (§8); `None` when it has none.
+    pub operator_secrets: Option<crate::secrets::SecretPins>,
 }
 
 const COLUMNS: &str = "id, seq, deployment_id, kind, status, reason, error, configuration, module_source, instances, \
                        report, attempts, cancel_requested, worker, version, queued_at, started_at, finished_at, \
-                       callback_url, callback";
+                       callback_url, callback, operator_secrets";
 
 fn parse<T: std::str::FromStr<Err = String>>(col: &str, v: String) -> Result<T, StoreError> {
     v.parse().map_err(|e: String| StoreError::Corrupt(format!("builds.{col}: {e}")))
@@ -93,6 +96,10 @@ fn from_row(r: &Row) -> Result<BuildRow, StoreError> {
         finished_at: r.opt_int("finished_at")?,
         callback_url: r.opt_text("callback_url")?,
         callback: r.opt_text("callback")?.map(|t| json_col(&t, "builds.callback")).transpose()?,
+        operator_secrets: r
+            .opt_text("operator_secrets")?
+            .map(|t| json_col(&t, "builds.operator_secrets"))
+            .transpose()?,
     })
 }
 
@@ -237,14 +244,57 @@ pub struct NewBuild<'a> {
     pub module_source: Option<&'a str>,
     /// TF-1 instances.
     pub instances: &'a [Instance],
+    /// The operator secrets it reads and clears (§8), pinned; `None`: none.
+    pub operator_secrets: Option<&'a crate::secrets::SecretPins>,
+}
+
+/// The pins of `deployment`'s latest build that has operator secrets
+/// (§8): the versions its latest accepted submit read from or wrote to
+/// OpenBao. `None` when no build of it has any.
+pub async fn latest_secret_pins(
+    conn: &mut Conn,
+    deployment: &str,
+) -> Result<Option<crate::secrets::SecretPins>, StoreError> {
+    let row = Q::new(
+        "SELECT operator_secrets FROM builds WHERE deployment_id = $1 AND operator_secrets IS NOT NULL
+         ORDER BY seq DESC LIMIT 1",
+    )
+    .text(deployment)
+    .fetch_optional(conn)
+    .await?;
+    row.map(|r| json_col(&r.text("operator_secrets")?, "builds.operator_secrets")).transpose()
+}
+
+/// The `(application, field)` pairs that builds of `deployment` submitted
+/// after `seq` set (§8): a deploy submitted earlier must not clear them,
+/// since a value given later wins over its clear.
+pub async fn secrets_set_after(
+    conn: &mut Conn,
+    deployment: &str,
+    seq: i64,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let rows = Q::new(
+        "SELECT operator_secrets FROM builds WHERE deployment_id = $1 AND seq > $2 AND operator_secrets IS NOT NULL",
+    )
+    .text(deployment)
+    .int(seq)
+    .fetch_all(conn)
+    .await?;
+    let mut set = Vec::new();
+    for r in rows {
+        let pins: crate::secrets::SecretPins = json_col(&r.text("operator_secrets")?, "builds.operator_secrets")?;
+        set.extend(pins.set.into_iter().map(|p| (p.application, p.field)));
+    }
+    Ok(set)
 }
 
 /// Inserts a queued build (its job is pushed by [`dispatch_next`]). Call
 /// inside the transaction that caused it, after [`Conn::lock_deployment`].
 pub async fn insert(conn: &mut Conn, b: NewBuild<'_>, now: i64) -> Result<(), StoreError> {
     Q::new(
-        "INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at)
-         VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7)",
+        "INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
+                             operator_secrets)
+         VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8)",
     )
     .text(b.id)
     .text(b.deployment_id)
@@ -253,6 +303,12 @@ pub async fn insert(conn: &mut Conn, b: NewBuild<'_>, now: i64) -> Result<(), St
     .opt_text(b.module_source)
     .text(serde_json::to_string(b.instances).expect("instances serialise"))
     .int(now)
+    .opt_text(
+        b.operator_secrets
+            .filter(|p| !p.is_empty())
+            .map(|p| serde_json::to_string(p).expect("pins serialise"))
+            .as_deref(),
+    )
     .execute(conn)
     .await?;
     Ok(())
