@@ -262,6 +262,7 @@ impl Checker {
     /// order; at most [`MAX_PROBLEMS`] are listed and the rest counted.
     pub fn check(&self, mut configuration: Value, secrets_refused: Option<&str>) -> Result<Checked, Listing> {
         let skipped = migrate::migrate(&mut configuration, &self.outputs.renames);
+        self.drop_null_secrets(&mut configuration);
         let mut found = Listing::default();
         for s in &skipped {
             found.add(|| self.skipped_problem(s));
@@ -334,6 +335,18 @@ impl Checker {
                 }
             }
             found.add(|| Problem::new(at(), "schema", e.masked().to_string()));
+        }
+    }
+
+    /// §8: a secret field given `null` means "keep what the secret store
+    /// has", as an empty value does, so it goes before the schema (which
+    /// types the field as a string) sees it.
+    fn drop_null_secrets(&self, configuration: &mut Value) {
+        for app in self.outputs.meta.applications.values() {
+            let settings = app.path.iter().try_fold(&mut *configuration, |v, seg| v.get_mut(seg.as_str()));
+            if let Some(Value::Object(obj)) = settings {
+                obj.retain(|k, v| !(v.is_null() && app.secrets.contains(k)));
+            }
         }
     }
 
