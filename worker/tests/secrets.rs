@@ -218,3 +218,56 @@ slipway_jobs::on_both_engines!(
 async fn a_cleared_secret_leaves_openbao_with_every_version_once_its_node_runs_without_it_sqlite() {
     a_cleared_secret_leaves_openbao_with_every_version_once_its_node_runs_without_it(Engine::Sqlite).await
 }
+
+/// `slipway-worker run deploy` with `env` on top of a clean environment:
+/// exit code, stdout and stderr.
+fn local_run(state: &std::path::Path, config: &Value, env: &[(&str, String)]) -> (i32, String) {
+    let file = state.join("configuration.json");
+    std::fs::write(&file, config.to_string()).unwrap();
+    let source = format!("path:{}", common::repo().join("nix").display());
+    let mut cmd = std::process::Command::new(binary("slipway-worker"));
+    cmd.args(["run", "deploy", "--source", &source, "--config", file.to_str().unwrap(), "--output", "json"])
+        .env("SLIPWAY_STATE_DIR", state)
+        .env_remove("SLIPWAY_CONFIG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[tokio::test]
+async fn a_local_run_keeps_its_secrets_in_openbao_and_its_deploy_reads_them_back() {
+    use secrecy::ExposeSecret as _;
+    let bao = TestOpenBao::new().await;
+    // One process both submits and deploys: its token has both policies.
+    let both = [format!("slipway-api-{}", bao.root), format!("slipway-worker-{}", bao.root)];
+    let token = bao.mint_token(&[&both[0], &both[1]]).await;
+    let mut env = bao.keys(true);
+    env.retain(|(k, _)| *k != "OPENBAO_TOKEN");
+    env.push(("OPENBAO_TOKEN", token.expose_secret().to_owned()));
+    let state = tempfile::tempdir().unwrap();
+    let config = with_secrets(&[("peertube", "smtpPassword", json!("local-run-password"))]);
+    let (code, out) = local_run(state.path(), &config, &env);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("local-run-password"), "{out}");
+    let entries = bao.entries().await;
+    let entry = entries.iter().find(|e| e.ends_with(&format!("/secret/{PEERTUBE}/smtpPassword"))).cloned();
+    let entry = entry.unwrap_or_else(|| panic!("no entry for the secret: {entries:?}"));
+    assert_eq!(bao.value_at(&entry).await.as_deref(), Some("local-run-password"));
+    let id = entry.split('/').next().unwrap();
+    let nodes = state.path().join("provider").join(id).join("nodes");
+    let file = nodes.join("peertube/secrets").join(PEERTUBE).join("smtpPassword");
+    assert_eq!(read(&file).as_deref(), Some("local-run-password"));
+}
+
+#[tokio::test]
+async fn a_local_run_without_openbao_refuses_a_secret_value_naming_its_field() {
+    let state = tempfile::tempdir().unwrap();
+    let config = with_secrets(&[("peertube", "smtpPassword", json!("nowhere-to-keep-it"))]);
+    let (code, out) = local_run(state.path(), &config, &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("/applications/peertube/smtpPassword") && out.contains("OPENBAO_ADDR"), "{out}");
+    assert!(!out.contains("nowhere-to-keep-it"), "{out}");
+}
