@@ -237,6 +237,9 @@ pub struct Config {
     pub destroy_timeout: Duration,
     /// `DEPLOY_SBOM_TIMEOUT`, passed to the deploy effect.
     pub deploy_sbom_timeout: Duration,
+    /// `READY_TIMEOUT` (§10): how long after a successful deploy its
+    /// instances are probed before those not ready are `not_ready`.
+    pub ready_timeout: Duration,
     /// `QUEUE_SIZE`.
     pub queue_size: u32,
     /// `RETENTION`.
@@ -315,6 +318,7 @@ pub const KEYS: &[&str] = &[
     "DEPLOY_TIMEOUT",
     "DESTROY_TIMEOUT",
     "DEPLOY_SBOM_TIMEOUT",
+    "READY_TIMEOUT",
     "QUEUE_SIZE",
     "RETENTION",
 ];
@@ -420,6 +424,7 @@ impl Config {
             deploy_timeout: duration(keys, "DEPLOY_TIMEOUT", 3600)?,
             destroy_timeout: duration(keys, "DESTROY_TIMEOUT", 1800)?,
             deploy_sbom_timeout: duration(keys, "DEPLOY_SBOM_TIMEOUT", 600)?,
+            ready_timeout: duration(keys, "READY_TIMEOUT", 600)?,
             queue_size: number(keys, "QUEUE_SIZE", 1000)?,
             retention: duration(keys, "RETENTION", 14 * 86400)?,
             heartbeat: duration(keys, "SLIPWAY_HEARTBEAT", 5)?,

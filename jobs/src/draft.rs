@@ -155,6 +155,7 @@ mod tests {
                 title: "A".into(),
             }],
             catalog: vec![],
+            readiness: Default::default(),
         }
     }
 

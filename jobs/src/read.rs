@@ -6,6 +6,7 @@ use crate::source::Instance;
 use crate::state::{BuildKind, DeploymentState};
 use crate::store::builds::{self, BuildRow};
 use crate::store::deployments::{self, DeploymentRow};
+use crate::store::readiness::{self, ReadinessRow};
 use crate::store::{Conn, StoreError};
 
 /// A deployment as a front-end reads it.
@@ -24,6 +25,8 @@ pub struct DeploymentRead {
     pub last_build: Option<BuildRow>,
     /// Instances of the last successful build (TF-1); none after a destroy.
     pub deployed_instances: Vec<Instance>,
+    /// The readiness of those instances (§10), by instance name.
+    pub readiness: Vec<ReadinessRow>,
 }
 
 /// Reads deployment `id`; `None` when it was never submitted.
@@ -35,12 +38,14 @@ pub async fn deployment(conn: &mut Conn, id: &str) -> Result<Option<DeploymentRe
         Some(b) if b.kind == BuildKind::Deploy => b.instances,
         _ => Vec::new(),
     };
+    let readiness = readiness::of_deployment(conn, id).await?;
     Ok(Some(DeploymentRead {
         state: DeploymentState::derive(state_build.as_ref().map(|b| (b.kind, b.status))),
         deployment,
         state_build,
         last_build,
         deployed_instances,
+        readiness,
     }))
 }
 

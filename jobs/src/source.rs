@@ -151,6 +151,46 @@ pub struct Meta {
     /// Catalog components (always on).
     #[serde(default)]
     pub catalog: Vec<CatalogMeta>,
+    /// How the instances' readiness is probed (§10).
+    #[serde(default)]
+    pub readiness: ReadinessMeta,
+}
+
+/// How a worker probes an instance (PRODUCT.md §10; `meta.json`'s
+/// `readiness`): `GET <path>` under the instance's own name, ready only on a
+/// `200` whose `<header>` names that name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadinessMeta {
+    /// The path asked, from `/` (default `/api/version`).
+    #[serde(default = "ReadinessMeta::default_path")]
+    pub path: String,
+    /// The header that must name the instance's host (default `X-Instance-Host`).
+    #[serde(default = "ReadinessMeta::default_header")]
+    pub header: String,
+    /// Where to connect instead of the address the instance's name resolves
+    /// to, for names the workers cannot resolve: `<host>:<port>` keeps the
+    /// instance URL's scheme and TLS name (as `curl --resolve` does);
+    /// `http://<host>:<port>` asks that plain-HTTP front door (a stand-in on
+    /// the machine, such as the local provider's) with the instance's name
+    /// in `Host`. `None`: the instance's own address.
+    #[serde(default)]
+    pub connect: Option<String>,
+}
+
+impl ReadinessMeta {
+    fn default_path() -> String {
+        "/api/version".into()
+    }
+
+    fn default_header() -> String {
+        "X-Instance-Host".into()
+    }
+}
+
+impl Default for ReadinessMeta {
+    fn default() -> Self {
+        Self { path: Self::default_path(), header: Self::default_header(), connect: None }
+    }
 }
 
 /// One application's place in a configuration; inner paths are relative to `path`.

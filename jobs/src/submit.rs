@@ -497,6 +497,7 @@ async fn store(
         module_source,
         instances: &checked.instances,
         operator_secrets,
+        readiness: Some(&checked.readiness),
     };
     if kind == BuildKind::Deploy {
         builds::supersede_queued_deploys(&mut tx, id.as_str(), &build_id, now).await?;
@@ -591,6 +592,7 @@ pub async fn delete(db: &Db, id: &DeploymentId, callback: Option<&Callback>) -> 
                 module_source: deployment.module_source.as_deref(),
                 instances: &[],
                 operator_secrets: None,
+                readiness: None,
             };
             builds::insert(&mut tx, new, now).await?;
             builds::dispatch_next(&mut tx, id.as_str()).await?;

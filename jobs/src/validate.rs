@@ -147,6 +147,8 @@ pub struct Checked {
     /// The secrets of each application present (§8): the values taken out
     /// and what a submit needs to place them ([`crate::secrets`]).
     pub secrets: Vec<AppSecrets>,
+    /// How its instances are probed once deployed (§10), from the source's meta.
+    pub readiness: crate::source::ReadinessMeta,
 }
 
 /// A module source's outputs with its schema compiled once.
@@ -284,6 +286,7 @@ impl Checker {
         }
         let meta = &self.outputs.meta;
         Ok(Checked {
+            readiness: meta.readiness.clone(),
             domain: meta.domain_of(&configuration),
             instances: meta.instances_of(&configuration),
             configuration,

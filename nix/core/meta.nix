@@ -17,4 +17,14 @@ in
     applications;
   sections = map (name: { id = name; path = path name; inherit (applications.${name}) title; }) (attrNames applications);
   catalog = map (c: { inherit (c) name title subdomain webUi alwaysOn; }) catalog;
+  # How a worker tells that an instance serves (PRODUCT.md §10): it asks
+  # `path` under the instance's name and takes only a 200 whose `header`
+  # names that host. The local provider's nodes serve nothing themselves:
+  # a front door on this machine stands in for them (scripts/quickstart runs
+  # one), so the probes connect there, asking for each instance's name.
+  readiness = {
+    path = "/api/version";
+    header = "X-Instance-Host";
+    connect = "http://127.0.0.1:8470";
+  };
 }

@@ -34,6 +34,15 @@ def main():
         print("instances:")
         for i in d["deployed_instances"]:
             print(f"  {i['name']:<10} {i['url']:<40} section {i['section'] or '-'}")
+    elif what == "readiness-states":
+        # one line per deployed instance: its readiness state
+        for i in d["deployed_instances"]:
+            print((i.get("readiness") or {}).get("state", "unknown"))
+    elif what == "readiness":
+        for i in d["deployed_instances"]:
+            r = i.get("readiness") or {}
+            why = f" ({r['reason']})" if r.get("reason") else ""
+            print(f"  {i['name']:<10} {i['url']:<40} {r.get('state', 'unknown')}{why}, checked {r.get('checked_at')}")
     elif what == "secrets-set":
         # each application's secretsSet in a deployment's stored configuration
         for name, app in sorted(d["configuration"].get("applications", {}).items()):

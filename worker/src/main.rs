@@ -4,6 +4,7 @@
 mod local;
 mod migrate_cmd;
 mod nix_cmd;
+mod ready_cmd;
 mod work;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -32,7 +33,7 @@ enum Command {
         /// Concurrent builds (default: BUILD_SLOTS).
         #[arg(long)]
         slots: Option<u32>,
-        /// The queues this worker serves, comma separated, of builds, nix, callbacks and maintenance
+        /// The queues this worker serves, comma separated, of builds, nix, callbacks, readiness and maintenance
         /// (default: SLIPWAY_QUEUES, else all). For example `--queues nix` for an evaluation worker.
         #[arg(long)]
         queues: Option<String>,
@@ -60,6 +61,9 @@ enum RunCommand {
     Schema(nix_cmd::SchemaArgs),
     /// Evaluates the `names` of a configuration with a module source: its nodes and their DNS names.
     Names(nix_cmd::NamesArgs),
+    /// Waits until every instance of a deployment's last successful deploy answers as itself (ready),
+    /// probing as the fleet does, or until the deadline; exit code 0 only when all are ready.
+    WaitReady(ready_cmd::WaitReadyArgs),
 }
 
 /// The arguments of `run deploy` and `run destroy`.
@@ -116,6 +120,7 @@ fn main() -> ExitCode {
         Command::Run { job: RunCommand::Migrate(args) } => migrate_cmd::run(&args),
         Command::Run { job: RunCommand::Schema(args) } => with_settings(|config| nix_cmd::schema(config, args)),
         Command::Run { job: RunCommand::Names(args) } => with_settings(|config| nix_cmd::names(config, args)),
+        Command::Run { job: RunCommand::WaitReady(args) } => with_settings(|config| ready_cmd::run(config, args)),
         Command::Run { job: RunCommand::Deploy(args) } => {
             with_settings(|config| local_run(config, LocalJob::Deploy, args))
         }

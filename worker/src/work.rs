@@ -13,10 +13,11 @@ use anyhow::Context as _;
 use apalis::prelude::*;
 use apalis_cron::{timezone::Utc, CronScheduler, Schedule, Tick};
 use slipway_jobs::config::Config;
-use slipway_jobs::jobs::{build, callback, nix, retry_backoff, sweep, Ctx};
+use slipway_jobs::jobs::{build, callback, nix, readiness, retry_backoff, sweep, Ctx};
 use slipway_jobs::store::queue::{
-    BuildJob, CallbackJob, NixJob, QueueSettings, BUILDS_QUEUE, CALLBACKS_CONCURRENCY, CALLBACKS_QUEUE,
-    CALLBACKS_WORKER_SUFFIX, MAINTENANCE_QUEUE, NIX_QUEUE, NIX_WORKER_SUFFIX,
+    BuildJob, CallbackJob, NixJob, QueueSettings, ReadinessJob, BUILDS_QUEUE, CALLBACKS_CONCURRENCY, CALLBACKS_QUEUE,
+    CALLBACKS_WORKER_SUFFIX, MAINTENANCE_QUEUE, NIX_QUEUE, NIX_WORKER_SUFFIX, READINESS_CONCURRENCY, READINESS_QUEUE,
+    READINESS_WORKER_SUFFIX,
 };
 use slipway_jobs::store::Db;
 use std::sync::Arc;
@@ -97,6 +98,18 @@ async fn handle_callback(job: CallbackJob, ctx: Data<Ctx>, attempt: Attempt) -> 
     match tokio::spawn(async move { callback::run(job, &ctx).await }).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => give_back(e, &attempt, "callback").await,
+        Err(e) => Err(Box::new(e)),
+    }
+}
+
+/// The apalis handler of the `readiness` queue: adapts a [`ReadinessJob`]
+/// to [`readiness::run`] in a task of its own; a round that could not
+/// record its probes waits its backoff and goes back.
+async fn handle_readiness(job: ReadinessJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(), BoxDynError> {
+    let ctx = (*ctx).clone();
+    match tokio::spawn(async move { readiness::run(job, &ctx).await }).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => give_back(e, &attempt, "readiness").await,
         Err(e) => Err(Box::new(e)),
     }
 }
@@ -237,6 +250,17 @@ fn register_all(
             CallbackJob,
             handle_callback,
             CALLBACKS_CONCURRENCY
+        );
+    }
+    if serves(READINESS_QUEUE) {
+        monitor = register_sibling!(
+            monitor,
+            ctx,
+            READINESS_QUEUE,
+            READINESS_WORKER_SUFFIX,
+            ReadinessJob,
+            handle_readiness,
+            READINESS_CONCURRENCY
         );
     }
     if serves(MAINTENANCE_QUEUE) {

@@ -80,8 +80,9 @@ pub struct DeploymentView {
     domain: Option<String>,
     /// Instances of the last submit.
     instances: Vec<Instance>,
-    /// Instances of the last successful build (empty after a destroy).
-    deployed_instances: Vec<Instance>,
+    /// Instances of the last successful build (empty after a destroy),
+    /// each with its readiness (§10).
+    deployed_instances: Vec<DeployedInstance>,
     configuration: Value,
     /// EV-1: the last submit's names eval (`{nodes: [{name, dnsNames,
     /// configuration}], disabledApplications}`); `null` when it stored
@@ -90,6 +91,41 @@ pub struct DeploymentView {
     last_build: Option<BuildSummary>,
     created_at: String,
     updated_at: String,
+}
+
+/// A deployed instance (TF-1) with its readiness (§10).
+#[derive(Debug, Serialize)]
+pub struct DeployedInstance {
+    #[serde(flatten)]
+    instance: Instance,
+    /// `null` until its deploy recorded it (a deploy of an older release).
+    readiness: Option<ReadinessView>,
+}
+
+/// An instance's readiness: `{state, reason?, checked_at, probes,
+/// deadline_at}`; `state` is `pending`, `ready`, `wrong_host`,
+/// `not_found` or `not_ready`; times are RFC 3339 (`checked_at` null
+/// before the first probe).
+#[derive(Debug, Serialize)]
+pub struct ReadinessView {
+    state: slipway_jobs::readiness::State,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    checked_at: Option<String>,
+    probes: i64,
+    deadline_at: String,
+}
+
+impl From<&slipway_jobs::store::readiness::ReadinessRow> for ReadinessView {
+    fn from(r: &slipway_jobs::store::readiness::ReadinessRow) -> Self {
+        Self {
+            state: r.state,
+            reason: r.reason.clone(),
+            checked_at: r.checked_at.map(rfc3339),
+            probes: r.probes,
+            deadline_at: rfc3339(r.deadline_at),
+        }
+    }
 }
 
 impl From<DeploymentRead> for DeploymentView {
@@ -102,7 +138,14 @@ impl From<DeploymentRead> for DeploymentView {
             module_source: row.module_source,
             domain: row.domain,
             instances: row.instances,
-            deployed_instances: read.deployed_instances,
+            deployed_instances: read
+                .deployed_instances
+                .into_iter()
+                .map(|instance| {
+                    let row = read.readiness.iter().find(|r| r.instance == instance.name);
+                    DeployedInstance { readiness: row.map(ReadinessView::from), instance }
+                })
+                .collect(),
             configuration: row.configuration,
             names: row.names,
             last_build: read.last_build.as_ref().map(BuildSummary::from),

@@ -17,7 +17,7 @@ use crate::state::{BuildKind, BuildStatus};
 use crate::store::builds::{self, BuildRow, Finish};
 use crate::store::queue::{self, BuildJob, MISSED_HEARTBEATS};
 use crate::store::sboms::{self, NodeSbom};
-use crate::store::{events, now_ms, workers, StoreError};
+use crate::store::{events, now_ms, readiness, workers, StoreError};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -238,6 +238,21 @@ async fn record_once(ctx: &Ctx, build: &BuildRow, finish: &Finish, change: &Sbom
         SbomChange::None => {}
         SbomChange::Replace(nodes) => sboms::replace(&mut tx, &build.deployment_id, &build.id, nodes, now).await?,
         SbomChange::RemoveAll => sboms::remove_all(&mut tx, &build.deployment_id).await?,
+    }
+    if finish.status == BuildStatus::Succeeded {
+        match build.kind {
+            // §10: its instances are probed until ready or the deadline.
+            BuildKind::Deploy => {
+                let deadline = now + ctx.config.ready_timeout.as_millis() as i64;
+                readiness::begin(&mut tx, &build.deployment_id, &build.id, &build.instances, now, deadline).await?;
+                if !build.instances.is_empty() {
+                    let job =
+                        queue::ReadinessJob { deployment_id: build.deployment_id.clone(), build_id: build.id.clone() };
+                    queue::push_readiness_job(&mut tx, &job, None).await?;
+                }
+            }
+            BuildKind::Destroy => readiness::clear(&mut tx, &build.deployment_id).await?,
+        }
     }
     if build.kind == BuildKind::Destroy {
         let idle = finish.status == BuildStatus::Succeeded;

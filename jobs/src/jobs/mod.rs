@@ -3,7 +3,8 @@
 //! `async fn run(payload, &Ctx)`; the apalis handler in `worker/` only adapts.
 //! [`build::run`] takes a `builds`-queue job, claims the build and hands it to
 //! [`deploy`] or [`destroy`], which run their effect in the attempt's
-//! [`workspace`]; then it records the outcome. [`sweep`] is the periodic
+//! [`workspace`]; then it records the outcome; a deploy's success queues
+//! [`readiness`], which probes its instances. [`sweep`] is the periodic
 //! retention sweep.
 
 pub mod build;
@@ -11,6 +12,7 @@ pub mod callback;
 pub mod deploy;
 pub mod destroy;
 pub mod nix;
+pub mod readiness;
 pub mod report;
 pub mod sweep;
 pub mod workspace;

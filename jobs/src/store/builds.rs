@@ -64,11 +64,14 @@ pub struct BuildRow {
     /// The operator secrets its deploy reads and clears, pinned at its
     /// submit (§8); `None` when it has none.
     pub operator_secrets: Option<crate::secrets::SecretPins>,
+    /// How its instances are probed once it succeeds (§10), from its module
+    /// source's meta; `None` for a destroy.
+    pub readiness: Option<crate::source::ReadinessMeta>,
 }
 
 const COLUMNS: &str = "id, seq, deployment_id, kind, status, reason, error, configuration, module_source, instances, \
                        report, attempts, cancel_requested, worker, version, queued_at, started_at, finished_at, \
-                       callback_url, callback, operator_secrets";
+                       callback_url, callback, operator_secrets, readiness";
 
 fn parse<T: std::str::FromStr<Err = String>>(col: &str, v: String) -> Result<T, StoreError> {
     v.parse().map_err(|e: String| StoreError::Corrupt(format!("builds.{col}: {e}")))
@@ -100,6 +103,7 @@ fn from_row(r: &Row) -> Result<BuildRow, StoreError> {
             .opt_text("operator_secrets")?
             .map(|t| json_col(&t, "builds.operator_secrets"))
             .transpose()?,
+        readiness: r.opt_text("readiness")?.map(|t| json_col(&t, "builds.readiness")).transpose()?,
     })
 }
 
@@ -246,6 +250,8 @@ pub struct NewBuild<'a> {
     pub instances: &'a [Instance],
     /// The operator secrets it reads and clears (§8), pinned; `None`: none.
     pub operator_secrets: Option<&'a crate::secrets::SecretPins>,
+    /// How its instances are probed (§10); `None` for a destroy.
+    pub readiness: Option<&'a crate::source::ReadinessMeta>,
 }
 
 /// The pins of `deployment`'s latest build that has operator secrets
@@ -293,8 +299,8 @@ pub async fn secrets_set_after(
 pub async fn insert(conn: &mut Conn, b: NewBuild<'_>, now: i64) -> Result<(), StoreError> {
     Q::new(
         "INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
-                             operator_secrets)
-         VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8)",
+                             operator_secrets, readiness)
+         VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9)",
     )
     .text(b.id)
     .text(b.deployment_id)
@@ -309,6 +315,7 @@ pub async fn insert(conn: &mut Conn, b: NewBuild<'_>, now: i64) -> Result<(), St
             .map(|p| serde_json::to_string(p).expect("pins serialise"))
             .as_deref(),
     )
+    .opt_text(b.readiness.map(|r| serde_json::to_string(r).expect("readiness settings serialise")).as_deref())
     .execute(conn)
     .await?;
     Ok(())

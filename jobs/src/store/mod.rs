@@ -14,6 +14,7 @@ pub mod deployments;
 pub mod events;
 pub mod nix;
 pub mod queue;
+pub mod readiness;
 pub mod sboms;
 pub mod workers;
 

@@ -117,7 +117,7 @@ pub const NIX_QUEUE: &str = "nix";
 /// The queues a worker serves unless told otherwise: builds, the
 /// `nix` queue, `callbacks` (reconcile pushes) and `maintenance` (the
 /// retention sweep).
-pub const ALL_QUEUES: [&str; 4] = [BUILDS_QUEUE, NIX_QUEUE, CALLBACKS_QUEUE, MAINTENANCE_QUEUE];
+pub const ALL_QUEUES: [&str; 5] = [BUILDS_QUEUE, NIX_QUEUE, CALLBACKS_QUEUE, READINESS_QUEUE, MAINTENANCE_QUEUE];
 
 /// The periodic sweep's queue name (it runs on apalis-cron in each worker
 /// that serves it, not from the database).
@@ -133,7 +133,7 @@ pub const CALLBACKS_WORKER_SUFFIX: &str = "-callbacks";
 
 /// The apalis workers one worker process runs besides its `builds` one,
 /// by name suffix: kept alive and handed back together.
-pub const SIBLING_SUFFIXES: [&str; 2] = [NIX_WORKER_SUFFIX, CALLBACKS_WORKER_SUFFIX];
+pub const SIBLING_SUFFIXES: [&str; 3] = [NIX_WORKER_SUFFIX, CALLBACKS_WORKER_SUFFIX, READINESS_WORKER_SUFFIX];
 
 /// A `schema_build` or `names_eval` job: the key of its `nix_results` row,
 /// which holds its kind and input.
@@ -176,4 +176,39 @@ pub const CALLBACK_JOB_ATTEMPTS: usize = 3;
 /// `conn`'s transaction.
 pub async fn push_callback_job(conn: &mut Conn, build_id: &str) -> Result<(), StoreError> {
     push(conn, CALLBACKS_QUEUE, &CallbackJob { build_id: build_id.to_owned() }, CALLBACK_JOB_ATTEMPTS, None).await
+}
+
+/// The queue of readiness probes (§10).
+pub const READINESS_QUEUE: &str = "readiness";
+
+/// The suffix of the apalis worker that serves the `readiness` queue.
+pub const READINESS_WORKER_SUFFIX: &str = "-readiness";
+
+/// How many readiness jobs one worker runs at once (each probes one
+/// deployment's instances, within 5 s per probe).
+pub const READINESS_CONCURRENCY: usize = 16;
+
+/// A `readiness` job: probe the instances of deploy `build_id` of
+/// `deployment_id` that are not ready yet, then push itself again, later,
+/// while some are not and the deadline has not passed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadinessJob {
+    /// The deployment.
+    pub deployment_id: String,
+    /// The deploy whose instances are probed.
+    pub build_id: String,
+}
+
+/// How many times apalis may hand a readiness job out (a job that could not
+/// record its probes goes back).
+pub const READINESS_JOB_ATTEMPTS: usize = 5;
+
+/// Pushes a [`ReadinessJob`] into the `readiness` queue in `conn`'s
+/// transaction, to run after `delay` (at once for `None`).
+pub async fn push_readiness_job(
+    conn: &mut Conn,
+    job: &ReadinessJob,
+    delay: Option<Duration>,
+) -> Result<(), StoreError> {
+    push(conn, READINESS_QUEUE, job, READINESS_JOB_ATTEMPTS, delay).await
 }

@@ -1,0 +1,80 @@
+//! The `readiness` job (PRODUCT.md §10): after a deploy succeeded, probe
+//! its instances ([`crate::readiness::probe`], all at once, 5 s each), and
+//! record what each answered, as long as the rows still belong to that
+//! deploy. While some are not ready and the deployment's deadline has not
+//! passed, the job pushes itself again after a pause that grows with the
+//! probes made ([`crate::readiness::pause`]: 1 s doubling to 30 s, with
+//! jitter, never less than a `Retry-After`); once the deadline passed, the
+//! instances not ready become `not_ready`, keeping their last reason.
+
+use super::Ctx;
+use crate::readiness::{self, State};
+use crate::source::{Instance, ReadinessMeta};
+use crate::store::builds;
+use crate::store::queue::{self, ReadinessJob};
+use crate::store::readiness::{self as rows, Found, ReadinessRow};
+use crate::store::{now_ms, StoreError};
+use tracing::Instrument;
+
+/// Runs one round of probes of `job`'s deploy.
+pub async fn run(job: ReadinessJob, ctx: &Ctx) -> Result<(), StoreError> {
+    let span = tracing::info_span!("readiness", deployment.id = %job.deployment_id, build.id = %job.build_id);
+    round(job, ctx).instrument(span).await
+}
+
+async fn round(job: ReadinessJob, ctx: &Ctx) -> Result<(), StoreError> {
+    let (waiting, settings) = {
+        let mut conn = ctx.db.acquire().await?;
+        let rows = rows::of_deployment(&mut conn, &job.deployment_id).await?;
+        let waiting: Vec<ReadinessRow> =
+            rows.into_iter().filter(|r| r.build_id == job.build_id && !r.state.is_final()).collect();
+        if waiting.is_empty() {
+            return Ok(()); // all ready, expired, or a newer deploy took over
+        }
+        let build = builds::get(&mut conn, &job.build_id).await?;
+        let settings = build.and_then(|b| b.readiness).unwrap_or_default();
+        (waiting, settings)
+    };
+    let Some(deadline) = waiting.iter().map(|r| r.deadline_at).min() else { return Ok(()) };
+    let probes = probe_all(&waiting, &settings).await;
+    let at = now_ms();
+    let mut tx = ctx.db.begin_write().await?;
+    let mut next_pause = None;
+    for (row, probe) in waiting.iter().zip(&probes) {
+        let found = Found { instance: &row.instance, state: probe.state, reason: probe.reason.as_deref(), at };
+        rows::record(&mut tx, &job.deployment_id, &job.build_id, &found).await?;
+        if probe.state != State::Ready {
+            let pause = readiness::pause(u32::try_from(row.probes + 1).unwrap_or(u32::MAX), &probe.class);
+            next_pause = Some(next_pause.map_or(pause, |p: std::time::Duration| p.min(pause)));
+        }
+    }
+    match next_pause {
+        None => tracing::info!(instances = waiting.len(), "every instance is ready"),
+        Some(_) if at >= deadline => {
+            let expired = rows::expire(&mut tx, &job.deployment_id, &job.build_id, at).await?;
+            tracing::warn!(instances = expired, "the readiness deadline passed: instances not ready are not_ready");
+        }
+        Some(pause) => {
+            // The last round runs at the deadline, not after it.
+            let left = std::time::Duration::from_millis(u64::try_from(deadline - at).unwrap_or(0));
+            queue::push_readiness_job(&mut tx, &job, Some(pause.min(left))).await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Probes every row's instance at once, in the rows' order.
+pub async fn probe_all(waiting: &[ReadinessRow], settings: &ReadinessMeta) -> Vec<readiness::Probe> {
+    let probes = waiting.iter().map(|row| {
+        let instance = instance_of(row);
+        async move { readiness::probe(&instance, settings).await }
+    });
+    futures::future::join_all(probes).await
+}
+
+/// The instance a row is about.
+fn instance_of(row: &ReadinessRow) -> Instance {
+    let domain = url::Url::parse(&row.url).ok().and_then(|u| u.host_str().map(str::to_owned)).unwrap_or_default();
+    Instance { name: row.instance.clone(), domain, url: row.url.clone(), section: None }
+}
