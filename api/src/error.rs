@@ -238,6 +238,10 @@ impl From<SubmitError> for ApiError {
             e @ (SubmitError::NixUnserved | SubmitError::NamesUnavailable(_)) => Self::unavailable(e.to_string()),
             e @ SubmitError::QueueFull { .. } => Self::queue_full(e.to_string()),
             SubmitError::SecretStore(e) => secret_store(e),
+            e @ SubmitError::SecretStoreMissing(_) => {
+                tracing::warn!(error = %e, "a submit was refused: this api has no OPENBAO_ADDR");
+                Self::unavailable(e.to_string())
+            }
             SubmitError::Store(s) => s.into(),
         }
     }
@@ -254,6 +258,14 @@ fn secret_store(e: slipway_jobs::openbao::OpenBaoError) -> ApiError {
         E::Segment { .. } => return ApiError::bad_request("invalid_configuration", e.to_string()),
         E::Sealed { .. } => "OpenBao, which keeps the operator secrets, is sealed".to_owned(),
         E::Unavailable { .. } => "OpenBao, which keeps the operator secrets, cannot be reached".to_owned(),
+        E::Busy { status, .. } => format!("OpenBao, which keeps the operator secrets, cannot serve now ({status})"),
+        E::Refused { status: 401 | 403, .. } => {
+            tracing::warn!(error = %e, "OpenBao refuses the api's token: give the api a valid OPENBAO_TOKEN with the slipway-api policy");
+            return ApiError::unavailable(
+                "OpenBao, which keeps the operator secrets, refuses this api's token (invalid, expired or without the \
+                 slipway-api policy); nothing was stored. An operator must give the api a valid OPENBAO_TOKEN",
+            );
+        }
         E::Refused { status, .. } => {
             format!("OpenBao, which keeps the operator secrets, refused the submit's read or write ({status})")
         }

@@ -503,6 +503,73 @@ async fn deployments_whose_ids_share_a_prefix_never_see_each_others_entries(engi
     assert_eq!(bao.entries().await, entries_of(&[entry("a", FIELD), entry("a-b", FIELD)]));
 }
 
+// What a careful operator expects besides the seed's rules ---------------
+
+async fn a_secret_value_with_a_control_character_is_refused_naming_its_field(engine: Engine) {
+    let bao = TestOpenBao::new().await;
+    let h = harness_for(engine, &bao).await;
+    let value = "colour-\u{1b}[31m-key";
+    let (status, body) = h.put("demo", &json!({ "configuration": with_value(json!(value)) })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_error_shape(&body, "invalid_configuration");
+    let want = format!("/applications/{APP}/{FIELD}");
+    let problem = body["details"]["problems"].as_array().unwrap().iter().find(|p| p["path"] == want.as_str());
+    assert!(problem.is_some_and(|p| p["message"].as_str().unwrap().contains("control character")), "{body}");
+    assert!(!body.to_string().contains("colour-"), "the value is echoed: {body}");
+    assert!(bao.entries().await.is_empty());
+    // Tabs and line breaks are text.
+    accepted(&h, "demo", with_value(json!("line one\n\tline two\r\n")), &["line one"]).await;
+    assert_eq!(bao.value_at(&entry("demo", FIELD)).await.as_deref(), Some("line one\n\tline two\r\n"));
+}
+
+async fn an_api_without_openbao_refuses_a_deployment_whose_secrets_openbao_keeps(engine: Engine) {
+    let bao = TestOpenBao::new().await;
+    let h = harness_for(engine, &bao).await;
+    accepted(&h, "demo", with_value(json!("kept-by-openbao-Jk2")), &[]).await;
+    // A replica configured without OpenBao, on the same database.
+    let url = h.database.url.clone();
+    let other = harness_on(slipway_jobs::test_support::TestDatabase::new(engine).await, Some(url), &[]).await;
+    let (status, body) = other.put("demo", &json!({ "configuration": demo() })).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_error_shape(&body, "service_unavailable");
+    assert!(body["message"].as_str().unwrap().contains("OPENBAO_ADDR"), "{body}");
+    assert_eq!(rows(&h).await, (1, 1, 1), "the replica stored something");
+    // A deployment without secrets in OpenBao is served as usual there.
+    let (status, body) = other.put("fresh", &json!({ "configuration": demo() })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+}
+
+async fn a_secret_that_openbao_lost_is_named_in_a_warning(engine: Engine) {
+    let bao = TestOpenBao::new().await;
+    let h = harness_for(engine, &bao).await;
+    let first = accepted(&h, "demo", with_value(json!("lost-value-Vb5")), &[]).await;
+    assert!(first.get("warnings").is_none(), "{first}");
+    bao.worker().destroy_all_versions("demo", INSTANCE, FIELD).await.unwrap();
+    let answer = accepted(&h, "demo", demo(), &[]).await;
+    let warnings = answer["warnings"].as_array().unwrap_or_else(|| panic!("no warnings: {answer}"));
+    assert_eq!(warnings.len(), 1, "{answer}");
+    assert!(warnings[0].as_str().unwrap().contains(&format!("/applications/{APP}/{FIELD}")), "{answer}");
+    assert_eq!(stored_app(&h, "demo").await["secretsSet"], json!([]));
+}
+
+#[tokio::test]
+async fn readyz_says_when_openbao_cannot_serve_the_api_without_being_unready() {
+    let bao = TestOpenBao::private().await;
+    let h = harness_for(Engine::Sqlite, &bao).await;
+    let (status, body) = h.call(Method::GET, "/readyz", None, None).await;
+    assert_eq!((status, &body["openbao"]), (StatusCode::OK, &json!("ok")), "{body}");
+    assert_eq!(body["warnings"], json!([]), "{body}");
+    bao.seal().await;
+    let (status, body) = h.call(Method::GET, "/readyz", None, None).await;
+    assert_eq!((status, &body["openbao"]), (StatusCode::OK, &json!("unavailable")), "{body}");
+    assert!(body["warnings"][0].as_str().unwrap().contains("sealed"), "{body}");
+    bao.unseal().await;
+    let powerless = bao.mint_token(&["default"]).await;
+    let h = harness_with_token(Engine::Sqlite, &bao, &powerless).await;
+    let (_, body) = h.call(Method::GET, "/readyz", None, None).await;
+    assert!(body["warnings"][0].as_str().unwrap().contains("403"), "{body}");
+}
+
 slipway_jobs::on_both_engines!(
     a_value_goes_to_its_entry_and_the_stored_configuration_keeps_only_its_name,
     an_empty_or_null_value_keeps_the_entry_an_earlier_submit_wrote,
@@ -521,4 +588,7 @@ slipway_jobs::on_both_engines!(
     a_value_an_older_stored_configuration_holds_under_the_old_name_moves_to_the_new_name,
     each_build_pins_the_version_its_submit_wrote_or_kept,
     deployments_whose_ids_share_a_prefix_never_see_each_others_entries,
+    a_secret_value_with_a_control_character_is_refused_naming_its_field,
+    an_api_without_openbao_refuses_a_deployment_whose_secrets_openbao_keeps,
+    a_secret_that_openbao_lost_is_named_in_a_warning,
 );

@@ -520,7 +520,7 @@ mod tests {
 
     #[test]
     fn a_list_of_queues_names_known_queues_and_at_least_one() {
-        assert_eq!(parse_queues(None).unwrap(), ["builds", "nix", "callbacks", "maintenance"]);
+        assert_eq!(parse_queues(None).unwrap(), ["builds", "nix", "callbacks", "readiness", "maintenance"]);
         assert_eq!(parse_queues(Some(" nix, nix ")).unwrap(), ["nix"]);
         for bad in [",", "bogus", "nix,bogus", "NIX"] {
             assert!(parse_queues(Some(bad)).is_err(), "{bad}");

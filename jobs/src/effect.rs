@@ -260,6 +260,12 @@ pub async fn run(
     let spawn_error = |source| SpawnError { program: spec.program.display().to_string(), source };
     let prepare = || -> std::io::Result<()> {
         std::fs::create_dir_all(&spec.scratch)?;
+        // Nix builds as its build users (nixbld*) under TMPDIR: they must
+        // be able to pass through it whatever the worker's umask (0077
+        // under many service managers). They cannot list it; each build's
+        // own folder is Nix's, 0700 and theirs.
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&spec.scratch, std::fs::Permissions::from_mode(0o711))?;
         if let Some(dir) = spec.lock.parent() {
             std::fs::create_dir_all(dir)?;
         }

@@ -89,6 +89,18 @@ pub enum FetchError {
 }
 
 impl FetchError {
+    /// How the failure classifies ([`crate::outbound`]): a commit, ref or
+    /// tree that is not there, or a local failure, is refused; a deadline
+    /// passed is worth a later try; `git`'s own failure is read from its
+    /// output ([`crate::outbound::classify_git`]).
+    pub fn class(&self) -> crate::outbound::Class {
+        match self {
+            Self::Failed { log, .. } => crate::outbound::classify_git(log),
+            Self::Timeout { .. } => crate::outbound::classify_no_answer(),
+            _ => crate::outbound::Class::Refused,
+        }
+    }
+
     /// The output of the tool that failed, if any (never shown to front-ends).
     pub fn log(&self) -> &str {
         match self {
@@ -109,9 +121,29 @@ pub fn cached(state_dir: &Path, revision: &str) -> Option<PathBuf> {
     dir.join("core/default.nix").is_file().then_some(dir)
 }
 
+/// The pause before a fetch that the server answered `500` or `502` is
+/// tried once more (seed 004).
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
 /// Fetches `source` (resolving a `ref` first) unless this host has it, all
-/// within `deadline` from now. See the module doc.
+/// within `deadline` from now. See the module doc. A fetch the server
+/// answered `500` or `502` ([`crate::outbound::Class::RetryOnce`]) is tried
+/// once more after [`RETRY_PAUSE`], within the same deadline; any other
+/// failure is returned at once, classified by [`FetchError::class`].
 pub async fn fetch(state_dir: &Path, source: &ModuleSource, deadline: Duration) -> Result<Fetched, FetchError> {
+    let until = Instant::now() + deadline;
+    match fetch_once(state_dir, source, deadline).await {
+        Err(e) if e.class() == crate::outbound::Class::RetryOnce && Instant::now() + RETRY_PAUSE < until => {
+            tracing::warn!(source = %source, error = %e, "the git server answered 500 or 502; fetching once more");
+            tokio::time::sleep(RETRY_PAUSE).await;
+            fetch_once(state_dir, source, until.saturating_duration_since(Instant::now())).await
+        }
+        other => other,
+    }
+}
+
+/// One try of [`fetch`].
+async fn fetch_once(state_dir: &Path, source: &ModuleSource, deadline: Duration) -> Result<Fetched, FetchError> {
     let until = Instant::now() + deadline;
     let source_ref = source.to_string();
     let (url, pin) = match source {

@@ -91,6 +91,18 @@ pub enum OpenBaoError {
         /// `OPENBAO_ADDR`.
         addr: String,
     },
+    /// OpenBao answered that it cannot serve now (`429`, `503` other than
+    /// sealed, `504`, or a `500`/`502` twice in a row): try again later, not
+    /// before `retry_after` when it said so.
+    #[error("OpenBao at {addr} cannot serve now ({status}){}; try again later", .retry_after.map(|a| format!(", asking to be tried again after {} s", a.as_secs())).unwrap_or_default())]
+    Busy {
+        /// `OPENBAO_ADDR`.
+        addr: String,
+        /// The HTTP status.
+        status: u16,
+        /// Its `Retry-After`.
+        retry_after: Option<Duration>,
+    },
     /// OpenBao answered with another status than the operation expects:
     /// `403` (the token's policy does not allow it, or the token is not
     /// valid), another `4xx`, a `5xx`, or a redirect (never followed).
@@ -261,6 +273,8 @@ struct ErrorAnswer {
 struct Answer {
     status: u16,
     body: Vec<u8>,
+    /// How the answer classifies ([`crate::outbound::classify`]).
+    class: crate::outbound::Class,
 }
 
 impl Answer {
@@ -436,6 +450,20 @@ impl OpenBao {
         }
     }
 
+    /// Whether this client can work now: lists the root's folder (`list`
+    /// on `<mount>/metadata/<root>/`, names only), which both policies
+    /// allow. `Ok` when OpenBao answers and takes the token; otherwise why
+    /// not (sealed, unreachable, the token refused, …). For readiness.
+    pub async fn check(&self) -> Result<(), OpenBaoError> {
+        let path = format!("{}/metadata/{}/", self.config.mount, self.config.root);
+        let answer = self.send(reqwest::Method::GET, &path, "?list=true", None::<&()>).await?;
+        match answer.status {
+            200 => Ok(()),
+            404 if answer.errors().is_empty() => Ok(()),
+            _ => Err(self.refusal(action::LIST, &path, &answer, None)),
+        }
+    }
+
     /// Copies the value of the entry of `from_field` to the entry of
     /// `to_field` (a rename) and gives the version written; `None`,
     /// changing nothing, when `from_field` has no entry. The entry of
@@ -484,10 +512,14 @@ impl OpenBao {
             return Err(unavailable("OPENBAO_TOKEN holds characters that cannot be sent in a header".into()));
         };
         token.set_sensitive(true);
-        let mut request = self.http.request(method, &url).header("X-Vault-Token", token).timeout(self.timeout);
-        if let Some(body) = body {
-            request = request.json(body);
-        }
+        let request = || {
+            let mut request =
+                self.http.request(method.clone(), &url).header("X-Vault-Token", token.clone()).timeout(self.timeout);
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            request
+        };
         let failed = |e: reqwest::Error| {
             if e.is_timeout() {
                 unavailable(format!("no answer within {} ms", self.timeout.as_millis()))
@@ -495,10 +527,20 @@ impl OpenBao {
                 unavailable(crate::request_error_line(e))
             }
         };
-        let response = request.send().await.map_err(failed)?;
+        let mut response = request().send().await.map_err(failed)?;
+        let class = |r: &reqwest::Response| crate::outbound::classify(r.status().as_u16(), r.headers());
+        // A read or a list answered 500 or 502 is asked once more (seed
+        // 004); a write is not (a version may have been written).
+        if method == reqwest::Method::GET && class(&response) == crate::outbound::Class::RetryOnce {
+            response = request().send().await.map_err(failed)?;
+        }
         let status = response.status().as_u16();
+        let class = match class(&response) {
+            crate::outbound::Class::RetryOnce => crate::outbound::Class::RetryLater { after: None },
+            other => other,
+        };
         let body = response.bytes().await.map_err(failed)?.to_vec();
-        Ok(Answer { status, body })
+        Ok(Answer { status, body, class })
     }
 
     /// The error of an answer the operation did not expect.
@@ -512,6 +554,9 @@ impl OpenBao {
         let errors = answer.errors();
         if answer.status == 503 && errors.iter().any(|e| e.to_ascii_lowercase().contains("sealed")) {
             return OpenBaoError::Sealed { addr: self.config.addr.clone() };
+        }
+        if let crate::outbound::Class::RetryLater { after } = answer.class {
+            return OpenBaoError::Busy { addr: self.config.addr.clone(), status: answer.status, retry_after: after };
         }
         let mut said = errors.join("; ");
         if (300..400).contains(&answer.status) {
@@ -636,11 +681,19 @@ mod tests {
     #[test]
     fn a_refusal_never_repeats_the_token_or_the_value() {
         let bao = client();
-        let answer = Answer { status: 400, body: br#"{"errors":["bad s.never-shown and hunter2 here"]}"#.to_vec() };
+        let answer = Answer {
+            status: 400,
+            body: br#"{"errors":["bad s.never-shown and hunter2 here"]}"#.to_vec(),
+            class: crate::outbound::Class::Refused,
+        };
         let err = bao.refusal(action::WRITE, "p", &answer, Some(&SecretString::from("hunter2"))).to_string();
         assert!(!err.contains("never-shown") && !err.contains("hunter2"), "{err}");
         assert!(err.starts_with("OpenBao refused to write p: 400: bad [redacted]"), "{err}");
-        let sealed = Answer { status: 503, body: br#"{"errors":["Vault is sealed"]}"#.to_vec() };
+        let sealed = Answer {
+            status: 503,
+            body: br#"{"errors":["Vault is sealed"]}"#.to_vec(),
+            class: crate::outbound::Class::RetryLater { after: None },
+        };
         assert!(matches!(bao.refusal(action::READ, "p", &sealed, None), OpenBaoError::Sealed { .. }));
     }
 }

@@ -1,7 +1,8 @@
 //! Outbound calls' answers and failures, classified in one place (seed 004
 //! "Errors", "Publishing a hub's paths"): the readiness probes, the OpenBao
-//! client and the reconcile push all read an HTTP answer through
-//! [`classify`], and wait through [`backoff`].
+//! client and the reconcile push read an HTTP answer through [`classify`],
+//! git fetches their tool's output through [`classify_git`], and waits go
+//! through [`backoff`].
 //!
 //! - A refusal that retrying cannot fix ([`Class::Refused`]): a `4xx` other
 //!   than `408` and `429` (the credential, the request or the address is
@@ -56,6 +57,36 @@ pub fn classify(status: u16, headers: &HeaderMap) -> Class {
 /// connection refused, reset or timed out may work next time).
 pub fn classify_no_answer() -> Class {
     Class::RetryLater { after: None }
+}
+
+/// Classifies a failed `git` command from its output: the HTTP status a
+/// smart-HTTP server answered (`The requested URL returned error: 502`) as
+/// [`classify`] does; a connection that failed or broke off (a name that
+/// did not resolve, a refusal, a timeout, a reset, an early end) as worth a
+/// later try; anything else (no such repository, a refused login, an
+/// unknown commit) as refused.
+pub fn classify_git(output: &str) -> Class {
+    if let Some(rest) = output.split("returned error: ").nth(1) {
+        if let Ok(status) = rest.chars().take_while(char::is_ascii_digit).collect::<String>().parse::<u16>() {
+            return classify(status, &HeaderMap::new());
+        }
+    }
+    const TRANSIENT: [&str; 9] = [
+        "Could not resolve host",
+        "Connection refused",
+        "Connection timed out",
+        "Operation timed out",
+        "Failed to connect",
+        "Connection reset",
+        "early EOF",
+        "RPC failed",
+        "unexpected disconnect",
+    ];
+    if TRANSIENT.iter().any(|t| output.contains(t)) {
+        classify_no_answer()
+    } else {
+        Class::Refused
+    }
 }
 
 /// The longest `Retry-After` honoured: a server asking for more is asked
@@ -132,6 +163,21 @@ mod tests {
         assert!(after > Duration::from_secs(100) && after <= Duration::from_secs(120), "{after:?}");
         assert_eq!(retry_after(&headers(&[("retry-after", "soon")])), None);
         assert_eq!(retry_after(&headers(&[("retry-after", "999999")])), Some(MAX_RETRY_AFTER));
+    }
+
+    #[test]
+    fn a_git_failure_is_read_from_its_output() {
+        let said = |s: &str| classify_git(s);
+        assert_eq!(said("fatal: unable to access 'x': The requested URL returned error: 502"), Class::RetryOnce);
+        assert_eq!(
+            said("fatal: unable to access 'x': The requested URL returned error: 429"),
+            Class::RetryLater { after: None }
+        );
+        assert_eq!(said("fatal: unable to access 'x': The requested URL returned error: 403"), Class::Refused);
+        assert_eq!(said("fatal: unable to access 'x': Could not resolve host: git.example"), classify_no_answer());
+        assert_eq!(said("fatal: unable to access 'x': Failed to connect to 127.0.0.1 port 1"), classify_no_answer());
+        assert_eq!(said("fatal: repository 'x' not found"), Class::Refused);
+        assert_eq!(said("fatal: remote error: upload-pack: not our ref 0123"), Class::Refused);
     }
 
     #[test]

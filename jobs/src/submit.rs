@@ -89,6 +89,11 @@ pub enum SubmitError {
         /// `QUEUE_SIZE`.
         limit: u32,
     },
+    /// No OpenBao is configured here, but the deployment's earlier builds
+    /// keep operator secrets in one: a submit here would drop them from its
+    /// nodes (an api replica configured unlike the others).
+    #[error("this api has no OpenBao (OPENBAO_ADDR is not set), but deployment {0}'s operator secrets are kept in OpenBao: a submit here would take them from its nodes; give every api the same OPENBAO_* settings")]
+    SecretStoreMissing(String),
     /// OpenBao refused a read or a write of the submit's operator secrets,
     /// is sealed or cannot be reached (§8): nothing was stored or queued.
     #[error("the operator secrets cannot be stored now: {0}")]
@@ -128,6 +133,10 @@ pub struct Accepted {
     /// EV-1: why the submit stored without the names eval.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub names_skipped: Option<String>,
+    /// What the submit did that its sender may not expect (a secret an
+    /// earlier submit set that OpenBao no longer has, …); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// A submit's module source after MS-1/MS-6/MS-8 checks.
@@ -254,6 +263,12 @@ pub async fn submit(
     let mut checked = checker
         .check(request.configuration, secrets.is_none().then_some(NO_SECRET_STORE))
         .map_err(SubmitError::InvalidConfiguration)?;
+    if secrets.is_none() && !checked.secrets.is_empty() {
+        let pins = builds::latest_secret_pins(&mut db.acquire().await?, request.deployment.as_str()).await?;
+        if pins.is_some_and(|p| !p.set.is_empty()) {
+            return Err(SubmitError::SecretStoreMissing(request.deployment.to_string()));
+        }
+    }
     let names = sources.names(stored_source.as_deref(), &checked.configuration).await?;
     let (names, names_skipped) = match names {
         NamesEval::Evaluated(names) => (Some(names), None),
@@ -261,9 +276,9 @@ pub async fn submit(
     };
     let names_value = names.as_ref().map(|n| serde_json::to_value(n).expect("names serialise"));
     let (id, kind) = (&request.deployment, request.queueing.kind);
-    let pins = match secrets {
+    let (pins, warnings) = match secrets {
         Some(bao) => place_secrets(db, bao, &checker, id, &mut checked).await?,
-        None => SecretPins::default(),
+        None => (SecretPins::default(), Vec::new()),
     };
     // Between the OpenBao writes and the commit: what a crash here leaves
     // is tested (a version no build pins).
@@ -281,7 +296,7 @@ pub async fn submit(
             Some(build_id) => {
                 crate::failpoint::hit("submit_committed");
                 let state = DeploymentState::derive(Some((kind, BuildStatus::Queued)));
-                return Ok(Accepted { deployment_id: id.to_string(), build_id, state, names, names_skipped });
+                return Ok(Accepted { deployment_id: id.to_string(), build_id, state, names, names_skipped, warnings });
             }
             // Near the bound: the exact count needs the exclusive lock.
             None => admission = Admission::Exclusive,
@@ -379,18 +394,21 @@ struct Stored<'a> {
 /// `secretsSet` and `secretsClear`. Gives the versions the build reads: the
 /// version written or copied, else, for an entry kept, the version the
 /// deployment's latest build pinned (while that version still exists), else
-/// the entry's current version. Deletes nothing.
+/// the entry's current version. Deletes nothing. Also gives a warning for
+/// each field the previous build pinned that OpenBao no longer has (and
+/// that is not cleared): its nodes lose it.
 async fn place_secrets(
     db: &Db,
     bao: &OpenBao,
     checker: &crate::validate::Checker,
     id: &DeploymentId,
     checked: &mut crate::validate::Checked,
-) -> Result<SecretPins, SubmitError> {
+) -> Result<(SecretPins, Vec<String>), SubmitError> {
     use crate::validate::{SECRETS_CLEAR, SECRETS_SET};
     let mut pins = SecretPins::default();
+    let mut warnings = Vec::new();
     if checked.secrets.is_empty() {
-        return Ok(pins);
+        return Ok((pins, warnings));
     }
     let (previous, stored) = {
         let mut conn = db.acquire().await?;
@@ -442,6 +460,16 @@ async fn place_secrets(
                 secrets_set.push(field.clone());
             }
         }
+        for lost in previous.set.iter().filter(|p| p.application == app.application) {
+            if !secrets_set.contains(&lost.field) && !plan.secrets_clear.contains(&lost.field) {
+                warnings.push(format!(
+                    "{}/{}: an earlier submit set this secret, but OpenBao no longer has its entry; its nodes lose it \
+                     at this deploy (give the value again to restore it)",
+                    crate::validate::pointer_of(&app.path),
+                    lost.field
+                ));
+            }
+        }
         pins.clear.extend(
             plan.secrets_clear.iter().map(|f| Cleared { application: app.application.clone(), field: f.clone() }),
         );
@@ -457,7 +485,7 @@ async fn place_secrets(
             }
         }
     }
-    Ok(pins)
+    Ok((pins, warnings))
 }
 
 /// One submit transaction (MG-7, Q-1): the deployment row, the build row and
@@ -605,7 +633,14 @@ pub async fn delete(db: &Db, id: &DeploymentId, callback: Option<&Callback>) -> 
         None => false,
     };
     tx.commit().await?;
-    let accepted = Accepted { deployment_id: id.to_string(), build_id, state, names: None, names_skipped: None };
+    let accepted = Accepted {
+        deployment_id: id.to_string(),
+        build_id,
+        state,
+        names: None,
+        names_skipped: None,
+        warnings: Vec::new(),
+    };
     Ok(Some(Deleted { accepted, callback_stored, queued }))
 }
 

@@ -172,6 +172,12 @@ fn pointer(path: &[String]) -> String {
     path.iter().map(|s| segment(s)).collect()
 }
 
+/// The JSON pointer of `path` (`["applications", "mastodon"]` →
+/// `/applications/mastodon`), as problems name places.
+pub fn pointer_of(path: &[String]) -> String {
+    pointer(path)
+}
+
 /// One JSON-pointer segment: `/` and the key, escaped.
 fn segment(key: &str) -> String {
     format!("/{}", key.replace('~', "~0").replace('/', "~1"))
@@ -272,6 +278,22 @@ impl Checker {
         self.schema_problems(&configuration, &mut found);
         undeployable_text(&configuration, &mut String::new(), &mut found);
         let secrets = self.take_secrets(&mut configuration);
+        for app in &secrets {
+            for (field, value) in &app.given {
+                use secrecy::ExposeSecret as _;
+                if value.expose_secret().chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) {
+                    found.add(|| {
+                        Problem::new(
+                            format!("{}{}", pointer(&app.path), segment(field)),
+                            "secret",
+                            "a secret value may hold no control character other than tab and line breaks \
+                             (it is delivered to nodes as text, and would not arrive unchanged)"
+                                .to_owned(),
+                        )
+                    });
+                }
+            }
+        }
         if let Some(refused) = secrets_refused {
             for app in &secrets {
                 for (field, _) in &app.given {

@@ -136,7 +136,8 @@ async fn later_builds_of_a_deployment_wait_and_are_dispatched_in_submit_order(en
     assert_eq!(w.jobs().await, 2);
     assert_eq!(w.dispatched().await, [first.clone(), other.clone()]);
     w.run(&first).await;
-    assert_eq!(w.jobs().await, 3);
+    // The destroy's job, and the readiness round of the deploy that succeeded.
+    assert_eq!(w.jobs().await, 4);
     let mut conn = w.ctx.db.acquire().await.unwrap();
     let b = builds::get(&mut conn, &second).await.unwrap().unwrap();
     assert_eq!(b.status, BuildStatus::Queued);

@@ -202,3 +202,36 @@ fn run_names_prints_the_nodes_and_dns_names_of_a_configuration() {
         .collect();
     assert_eq!(names["disabledApplications"], serde_json::json!(disabled));
 }
+
+/// Nix builds as its build users under the run's scratch folder: a worker
+/// started with a strict umask (0077, as many service managers set) still
+/// evaluates a configuration nothing in the store has seen.
+#[test]
+fn a_names_eval_works_under_a_strict_umask() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = demo();
+    // A subdomain no earlier run evaluated, so Nix builds rather than reuses.
+    let fresh = format!("umask-{}.example.org", tempfile_suffix(dir.path()));
+    config["domain"] = Value::from(fresh.clone());
+    let file = dir.path().join("config.json");
+    std::fs::write(&file, config.to_string()).unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("umask 077; exec \"$0\" run names --source \"$1\" --config \"$2\" --output json")
+        .arg(env!("CARGO_BIN_EXE_slipway-worker"))
+        .arg(nix_source())
+        .arg(&file)
+        .env("SLIPWAY_STATE_DIR", dir.path())
+        .env_remove("SLIPWAY_CONFIG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains(&fresh), "{stdout}");
+}
+
+/// The last path component of a temporary folder, lower-cased to a DNS label.
+fn tempfile_suffix(dir: &std::path::Path) -> String {
+    let name = dir.file_name().unwrap().to_string_lossy().to_lowercase();
+    name.chars().filter(|c| c.is_ascii_alphanumeric()).collect()
+}

@@ -37,8 +37,25 @@ pub async fn readyz(State(app): State<AppState>) -> Result<Json<Value>, ApiError
     match tokio::time::timeout(READY_TIMEOUT, probe).await {
         Ok(Ok(queues)) => {
             app.database_health.answered();
-            let warnings = unserved_warnings(&app, &queues);
-            Ok(Json(json!({ "status": "ready", "database": engine, "queues": queues, "warnings": warnings })))
+            let mut warnings = unserved_warnings(&app, &queues);
+            // OpenBao's trouble does not make the api unready (it serves
+            // everything else), but a submit that needs it would get 503.
+            let openbao = match &app.secrets {
+                None => Value::Null,
+                Some(bao) => match bao.clone().with_timeout(READY_TIMEOUT).check().await {
+                    Ok(()) => json!("ok"),
+                    Err(e) => {
+                        warnings.push(format!(
+                            "OpenBao, which keeps operator secrets, cannot serve this api ({e}): submits of \
+                             deployments with secret fields answer 503 until it can"
+                        ));
+                        json!("unavailable")
+                    }
+                },
+            };
+            Ok(Json(
+                json!({ "status": "ready", "database": engine, "queues": queues, "openbao": openbao, "warnings": warnings }),
+            ))
         }
         Ok(Err(e)) => Err(ApiError::database_away(
             format!("not ready: the {engine} database does not answer ({})", e.why_unavailable()),
@@ -57,9 +74,10 @@ pub async fn queue_states(
     app: &AppState,
     conn: &mut slipway_jobs::store::Conn,
 ) -> Result<Vec<slipway_jobs::store::workers::QueueState>, slipway_jobs::store::StoreError> {
-    use slipway_jobs::store::queue::{BUILDS_QUEUE, CALLBACKS_QUEUE, MISSED_HEARTBEATS, NIX_QUEUE};
+    use slipway_jobs::store::queue::{BUILDS_QUEUE, CALLBACKS_QUEUE, MISSED_HEARTBEATS, NIX_QUEUE, READINESS_QUEUE};
     let window = (app.config.heartbeat * MISSED_HEARTBEATS).as_secs() as i64 + 1;
-    slipway_jobs::store::workers::queue_states(conn, &[BUILDS_QUEUE, NIX_QUEUE, CALLBACKS_QUEUE], window).await
+    let queues = [BUILDS_QUEUE, NIX_QUEUE, CALLBACKS_QUEUE, READINESS_QUEUE];
+    slipway_jobs::store::workers::queue_states(conn, &queues, window).await
 }
 
 /// One sentence per queue whose jobs wait with no live worker serving it

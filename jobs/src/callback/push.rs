@@ -259,7 +259,16 @@ pub async fn push(request: PushRequest<'_>) -> PushOutcome {
             } else if status.is_redirection() {
                 format!("Not delivered: the callback answered {status}{from}; redirects are not followed.")
             } else {
-                format!("Not delivered: the callback answered {status}{from}; a push is not retried.")
+                // DL-2: never retried, whatever the class; the message says
+                // what the front-end asked for.
+                let asked = match crate::outbound::classify(status.as_u16(), response.headers()) {
+                    crate::outbound::Class::RetryLater { after: Some(after) } => {
+                        format!(" (it asked to be tried again after {} s)", after.as_secs())
+                    }
+                    class if class.is_retryable() => " (a failure on its side)".to_owned(),
+                    _ => " (a refusal)".to_owned(),
+                };
+                format!("Not delivered: the callback answered {status}{from}{asked}; a push is not retried.")
             };
             PushOutcome { delivered: status.is_success(), status: Some(status.as_u16()), error: None, message, address }
         }
