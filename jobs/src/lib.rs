@@ -16,6 +16,7 @@ pub mod openbao;
 pub mod outbound;
 pub mod read;
 pub mod readiness;
+pub mod sbom;
 pub mod secrets;
 pub mod source;
 pub mod sources;

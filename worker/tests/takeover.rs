@@ -107,12 +107,12 @@ async fn a_paused_worker_that_resumes_harms_nothing_of_the_new_attempt(engine: E
     let (_, _, sbom) = api.get("/sbom/demo?node=web").await;
     if step == Step::Finish {
         assert_eq!(done["attempts"], 1, "{done}");
-        assert_eq!(sbom["serialNumber"], "urn:slipway-test:attempt-1", "{sbom}");
+        assert_eq!(sbom["serialNumber"], "urn:uuid:00000000-0000-4000-8000-000000000001", "{sbom}");
     } else {
         assert_eq!(done["attempts"], 2, "{done}");
         assert_ne!(done["worker"].as_str(), Some(a_name.as_str()), "{done}");
         assert!(runs(&db).contains("end 2"), "the new attempt's effect did not run to its end:\n{}", runs(&db));
-        assert_eq!(sbom["serialNumber"], "urn:slipway-test:attempt-2", "{sbom}");
+        assert_eq!(sbom["serialNumber"], "urn:uuid:00000000-0000-4000-8000-000000000002", "{sbom}");
     }
     let overlaps = std::fs::read_to_string(db.path("state").join("provider/overlaps")).unwrap_or_default();
     assert_eq!(overlaps, "", "two attempts' effects ran at once");

@@ -143,16 +143,16 @@ fn read_sbom_dir(dir: &Path, warnings: &mut Vec<String>) -> (Vec<NodeReport>, Ve
     (reports, sboms)
 }
 
+/// A node's SBOM as the effect left it: a document that passes
+/// [`crate::sbom::check`] (its version's CycloneDX schema and the ref rules,
+/// docs/SBOM.md), or why there is none.
 fn read_node_sbom(dir: &Path, node: &str) -> NodeSbom {
     if let Ok(text) = std::fs::read_to_string(dir.join(format!("{node}.cdx.json"))) {
         return match serde_json::from_str::<serde_json::Value>(&text) {
-            Ok(doc)
-                if doc.get("bomFormat").and_then(|v| v.as_str()) == Some("CycloneDX")
-                    && doc.get("components").is_none_or(|c| c.is_array()) =>
-            {
-                NodeSbom::Ready(doc)
-            }
-            Ok(_) => NodeSbom::Unavailable("the SBOM is not a CycloneDX document".into()),
+            Ok(doc) => match crate::sbom::check(&doc) {
+                Ok(()) => NodeSbom::Ready(doc),
+                Err(problem) => NodeSbom::Unavailable(problem.to_string()),
+            },
             Err(e) => NodeSbom::Unavailable(format!("the SBOM is not valid JSON: {e}")),
         };
     }

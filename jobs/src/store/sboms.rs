@@ -1,10 +1,11 @@
 //! SBOM storage (seed 000 "SBOM of the deployed nodes", FR-017 of 001).
 //!
-//! Each CycloneDX component is kept once, keyed by the SHA-256 of its JSON
-//! text; the rest of each document is kept with its node, and the document is
-//! put together again on read with its components in their order. Nodes and
-//! deployments that run the same packages share components; a component that
-//! no SBOM uses any more is deleted.
+//! Each CycloneDX component is kept once, keyed by the SHA-256 of its
+//! canonical JSON text ([`canonical_text`]); the rest of each document is
+//! kept with its node, and the document is put together again on read with
+//! its components in their order. Nodes and deployments that run the same
+//! packages share components; a component that no SBOM uses any more is
+//! deleted. docs/SBOM.md states the canonical form and why.
 
 use super::{json_col, Conn, StoreError, Q};
 use serde::Serialize;
@@ -83,7 +84,7 @@ pub async fn replace(
         .execute(conn)
         .await?;
         for (position, component) in components.iter().enumerate() {
-            let text = component.to_string();
+            let text = canonical_text(component);
             let hash = hex::encode(Sha256::digest(text.as_bytes()));
             Q::new("INSERT INTO sbom_components (hash, component) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING")
                 .text(&hash)
@@ -100,6 +101,52 @@ pub async fn replace(
         }
     }
     collect_garbage(conn).await
+}
+
+/// A component's canonical JSON text, the text stored and hashed: compact (no
+/// whitespace), every object's keys in ascending byte order at every depth,
+/// strings and numbers as `serde_json` writes them (the shortest escapes,
+/// non-ASCII as UTF-8; an integer without a fraction, a float with one).
+/// Nothing is left out: `bom-ref` is part of the text (docs/SBOM.md).
+///
+/// Keys are sorted here, not by `serde_json`'s map, so the text does not
+/// change if a dependency turns on its `preserve_order` feature; with the
+/// default map it is byte for byte `Value::to_string`, the text stored
+/// before this function existed.
+pub fn canonical_text(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(object) => {
+            let mut entries: Vec<(&String, &Value)> = object.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push('{');
+            for (i, (key, child)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(child, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, child) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(child, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
 }
 
 /// Removes every SBOM of a deployment (a destroy succeeded).

@@ -257,7 +257,9 @@ impl Api {
 }
 
 /// A module source whose deploy takes `seconds` and reports one node, `web`,
-/// with a tiny SBOM whose `serialNumber` names the attempt that wrote it.
+/// with a tiny SBOM whose `serialNumber` names the attempt that wrote it
+/// (attempt 1: `urn:uuid:00000000-0000-4000-8000-000000000001`, a serial
+/// number CycloneDX's schema accepts).
 /// Each effect records its pid (as this host numbers it: the effect is the
 /// first process of its own PID namespace) in `$STATE_DIR/pids`, and
 /// `start <attempt> <pid>` / `end <attempt>` in `$STATE_DIR/runs`; a deploy
@@ -279,7 +281,8 @@ flock -n 9 || echo "$BUILD_ID" >> "$STATE_DIR/../overlaps"
 echo "deploying (attempt $attempt of $BUILD_ID)"
 sleep {seconds}
 echo '{{"nodes": [{{"name": "web", "dnsNames": [], "outcome": "deployed", "system": null, "error": null}}]}}' > "$SBOM_OUT_DIR/nodes.json"
-echo '{{"bomFormat": "CycloneDX", "specVersion": "1.5", "serialNumber": "urn:slipway-test:attempt-'"$attempt"'", "components": []}}' > "$SBOM_OUT_DIR/web.cdx.json"
+serial=$(printf 'urn:uuid:00000000-0000-4000-8000-%012x' "$attempt")
+echo '{{"bomFormat": "CycloneDX", "specVersion": "1.5", "serialNumber": "'"$serial"'", "components": []}}' > "$SBOM_OUT_DIR/web.cdx.json"
 echo "end $attempt" >> "$STATE_DIR/runs"
 "#
     );
