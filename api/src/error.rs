@@ -238,6 +238,7 @@ impl From<SubmitError> for ApiError {
             e @ (SubmitError::NixUnserved | SubmitError::NamesUnavailable(_)) => Self::unavailable(e.to_string()),
             e @ SubmitError::QueueFull { .. } => Self::queue_full(e.to_string()),
             SubmitError::SecretStore(e) => secret_store(e),
+            e @ SubmitError::DryRunUnknown(_) => Self::not_found(e.to_string()),
             e @ SubmitError::SecretStoreMissing(_) => {
                 tracing::warn!(error = %e, "a submit was refused: this api has no OPENBAO_ADDR");
                 Self::unavailable(e.to_string())

@@ -89,6 +89,10 @@ pub enum SubmitError {
         /// `QUEUE_SIZE`.
         limit: u32,
     },
+    /// A dry run compares with what is deployed: this deployment was never
+    /// submitted (a preview checks a new one).
+    #[error("deployment {0} was never submitted, so a dry run has nothing to compare with; preview it instead (POST /deployments/{0}/preview)")]
+    DryRunUnknown(String),
     /// No OpenBao is configured here, but the deployment's earlier builds
     /// keep operator secrets in one: a submit here would drop them from its
     /// nodes (an api replica configured unlike the others).
@@ -137,6 +141,10 @@ pub struct Accepted {
     /// earlier submit set that OpenBao no longer has, …); absent when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// A dry run (§11): its build changes nothing; `state` is the
+    /// deployment's, unchanged. Absent for a real submit.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// A submit's module source after MS-1/MS-6/MS-8 checks.
@@ -241,6 +249,8 @@ pub struct SubmitRequest {
     pub module_source: Option<String>,
     /// The build to queue and the Q-3 bound.
     pub queueing: Queueing,
+    /// A dry run (§11): evaluate and build, change nothing (a deploy only).
+    pub dry_run: bool,
 }
 
 /// What a submit and a preview refuse a secret value with when no OpenBao
@@ -276,7 +286,19 @@ pub async fn submit(
     };
     let names_value = names.as_ref().map(|n| serde_json::to_value(n).expect("names serialise"));
     let (id, kind) = (&request.deployment, request.queueing.kind);
+    let dry_run = request.dry_run && kind == BuildKind::Deploy;
     let (pins, warnings) = match secrets {
+        _ if dry_run => {
+            // Nothing is written anywhere; the secrets a real run would set
+            // are the earlier build's and the ones given now.
+            let mut conn = db.acquire().await?;
+            if deployments::get(&mut conn, id.as_str()).await?.is_none() {
+                return Err(SubmitError::DryRunUnknown(id.to_string()));
+            }
+            let previous = builds::latest_secret_pins(&mut conn, id.as_str()).await?.unwrap_or_default();
+            plan_secrets_without_store(&previous, &mut checked);
+            (SecretPins::default(), Vec::new())
+        }
         Some(bao) => place_secrets(db, bao, &checker, id, &mut checked).await?,
         None => (SecretPins::default(), Vec::new()),
     };
@@ -290,13 +312,29 @@ pub async fn submit(
             module_source: stored_source.as_deref(),
             names: names_value.as_ref(),
             operator_secrets: Some(&pins),
+            dry_run,
         };
         let stored = store(db, id, stored, kind, request.queueing.limit, admission).await?;
         match stored {
             Some(build_id) => {
                 crate::failpoint::hit("submit_committed");
                 let state = DeploymentState::derive(Some((kind, BuildStatus::Queued)));
-                return Ok(Accepted { deployment_id: id.to_string(), build_id, state, names, names_skipped, warnings });
+                let state = if dry_run {
+                    let mut conn = db.acquire().await?;
+                    let deciding = builds::deciding(&mut conn, id.as_str()).await?;
+                    DeploymentState::derive(deciding.map(|b| (b.kind, b.status)))
+                } else {
+                    state
+                };
+                return Ok(Accepted {
+                    deployment_id: id.to_string(),
+                    build_id,
+                    state,
+                    names,
+                    names_skipped,
+                    warnings,
+                    dry_run,
+                });
             }
             // Near the bound: the exact count needs the exclusive lock.
             None => admission = Admission::Exclusive,
@@ -384,6 +422,27 @@ struct Stored<'a> {
     module_source: Option<&'a str>,
     names: Option<&'a Value>,
     operator_secrets: Option<&'a SecretPins>,
+    dry_run: bool,
+}
+
+/// A dry run's `secretsSet` and `secretsClear` (§11): what a real submit
+/// would store, from the fields the deployment's latest build set and the
+/// values given now ([`crate::secrets::plan`]), without asking OpenBao.
+fn plan_secrets_without_store(previous: &SecretPins, checked: &mut crate::validate::Checked) {
+    use crate::validate::{SECRETS_CLEAR, SECRETS_SET};
+    for app in &checked.secrets {
+        let existing: Vec<String> =
+            previous.set.iter().filter(|p| p.application == app.application).map(|p| p.field.clone()).collect();
+        let plan = crate::secrets::plan(app, &existing);
+        let settings = app.path.iter().try_fold(&mut checked.configuration, |v, seg| v.get_mut(seg.as_str()));
+        if let Some(settings) = settings.and_then(Value::as_object_mut) {
+            for (key, list) in [(SECRETS_SET, plan.secrets_set), (SECRETS_CLEAR, plan.secrets_clear)] {
+                if !list.is_empty() || settings.contains_key(key) {
+                    settings.insert(key.into(), Value::from(list));
+                }
+            }
+        }
+    }
 }
 
 /// §8, after every check passed and the names eval ran: for each
@@ -499,7 +558,7 @@ async fn store(
     limit: Option<u32>,
     admission: Admission,
 ) -> Result<Option<String>, SubmitError> {
-    let Stored { checked, module_source, names, operator_secrets } = stored;
+    let Stored { checked, module_source, names, operator_secrets, dry_run } = stored;
     let mut tx = db.begin_write().await?;
     tx.lock_deployment(id.as_str()).await?;
     let snapshot = deployments::Snapshot {
@@ -511,8 +570,10 @@ async fn store(
         names,
     };
     // The first submits of a new deployment have no row to lock yet: they
-    // wait for each other here, on its key.
-    deployments::upsert(&mut tx, snapshot, now_ms()).await?;
+    // wait for each other here, on its key. A dry run changes nothing of it.
+    if !dry_run {
+        deployments::upsert(&mut tx, snapshot, now_ms()).await?;
+    }
     // The time is read holding the deployment's lock, so a deployment's
     // builds are in the same order by submit (`seq`), id and `queued_at`.
     let now = now_ms();
@@ -526,8 +587,9 @@ async fn store(
         instances: &checked.instances,
         operator_secrets,
         readiness: Some(&checked.readiness),
+        dry_run,
     };
-    if kind == BuildKind::Deploy {
+    if kind == BuildKind::Deploy && !dry_run {
         builds::supersede_queued_deploys(&mut tx, id.as_str(), &build_id, now).await?;
     }
     builds::insert(&mut tx, new, now).await?;
@@ -621,6 +683,7 @@ pub async fn delete(db: &Db, id: &DeploymentId, callback: Option<&Callback>) -> 
                 instances: &[],
                 operator_secrets: None,
                 readiness: None,
+                dry_run: false,
             };
             builds::insert(&mut tx, new, now).await?;
             builds::dispatch_next(&mut tx, id.as_str()).await?;
@@ -640,6 +703,7 @@ pub async fn delete(db: &Db, id: &DeploymentId, callback: Option<&Callback>) -> 
         names: None,
         names_skipped: None,
         warnings: Vec::new(),
+        dry_run: false,
     };
     Ok(Some(Deleted { accepted, callback_stored, queued }))
 }

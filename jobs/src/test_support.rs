@@ -396,6 +396,7 @@ impl World {
             configuration,
             module_source: source.map(str::to_owned),
             queueing: crate::submit::Queueing { kind, limit: None },
+            dry_run: false,
         };
         crate::submit::submit(&self.ctx.db, &AnySource(checker()), None, request)
             .await
@@ -517,6 +518,7 @@ pub async fn submit_demo(
         configuration: demo(),
         module_source: None,
         queueing: crate::submit::Queueing { kind: crate::state::BuildKind::Deploy, limit: Some(queue_size) },
+        dry_run: false,
     };
     crate::submit::submit(db, sources, None, request).await
 }

@@ -61,6 +61,7 @@ pub async fn run(
     file: &Path,
     deployment: &str,
     output: Output,
+    dry_run: bool,
 ) -> ExitCode {
     let id = match DeploymentId::parse(deployment) {
         Ok(id) => id,
@@ -109,7 +110,27 @@ pub async fn run(
         module_source: Some(source.reference.clone()),
         // A local run has no shared queue to protect.
         queueing: Queueing { kind, limit: None },
+        dry_run,
     };
+    if dry_run {
+        // A dry run compares with what the provider state holds; its
+        // throw-away database only needs to know the deployment.
+        let known = async {
+            let mut conn = db.acquire().await?;
+            let snapshot = slipway_jobs::store::deployments::Snapshot {
+                id: id.as_str(),
+                configuration: &serde_json::Value::Null,
+                module_source: None,
+                domain: None,
+                instances: &[],
+                names: None,
+            };
+            slipway_jobs::store::deployments::upsert(&mut conn, snapshot, slipway_jobs::store::now_ms()).await
+        };
+        if let Err(e) = known.await {
+            return refuse(output, e);
+        }
+    }
     // A local run writes the secrets it is given and its deploy reads them:
     // its OPENBAO_TOKEN needs both the api's and the workers' policies.
     let secrets = match config.openbao.as_ref().map(slipway_jobs::openbao::OpenBao::new).transpose() {
@@ -151,8 +172,10 @@ pub async fn run(
         Output::Text => {
             print!("{}", report.to_text());
             let state = async { slipway_jobs::read::deployment(&mut ctx.db.acquire().await?, id.as_str()).await };
-            if let Ok(Some(read)) = state.await {
-                println!("  deployment {id} is {}", read.state.as_str());
+            match state.await {
+                _ if dry_run => {}
+                Ok(Some(read)) => println!("  deployment {id} is {}", read.state.as_str()),
+                _ => {}
             }
         }
         Output::Json => println!("{}", serde_json::to_string_pretty(&report).expect("report serialises")),

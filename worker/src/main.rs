@@ -81,6 +81,10 @@ struct LocalArgs {
     /// Report format.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
+    /// Deploy only: evaluate and build every node, activate nothing, store no SBOM, and report per node
+    /// what a real run would change (the effect gets DRY_RUN=1).
+    #[arg(long)]
+    dry_run: bool,
 }
 
 /// A job `run deploy|destroy` runs.
@@ -169,5 +173,9 @@ where
 
 /// `run deploy|destroy`: one build in-process ([`local::run`]).
 async fn local_run(config: Config, job: LocalJob, args: LocalArgs) -> ExitCode {
-    local::run(config, job, &args.source, &args.config, &args.deployment, args.output).await
+    if args.dry_run && matches!(job, LocalJob::Destroy) {
+        eprintln!("slipway-worker run destroy: --dry-run is for deploys only");
+        return ExitCode::from(2);
+    }
+    local::run(config, job, &args.source, &args.config, &args.deployment, args.output, args.dry_run).await
 }

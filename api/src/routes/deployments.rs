@@ -215,15 +215,29 @@ pub struct SubmitBody {
     module_source: Option<String>,
 }
 
-/// `PUT /deployments/{id}`: migrate, validate, names eval, store, queue a
-/// deploy (MG-7). `202 {deployment_id, build_id, state, names?,
-/// names_skipped?}`: `names` is the eval's `{nodes: [{name, dnsNames,
-/// configuration}], disabledApplications}`; `names_skipped` says why the
-/// submit stored without it (every nix slot busy, EV-1).
+/// The query of `PUT /deployments/{id}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitQuery {
+    /// §11: evaluate and build, change nothing (`?dry_run=true`).
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// `PUT /deployments/{id}[?dry_run=true]`: migrate, validate, names eval,
+/// store, queue a deploy (MG-7). `202 {deployment_id, build_id, state,
+/// names?, names_skipped?, warnings?, dry_run?}`: `names` is the eval's
+/// `{nodes: [{name, dnsNames, configuration}], disabledApplications}`;
+/// `names_skipped` says why the submit stored without it (every nix slot
+/// busy, EV-1). A dry run (§11) stores nothing of the deployment, writes no
+/// secret, and queues a build that evaluates and builds but activates
+/// nothing; its report (`GET /builds/{id}`) says per node what a real run
+/// would change. A dry run of a deployment never submitted is `404`.
 pub async fn submit(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
+    Query(query): Query<SubmitQuery>,
     Json(body): Json<SubmitBody>,
 ) -> Result<(StatusCode, Json<submit::Accepted>), ApiError> {
     auth.require(id.as_str())?;
@@ -232,9 +246,11 @@ pub async fn submit(
         configuration: body.configuration,
         module_source: body.module_source,
         queueing: Queueing { kind: BuildKind::Deploy, limit: Some(app.config.queue_size) },
+        dry_run: query.dry_run,
     };
     let accepted = submit::submit(&app.db, &app.sources, app.secrets.as_ref(), request).await?;
-    tracing::info!(deployment.id = %id, build.id = %accepted.build_id, "deploy queued");
+    let what = if accepted.dry_run { "dry run queued" } else { "deploy queued" };
+    tracing::info!(deployment.id = %id, build.id = %accepted.build_id, "{what}");
     Ok((StatusCode::ACCEPTED, Json(accepted)))
 }
 
@@ -255,6 +271,7 @@ pub async fn preview(
         configuration: body.configuration,
         module_source: body.module_source,
         queueing: Queueing { kind: BuildKind::Deploy, limit: None },
+        dry_run: false,
     };
     Ok(Json(submit::preview(&app.sources, app.secrets.is_some(), request).await?))
 }

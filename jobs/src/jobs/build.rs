@@ -242,6 +242,8 @@ async fn record_once(ctx: &Ctx, build: &BuildRow, finish: &Finish, change: &Sbom
     if finish.status == BuildStatus::Succeeded {
         match build.kind {
             // §10: its instances are probed until ready or the deadline.
+            // A dry run changes nothing (§11).
+            BuildKind::Deploy if build.dry_run => {}
             BuildKind::Deploy => {
                 let deadline = now + ctx.config.ready_timeout.as_millis() as i64;
                 readiness::begin(&mut tx, &build.deployment_id, &build.id, &build.instances, now, deadline).await?;
@@ -281,6 +283,7 @@ pub(crate) fn blank_report(build: &BuildRow) -> Report {
         nodes: Vec::new(),
         warnings: Vec::new(),
         summary: Default::default(),
+        dry_run: build.dry_run,
     }
 }
 

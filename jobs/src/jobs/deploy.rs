@@ -40,6 +40,9 @@ pub(crate) struct NodeEntry {
     pub(crate) outcome: Option<String>,
     #[serde(default)]
     pub(crate) error: Option<String>,
+    /// A dry run's plan for the node (§11).
+    #[serde(default)]
+    pub(crate) change: Option<super::report::NodeChange>,
 }
 
 /// Runs a claimed deploy build.
@@ -56,7 +59,13 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
     };
     let sbom_dir = work.join("sbom");
     let mut report = report;
-    let (nodes, sboms) = read_sbom_dir(&sbom_dir, &mut report.warnings);
+    report.dry_run = build.dry_run;
+    let (nodes, sboms) = if build.dry_run {
+        (planned_nodes(&sbom_dir, &mut report.warnings), Vec::new())
+    } else {
+        read_sbom_dir(&sbom_dir, &mut report.warnings)
+    };
+    let reported = nodes.len();
     report.nodes = nodes;
     let failed: Vec<String> = report
         .nodes
@@ -78,7 +87,7 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
                 no_change(fail(
                     report,
                     Reason::NodesFailed,
-                    format!("{} of {} nodes failed: {}", failed.len(), sboms.len(), failed.join("; ")),
+                    format!("{} of {} nodes failed: {}", failed.len(), reported, failed.join("; ")),
                 ))
             } else if code != 0 {
                 no_change(fail(
@@ -86,12 +95,16 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
                     Reason::EffectFailed,
                     format!("the deploy effect exited with code {code}; see the build log"),
                 ))
-            } else if sboms.is_empty() {
+            } else if reported == 0 {
                 no_change(fail(
                     report,
                     Reason::EffectFailed,
                     "the deploy effect exited 0 but reported no nodes in nodes.json",
                 ))
+            } else if build.dry_run {
+                // A dry run stores no SBOM and changes nothing.
+                report.status = BuildStatus::Succeeded;
+                no_change(report)
             } else {
                 report.status = BuildStatus::Succeeded;
                 Outcome { report, sboms: SbomChange::Replace(sboms) }
@@ -111,6 +124,30 @@ pub(crate) fn read_nodes(dir: &Path, warnings: &mut Vec<String>) -> Option<Vec<N
             None
         }
     }
+}
+
+/// A dry run's nodes (§11): each node's outcome (`planned`, or `failed`
+/// when its system did not evaluate or build) and its `change`; no SBOM.
+fn planned_nodes(dir: &Path, warnings: &mut Vec<String>) -> Vec<NodeReport> {
+    let Some(nodes) = read_nodes(dir, warnings) else { return Vec::new() };
+    nodes
+        .into_iter()
+        .map(|node| {
+            let failed = node.outcome.as_deref() == Some("failed");
+            if node.change.is_none() && !failed {
+                warnings.push(format!("node {}: the dry run did not say what would change", node.name));
+            }
+            NodeReport {
+                name: node.name,
+                outcome: if failed { NodeOutcome::Failed } else { NodeOutcome::Planned },
+                dns_names: node.dns_names,
+                system: node.system,
+                sbom: None,
+                error: if failed { node.error.or(Some("failed".into())) } else { None },
+                change: node.change,
+            }
+        })
+        .collect()
 }
 
 /// Reads `nodes.json` and each node's SBOM or error from the deploy's output folder.
@@ -137,6 +174,7 @@ fn read_sbom_dir(dir: &Path, warnings: &mut Vec<String>) -> (Vec<NodeReport>, Ve
             system: node.system,
             sbom: Some(sbom_state.into()),
             error: if failed { node.error.or(Some("failed".into())) } else { sbom_error },
+            change: None,
         });
         sboms.push((node.name, sbom));
     }

@@ -43,6 +43,7 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
                 system: n.system,
                 sbom: None,
                 error: n.error,
+                change: None,
             })
             .collect();
     }

@@ -50,6 +50,9 @@ pub enum NodeOutcome {
     Failed,
     /// A destroy removed it.
     Destroyed,
+    /// A dry run (§11) built what it needs and changed nothing; its
+    /// `change` says what a real run would do.
+    Planned,
 }
 
 impl NodeOutcome {
@@ -59,6 +62,7 @@ impl NodeOutcome {
             Self::Deployed => "deployed",
             Self::Failed => "failed",
             Self::Destroyed => "destroyed",
+            Self::Planned => "planned",
         }
     }
 }
@@ -94,6 +98,9 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// Counters.
     pub summary: Summary,
+    /// A dry run (§11): nothing was activated or stored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// One node's outcome.
@@ -115,6 +122,31 @@ pub struct NodeReport {
     /// Why the SBOM is unavailable, or why the node failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A dry run's plan for the node (§11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<NodeChange>,
+}
+
+/// What a real run would change on a node, as a dry run found it (§11;
+/// `nodes.json`'s `change`, docs/MODULE-SOURCE.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeChange {
+    /// `add` (a new node), `update` (a new system), `unchanged`, or
+    /// `remove` (the deployment no longer has it).
+    pub action: String,
+    /// The system active now, if any.
+    #[serde(default)]
+    pub before: Option<String>,
+    /// The system a real run would activate (built), if any.
+    #[serde(default)]
+    pub after: Option<String>,
+    /// Links (profile links, GC roots) a real run would make.
+    #[serde(default)]
+    pub add_links: Vec<String>,
+    /// Links a real run would remove.
+    #[serde(default)]
+    pub remove_links: Vec<String>,
 }
 
 /// Counters of a report.
@@ -141,8 +173,15 @@ impl Report {
     /// The text projection (`--output text`).
     pub fn to_text(&self) -> String {
         let mut s = String::new();
-        let _ =
-            writeln!(s, "{} {} of {}: {}", self.kind.as_str(), self.build_id, self.deployment_id, self.status.as_str());
+        let dry = if self.dry_run { " (dry run: nothing was changed)" } else { "" };
+        let _ = writeln!(
+            s,
+            "{} {} of {}: {}{dry}",
+            self.kind.as_str(),
+            self.build_id,
+            self.deployment_id,
+            self.status.as_str()
+        );
         for n in &self.nodes {
             let _ = write!(s, "  node {:<12} {:<9}", n.name, n.outcome.as_str());
             if let Some(sbom) = &n.sbom {
@@ -153,6 +192,24 @@ impl Report {
             }
             if let Some(e) = &n.error {
                 let _ = write!(s, " ({e})");
+            }
+            if let Some(c) = &n.change {
+                let _ = write!(s, " would {}", c.action);
+                match (&c.before, &c.after) {
+                    (Some(b), Some(a)) if b != a => {
+                        let _ = write!(s, ": {b} -> {a}");
+                    }
+                    (None, Some(a)) => {
+                        let _ = write!(s, ": {a}");
+                    }
+                    _ => {}
+                }
+                for l in &c.add_links {
+                    let _ = write!(s, "\n      + link {l}");
+                }
+                for l in &c.remove_links {
+                    let _ = write!(s, "\n      - link {l}");
+                }
             }
             s.push('\n');
         }

@@ -207,7 +207,8 @@ pub(crate) async fn run_effect(
     let config_file = prepare().map_err(|e| format!("cannot prepare the build's work folder: {e}"))?;
     let abs = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
     let (work_abs, state_abs, source_abs) = (abs(&work), abs(&state), abs(source));
-    let secrets_env = if effect == "deploy" { operator_secrets_env(build, ctx, &work).await? } else { Vec::new() };
+    let secrets_env =
+        if effect == "deploy" && !build.dry_run { operator_secrets_env(build, ctx, &work).await? } else { Vec::new() };
     let mut env = vec![
         ("DEPLOYMENT_ID".to_owned(), build.deployment_id.clone()),
         ("BUILD_ID".to_owned(), build.id.clone()),
@@ -219,6 +220,10 @@ pub(crate) async fn run_effect(
         ("PROVIDER".to_owned(), ctx.config.provider.clone()),
     ];
     env.extend(secrets_env);
+    if build.dry_run {
+        // §11: evaluate and build, activate nothing, store no SBOM.
+        env.push(("DRY_RUN".to_owned(), "1".to_owned()));
+    }
     let spec = EffectSpec {
         program: source.join("core/effects").join(effect),
         args: Vec::new(),

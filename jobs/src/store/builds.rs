@@ -67,11 +67,14 @@ pub struct BuildRow {
     /// How its instances are probed once it succeeds (§10), from its module
     /// source's meta; `None` for a destroy.
     pub readiness: Option<crate::source::ReadinessMeta>,
+    /// A dry run (§11): evaluates and builds, changes nothing, and never
+    /// counts for the deployment's state.
+    pub dry_run: bool,
 }
 
 const COLUMNS: &str = "id, seq, deployment_id, kind, status, reason, error, configuration, module_source, instances, \
                        report, attempts, cancel_requested, worker, version, queued_at, started_at, finished_at, \
-                       callback_url, callback, operator_secrets, readiness";
+                       callback_url, callback, operator_secrets, readiness, dry_run";
 
 fn parse<T: std::str::FromStr<Err = String>>(col: &str, v: String) -> Result<T, StoreError> {
     v.parse().map_err(|e: String| StoreError::Corrupt(format!("builds.{col}: {e}")))
@@ -104,6 +107,7 @@ fn from_row(r: &Row) -> Result<BuildRow, StoreError> {
             .map(|t| json_col(&t, "builds.operator_secrets"))
             .transpose()?,
         readiness: r.opt_text("readiness")?.map(|t| json_col(&t, "builds.readiness")).transpose()?,
+        dry_run: r.int("dry_run")? != 0,
     })
 }
 
@@ -173,21 +177,24 @@ pub async fn log_end(conn: &mut Conn, id: &str, attempt: i64) -> Result<(i64, i6
     Ok((row.int("last")? + 1, row.int("bytes")?))
 }
 
-/// The latest build of a deployment (ST-1 derives the state from it).
+/// The latest build of a deployment that is not a dry run.
 pub async fn latest(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow>, StoreError> {
-    let row = Q::new(format!("SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 ORDER BY seq DESC LIMIT 1"))
-        .text(deployment)
-        .fetch_optional(conn)
-        .await?;
+    let row = Q::new(format!(
+        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND dry_run = 0 ORDER BY seq DESC LIMIT 1"
+    ))
+    .text(deployment)
+    .fetch_optional(conn)
+    .await?;
     row.as_ref().map(from_row).transpose()
 }
 
 /// The build that decides a deployment's state (ST-1): its latest build
 /// that ran or may still run. A build cancelled before it started, or
-/// superseded by a newer submit (Q-7), changed nothing and does not count.
+/// superseded by a newer submit (Q-7), changed nothing and does not count;
+/// nor does a dry run (§11).
 pub async fn deciding(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow>, StoreError> {
     let row = Q::new(format!(
-        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1
+        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND dry_run = 0
            AND (status NOT IN ('cancelled', 'superseded') OR started_at IS NOT NULL)
          ORDER BY seq DESC LIMIT 1"
     ))
@@ -212,7 +219,7 @@ pub async fn supersede_queued_deploys(
     Q::new(
         "UPDATE builds SET status = 'superseded', reason = 'superseded', error = $1, finished_at = $2,
                 version = version + 1
-         WHERE deployment_id = $3 AND kind = 'deploy' AND status = 'queued'
+         WHERE deployment_id = $3 AND kind = 'deploy' AND status = 'queued' AND dry_run = 0
            AND seq > COALESCE((SELECT MAX(seq) FROM builds WHERE deployment_id = $3 AND kind = 'destroy'), 0)",
     )
     .text(format!("superseded by build {by}, submitted before this one ran"))
@@ -225,7 +232,8 @@ pub async fn supersede_queued_deploys(
 /// The latest succeeded build of a deployment (TF-1: instances of the last successful build).
 pub async fn latest_succeeded(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow>, StoreError> {
     let row = Q::new(format!(
-        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND status = 'succeeded' ORDER BY seq DESC LIMIT 1"
+        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND status = 'succeeded' AND dry_run = 0
+         ORDER BY seq DESC LIMIT 1"
     ))
     .text(deployment)
     .fetch_optional(conn)
@@ -252,6 +260,8 @@ pub struct NewBuild<'a> {
     pub operator_secrets: Option<&'a crate::secrets::SecretPins>,
     /// How its instances are probed (§10); `None` for a destroy.
     pub readiness: Option<&'a crate::source::ReadinessMeta>,
+    /// A dry run (§11).
+    pub dry_run: bool,
 }
 
 /// The pins of `deployment`'s latest build that has operator secrets
@@ -262,7 +272,7 @@ pub async fn latest_secret_pins(
     deployment: &str,
 ) -> Result<Option<crate::secrets::SecretPins>, StoreError> {
     let row = Q::new(
-        "SELECT operator_secrets FROM builds WHERE deployment_id = $1 AND operator_secrets IS NOT NULL
+        "SELECT operator_secrets FROM builds WHERE deployment_id = $1 AND operator_secrets IS NOT NULL AND dry_run = 0
          ORDER BY seq DESC LIMIT 1",
     )
     .text(deployment)
@@ -299,8 +309,8 @@ pub async fn secrets_set_after(
 pub async fn insert(conn: &mut Conn, b: NewBuild<'_>, now: i64) -> Result<(), StoreError> {
     Q::new(
         "INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
-                             operator_secrets, readiness)
-         VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9)",
+                             operator_secrets, readiness, dry_run)
+         VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10)",
     )
     .text(b.id)
     .text(b.deployment_id)
@@ -316,6 +326,7 @@ pub async fn insert(conn: &mut Conn, b: NewBuild<'_>, now: i64) -> Result<(), St
             .as_deref(),
     )
     .opt_text(b.readiness.map(|r| serde_json::to_string(r).expect("readiness settings serialise")).as_deref())
+    .int(i64::from(b.dry_run))
     .execute(conn)
     .await?;
     Ok(())
