@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Renders the SBOM section of docs/BENCHMARKS.md (scripts/bench --only sbom).
+
+Usage: report_sbom.py META_JSON RESULTS_TSV [--splice DOC]
+  Prints the section (between its marker comments). With --splice, writes it
+  into DOC instead: in place of the section already there, or before
+  "## Raw results" (at the end when there is none), keeping the rest of DOC.
+"""
+import json
+import sys
+
+LABEL = "sbom storage"
+BEGIN = "<!-- scripts/bench: sbom section; `scripts/bench --only sbom` rewrites it -->"
+END = "<!-- scripts/bench: end of the sbom section -->"
+TARGET_RATIO = 0.20
+TARGET_MS = 10.0
+
+
+def _mb(n):
+    return f"{n / 1e6:,.1f} MB"
+
+
+def _pct(x):
+    return f"{100 * x:.1f} %"
+
+
+def _met(cond):
+    return "**met**" if cond else "**not met**"
+
+
+def section(meta, quiet, r):
+    out = [BEGIN, "## SBOM storage and reassembly", ""]
+    w = out.append
+    if not isinstance(r, dict):
+        w(f"Not measured in this run ({r or 'no result'}).")
+        w("")
+        w(END)
+        return out
+    w(f"Measured {meta['started']} with `{meta['command']}` (code at {meta['git']}); {meta['cpu']}, "
+      f"{meta['cores']} cores; {meta['rustc']}; PostgreSQL {meta['postgres']} over TCP on loopback; "
+      f"SQLite from {meta['sqlite']}.")
+    if quiet == "yes":
+        w(f"Quiet machine: {meta['quiet_rule']}.")
+    else:
+        w(f"**Not quiet**: other work ran (rule: {meta['quiet_rule']}); the timings are upper bounds.")
+    w("")
+    if meta.get("quick"):
+        w("> **Smoke run (`--quick`)**: fewer nodes and repetitions; these figures are not the benchmark.")
+        w("")
+    shared_pct = 100 * r["shared_per_node"] / r["components_per_node"]
+    w(f"`bench/sbom` (release build) stores generated SBOMs through the real store functions "
+      f"(`sboms::replace`, one transaction per deployment of {r['per_deployment']} nodes, as a deploy's "
+      f"success does) on each engine, in a fresh database migrated by Slipway's own `open_*`. Each document "
+      f"has the shape `nix/core/nodes/sbom-builder.sh` writes (CycloneDX 1.5: a component per store path, "
+      f"a `dependencies` entry per path naming 0 to 8 of the others, 4 on average) and passes "
+      f"`sbom::check`. **Storage**: {r['nodes']} nodes of {r['components_per_node']:,} components, "
+      f"{r['shared_per_node']:,} of them ({shared_pct:.0f} %) the same in every node and the rest each "
+      f"node's own. *Raw* is the documents' compact JSON, added up; *stored* is the three SBOM tables with "
+      f"their indexes as the engine counts them (`pg_total_relation_size`; SQLite's `dbstat` pages), less the "
+      f"same tables empty; *logical* adds up the bytes of the values stored (text bytes, 8 per integer). "
+      f"**Reassembly**: `sboms::document` of one node with {r['big_components']:,} components "
+      f"({_mb(r['big_bytes'])} of JSON), timed per call.")
+    w("")
+    w("| engine | raw | stored | stored / raw | logical | logical / raw | components listed | distinct stored |")
+    w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for e in r["engines"]:
+        w(f"| {e['engine']} | {_mb(r['raw_bytes'])} | {_mb(e['stored_bytes'])} | {_pct(e['stored_ratio'])} | "
+          f"{_mb(e['logical_bytes'])} | {_pct(e['logical_ratio'])} | {r['components_listed']:,} | "
+          f"{e['distinct_components_stored']:,} |")
+    w("")
+    e0 = r["engines"][0]
+    by = e0["logical_by_table"]
+    total = sum(by.values())
+    w("Where the logical bytes go (the same on both engines):")
+    w("")
+    w("| table | holds | logical | share |")
+    w("| --- | --- | ---: | ---: |")
+    holds = {
+        "sbom_components": "each distinct component once, with its hash",
+        "sbom_node_components": "one row per component of each node: ids, position, 64-character hash",
+        "sboms": "each node's document without `components` (its `dependencies`, `metadata`)",
+    }
+    for table in ("sbom_components", "sbom_node_components", "sboms"):
+        w(f"| `{table}` | {holds[table]} | {_mb(by[table])} | {_pct(by[table] / total)} |")
+    w("")
+    w("| engine | reassembly p50 ms | p99 ms | calls | then as text p50 ms | the same rows spliced as text, nothing parsed, p50 ms | store of that node, ms |")
+    w("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for e in r["engines"]:
+        a, t, s = e["reassembly_ms"], e["to_text_ms"], e["splice_without_parse_ms"]
+        w(f"| {e['engine']} | {a['p50']:.2f} | {a['p99']:.2f} | {a['runs']:,} | {t['p50']:.2f} | {s['p50']:.2f} | "
+          f"{e['big_replace_ms']:,.0f} |")
+    w("")
+    c = r["check_ms"]
+    w(f"`sbom::check` of the same {r['big_components']:,}-component document (what a deploy runs before it "
+      f"stores it): p50 {c['repeat']['p50']:.2f} ms, p99 {c['repeat']['p99']:.2f} ms over {c['repeat']['runs']:,} "
+      f"calls; its first call, which compiles the CycloneDX 1.5 schema, {c['first_call_with_compile']:.2f} ms.")
+    w("")
+    w("| target | goal | " + " | ".join(e["engine"] for e in r["engines"]) + " | |")
+    w("| --- | --- | " + " | ".join("---:" for _ in r["engines"]) + " | --- |")
+    ratio_ok = all(e["stored_ratio"] <= TARGET_RATIO for e in r["engines"])
+    time_ok = all(e["reassembly_ms"]["p50"] <= TARGET_MS for e in r["engines"])
+    w(f"| bytes stored / raw, {r['nodes']} nodes | ≤ 20 % | "
+      + " | ".join(_pct(e["stored_ratio"]) for e in r["engines"]) + f" | {_met(ratio_ok)} |")
+    w(f"| reassembly of {r['big_components']:,} components, p50 | ≤ 10 ms | "
+      + " | ".join(f"{e['reassembly_ms']['p50']:.2f} ms" for e in r["engines"]) + f" | {_met(time_ok)} |")
+    w("")
+    w("### What the figures say")
+    w("")
+    component_bytes = by["sbom_components"] / max(e0["distinct_components_stored"], 1) - 64
+    w(f"- **Components are shared as designed**: {r['components_listed']:,} components listed, "
+      f"{e0['distinct_components_stored']:,} stored. What is not shared is the rest: the `dependencies` "
+      f"of each node stay whole with it (`sboms`, {_pct(by['sboms'] / total)} of the logical bytes), and each "
+      f"node pays a link row per component, whose 64-character hash alone is {_pct(64 / component_bytes)} of "
+      f"a component of these ({component_bytes:,.0f} bytes on average; `sbom_node_components`, "
+      f"{_pct(by['sbom_node_components'] / total)}).")
+    if ratio_ok and time_ok:
+        w("- Both targets are met on both engines.")
+    w("- **The 20 % target needs a change of layout, not of tuning**: in a Nix SBOM a path's `dependencies` "
+      "entry is a function of the path, as its component is, so it can be kept once beside it and shared "
+      "the same way; and a node's list of components can be one row of small integer ids instead of a row "
+      "per component keyed by a hex hash. Both change the tables (a migration) and `store/sboms.rs`; "
+      "neither is in this release.")
+    w("- **Reassembly is bounded by building the JSON value**: `sboms::document` parses every component and the "
+      "rest into a `serde_json::Value`, and the api then writes it out again. The spliced column shows the "
+      "same rows pasted into the stored text without parsing; the difference is the parse. Under 10 ms needs "
+      "both: a route that sends the spliced text (the stored texts are already valid JSON), and fewer rows "
+      "to read (the one-row list above).")
+    w("")
+    w("Raw result:")
+    w("")
+    w("```text")
+    w(f"{LABEL}\t{quiet}\t{json.dumps(r, sort_keys=True)}")
+    w("```")
+    w("")
+    w(END)
+    return out
+
+
+def splice(doc, lines):
+    text = open(doc).read()
+    section_text = "\n".join(lines)
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + section_text + tail
+    elif "## Raw results" in text:
+        head, tail = text.split("## Raw results", 1)
+        text = head + section_text + "\n\n## Raw results" + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section_text + "\n"
+    open(doc, "w").write(text)
+
+
+def main(argv):
+    if len(argv) not in (3, 5) or (len(argv) == 5 and argv[3] != "--splice"):
+        sys.exit(__doc__)
+    meta = json.load(open(argv[1]))
+    quiet, result = "no", None
+    for line in open(argv[2]):
+        label, q, payload = line.rstrip("\n").split("\t", 2)
+        if label == LABEL:
+            quiet, result = q, json.loads(payload)
+    lines = section(meta, quiet, result)
+    print("\n".join(lines))
+    if len(argv) == 5:
+        splice(argv[4], lines)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
