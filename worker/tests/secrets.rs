@@ -76,17 +76,30 @@ async fn lists(api: &Api, id: &str, app: &str) -> (Value, Value) {
     (settings["secretsSet"].clone(), settings["secretsClear"].clone())
 }
 
+/// A database of `engine`, a root in the development OpenBao, and the api
+/// and a worker on them, each with its own token.
+struct Fleet {
+    db: TestDatabase,
+    bao: TestOpenBao,
+    api: Api,
+    _processes: (Running, Running),
+}
+
+async fn fleet(engine: Engine) -> Fleet {
+    let db = TestDatabase::new(engine).await;
+    let bao = TestOpenBao::new().await;
+    let port = free_port();
+    let processes = (api_with(&db, port, &bao.keys(false), None), worker_with(&db, port, Some(&bao)));
+    let api = Api::connect(&db, port).await;
+    Fleet { db, bao, api, _processes: processes }
+}
+
 fn read(path: &PathBuf) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
 async fn each_node_gets_its_secrets_from_openbao_and_the_stored_configuration_holds_only_names(engine: Engine) {
-    let db = TestDatabase::new(engine).await;
-    let bao = TestOpenBao::new().await;
-    let port = free_port();
-    let _api = api_with(&db, port, &bao.keys(false), None);
-    let _worker = worker_with(&db, port, Some(&bao));
-    let api = Api::connect(&db, port).await;
+    let Fleet { db, api, .. } = &fleet(engine).await;
 
     let config = with_secrets(&[
         ("mastodon", "translationApiKey", json!("translation-key-one")),
@@ -116,12 +129,7 @@ async fn each_node_gets_its_secrets_from_openbao_and_the_stored_configuration_ho
 }
 
 async fn a_cleared_secret_leaves_openbao_with_every_version_once_its_node_runs_without_it(engine: Engine) {
-    let db = TestDatabase::new(engine).await;
-    let bao = TestOpenBao::new().await;
-    let port = free_port();
-    let _api = api_with(&db, port, &bao.keys(false), None);
-    let _worker = worker_with(&db, port, Some(&bao));
-    let api = Api::connect(&db, port).await;
+    let Fleet { db, bao, api, .. } = &fleet(engine).await;
 
     let entry = format!("clears/secret/{PEERTUBE}/smtpPassword");
     for value in ["smtp-version-one", "smtp-version-two"] {
