@@ -11,7 +11,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use slipway_jobs::store::sboms::{self, NodeSbom};
+use slipway_jobs::store::sboms::{self, SbomText};
 
 /// The CycloneDX JSON media type.
 pub const CYCLONEDX_JSON: &str = "application/vnd.cyclonedx+json";
@@ -44,7 +44,9 @@ pub struct NodeQuery {
     node: Option<String>,
 }
 
-/// `GET /sbom/{id}?node=`: one node's CycloneDX document, or `404` with the reason.
+/// `GET /sbom/{id}?node=`: one node's CycloneDX document, or `404` with the
+/// reason. The document is sent as the store puts it together, as text
+/// (`sboms::document_text`), never parsed into a JSON value and written again.
 pub async fn document(
     State(app): State<AppState>,
     auth: Auth,
@@ -58,9 +60,9 @@ pub async fn document(
         .ok_or_else(|| ApiError::bad_request("invalid_request", "name the node: ?node=<name>"))?;
     let mut conn = app.db.acquire().await?;
     require_exists(&mut conn, &id).await?;
-    match sboms::document(&mut conn, id.as_str(), &node).await? {
-        Some(NodeSbom::Ready(doc)) => Ok(([(header::CONTENT_TYPE, CYCLONEDX_JSON)], doc.to_string()).into_response()),
-        Some(NodeSbom::Unavailable(reason)) => {
+    match sboms::document_text(&mut conn, id.as_str(), &node).await? {
+        Some(SbomText::Ready(text)) => Ok(([(header::CONTENT_TYPE, CYCLONEDX_JSON)], text).into_response()),
+        Some(SbomText::Unavailable(reason)) => {
             Err(ApiError::not_found(format!("the SBOM of node {node} is unavailable: {reason}"))
                 .with_details(json!({ "reason": reason })))
         }

@@ -23,25 +23,27 @@
 //!   transaction, as a deploy's success does. Every node has `--components`
 //!   components: the same `--shared` ones (the packages every node runs)
 //!   and its own for the rest. *Raw* is the documents' compact JSON text,
-//!   added up; *stored* is the three SBOM tables with their indexes as the
+//!   added up; *stored* is the three SBOM tables (`sboms`,
+//!   `sbom_components`, `sbom_dependencies`) with their indexes as the
 //!   engine counts them (PostgreSQL: `pg_total_relation_size`; SQLite: the
 //!   `dbstat` pages), less the same tables empty; *logical* adds up the
 //!   bytes of every stored value (text columns' bytes, 8 per integer), by
 //!   table, to show where they go.
 //! - **Reassembly**: one node whose document has `--big` components, stored
-//!   the same way; `sboms::document` (one query, every component parsed,
-//!   the document put together) timed per call, repeated for `--seconds`
-//!   (at least 30, at most 1,000 calls) after 3 warm-up calls. Also timed:
-//!   writing the reassembled document as text (what `GET /sbom` then sends),
-//!   and `sbom::check` of the same document (what a deploy runs before it
-//!   stores it; its first call compiles the schema).
+//!   the same way; `sboms::document_text` (the node's row, then the stored
+//!   texts of its components and of its dependency entries joined by the
+//!   database, spliced into the rest: the text `GET /sbom` sends) timed per
+//!   call, repeated for `--seconds` (at least 30, at most 1,000 calls) after
+//!   3 warm-up calls. Also timed: `sboms::document`, the same parsed into a
+//!   JSON value, and `sbom::check` of the same document (what a deploy runs
+//!   before it stores it; its first call compiles the schema).
 //!
 //! The result is one JSON line on stdout; progress goes to stderr.
 
 use anyhow::{bail, ensure, Context as _};
 use clap::Parser;
 use serde_json::{json, Value};
-use slipway_jobs::store::sboms::{self, NodeSbom};
+use slipway_jobs::store::sboms::{self, NodeSbom, SbomText};
 use slipway_jobs::store::{self, Db, Engine, Q};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
 use std::time::{Duration, Instant};
@@ -224,47 +226,46 @@ async fn measure(cli: &Cli, db: &Db, fleet: &[Value], raw_bytes: usize, big: &Va
     let big_store_ms = ms(t.elapsed());
     let mut conn = db.acquire().await?;
     let mut reassembly = Vec::new();
-    let mut to_text = Vec::new();
     let budget = Duration::from_secs_f64(cli.seconds);
     let started = Instant::now();
     for i in 0.. {
         let t = Instant::now();
-        let back = sboms::document(&mut conn, &big_deployment, "big").await?;
+        let back = sboms::document_text(&mut conn, &big_deployment, "big").await?;
         let took = t.elapsed();
-        let Some(NodeSbom::Ready(back)) = back else { bail!("the big document is missing") };
-        let t = Instant::now();
-        let text = back.to_string();
-        let text_took = t.elapsed();
-        ensure!(i > 0 || back == *big, "the big document came back changed ({} bytes)", text.len());
+        let Some(SbomText::Ready(text)) = back else { bail!("the big document is missing") };
+        ensure!(
+            i > 0 || serde_json::from_str::<Value>(&text)? == *big,
+            "the big document came back changed ({} bytes)",
+            text.len()
+        );
         if i >= WARM_UP {
             reassembly.push(ms(took));
-            to_text.push(ms(text_took));
         }
         let runs = reassembly.len();
         if runs >= MAX_REPS || (runs >= MIN_REPS && started.elapsed() >= budget) {
             break;
         }
     }
-    // For comparison, not Slipway's path: the same rows spliced into the
-    // document's text, nothing parsed.
-    let mut spliced = Vec::new();
+    // For comparison: the same document parsed into a JSON value
+    // (`sboms::document`), which `GET /sbom` no longer does.
+    let mut as_value = Vec::new();
     let started = Instant::now();
     for i in 0.. {
         let t = Instant::now();
-        let text = splice(&mut conn, &big_deployment, "big").await?;
+        let back = sboms::document(&mut conn, &big_deployment, "big").await?;
         let took = t.elapsed();
-        ensure!(i > 0 || serde_json::from_str::<Value>(&text)? == *big, "the spliced document differs");
+        ensure!(i > 0 || matches!(back, Some(NodeSbom::Ready(ref b)) if b == big), "the parsed document differs");
         if i >= WARM_UP {
-            spliced.push(ms(took));
+            as_value.push(ms(took));
         }
-        let runs = spliced.len();
+        let runs = as_value.len();
         if runs >= MAX_REPS || (runs >= MIN_REPS && started.elapsed() >= budget) {
             break;
         }
     }
     Ok(json!({
         "engine": db.engine().name(),
-        "splice_without_parse_ms": summary(spliced),
+        "as_value_ms": summary(as_value),
         "stored_bytes": physical,
         "stored_ratio": physical as f64 / raw_bytes as f64,
         "logical_bytes": logical_total,
@@ -274,38 +275,7 @@ async fn measure(cli: &Cli, db: &Db, fleet: &[Value], raw_bytes: usize, big: &Va
         "replace_ms_per_deployment": summary(store_ms),
         "big_replace_ms": round(big_store_ms),
         "reassembly_ms": summary(reassembly),
-        "to_text_ms": summary(to_text),
     }))
-}
-
-/// A node's document as text: `sboms::document`'s two queries, with the
-/// component texts spliced into the stored rest instead of parsed.
-async fn splice(conn: &mut store::Conn, deployment: &str, node: &str) -> anyhow::Result<String> {
-    let row = Q::new("SELECT document FROM sboms WHERE deployment_id = $1 AND node = $2")
-        .text(deployment)
-        .text(node)
-        .fetch_one(conn)
-        .await?;
-    let rest = row.opt_text("document")?.context("no document")?;
-    let rows = Q::new(
-        "SELECT c.component AS component FROM sbom_node_components n JOIN sbom_components c ON c.hash = n.hash
-         WHERE n.deployment_id = $1 AND n.node = $2 ORDER BY n.position",
-    )
-    .text(deployment)
-    .text(node)
-    .fetch_all(conn)
-    .await?;
-    let mut text = String::with_capacity(rest.len() + rows.len() * 512);
-    text.push_str(rest.strip_suffix('}').context("the stored rest is not an object")?);
-    text.push_str(",\"components\":[");
-    for (i, r) in rows.iter().enumerate() {
-        if i > 0 {
-            text.push(',');
-        }
-        text.push_str(&r.text("component")?);
-    }
-    text.push_str("]}");
-    Ok(text)
 }
 
 /// The SBOM tables and their indexes as the engine stores them, in bytes.
@@ -314,12 +284,12 @@ async fn physical_bytes(db: &Db) -> anyhow::Result<i64> {
     let sql = match db.engine() {
         Engine::Postgres => {
             "SELECT CAST(pg_total_relation_size('sbom_components') + pg_total_relation_size('sboms')
-                      + pg_total_relation_size('sbom_node_components') AS BIGINT) AS n"
+                      + pg_total_relation_size('sbom_dependencies') AS BIGINT) AS n"
         }
         Engine::Sqlite => {
             "SELECT CAST(COALESCE(SUM(pgsize), 0) AS INTEGER) AS n FROM dbstat
              WHERE name IN (SELECT name FROM sqlite_master
-                            WHERE tbl_name IN ('sbom_components', 'sboms', 'sbom_node_components'))"
+                            WHERE tbl_name IN ('sbom_components', 'sboms', 'sbom_dependencies'))"
         }
     };
     Ok(Q::new(sql).fetch_one(&mut conn).await?.int("n")?)
@@ -332,20 +302,22 @@ async fn logical_bytes(db: &Db) -> anyhow::Result<Vec<(String, Value)>> {
         Engine::Sqlite => format!("COALESCE(length(CAST({col} AS BLOB)), 0)"),
     };
     let queries = [
-        ("sbom_components", format!("{} + {}", len("hash"), len("component"))),
+        ("sbom_components", format!("{} + {} + 8", len("hash"), len("component"))),
+        ("sbom_dependencies", format!("{} + {} + 8", len("hash"), len("entry"))),
         (
             "sboms",
             format!(
-                "{} + {} + {} + {} + {} + {} + 8",
+                "{} + {} + {} + {} + {} + {} + {} + {} + 8",
                 len("deployment_id"),
                 len("node"),
                 len("build_id"),
                 len("status"),
                 len("reason"),
-                len("document")
+                len("document"),
+                len("components"),
+                len("dependencies")
             ),
         ),
-        ("sbom_node_components", format!("{} + {} + 8 + {}", len("deployment_id"), len("node"), len("hash"))),
     ];
     let mut conn = db.acquire().await?;
     let mut out = Vec::new();

@@ -1,11 +1,15 @@
 //! SBOM storage (seed 000 "SBOM of the deployed nodes", FR-017 of 001).
 //!
-//! Each CycloneDX component is kept once, keyed by the SHA-256 of its
-//! canonical JSON text ([`canonical_text`]); the rest of each document is
-//! kept with its node, and the document is put together again on read with
-//! its components in their order. Nodes and deployments that run the same
-//! packages share components; a component that no SBOM uses any more is
-//! deleted. docs/SBOM.md states the canonical form and why.
+//! Each element of a CycloneDX document's top-level `components` and
+//! `dependencies` is kept once, keyed by the SHA-256 of its canonical JSON
+//! text ([`canonical_text`]), in `sbom_components` and `sbom_dependencies`,
+//! each with a small integer id. A node keeps the rest
+//! of its document and two compact lists of those ids, in document order
+//! ([`encode_ids`]). A document is put together again as text, the stored
+//! texts spliced in, nothing parsed but the small rest. Nodes and
+//! deployments that run the same packages share components and their
+//! dependency entries; one that no SBOM uses any more is deleted.
+//! docs/SBOM.md states the canonical form, the layout and why.
 
 use super::{json_col, Conn, StoreError, Q};
 use serde::Serialize;
@@ -37,6 +41,26 @@ pub struct SbomEntry {
     pub created_at: i64,
 }
 
+/// The shared pieces of a document: its top-level `components` and its
+/// top-level `dependencies` entries, each in a table of its own.
+#[derive(Debug, Clone, Copy)]
+struct Pieces {
+    table: &'static str,
+    column: &'static str,
+}
+
+const COMPONENTS: Pieces = Pieces { table: "sbom_components", column: "component" };
+const DEPENDENCIES: Pieces = Pieces { table: "sbom_dependencies", column: "entry" };
+
+/// Rows per multi-row statement (at most 2 values each: well under either
+/// engine's limit of bound values).
+const BATCH: usize = 500;
+
+/// Serialises SBOM writers on PostgreSQL (SQLite's writers are serialised
+/// anyway): a writer deletes the pieces no node names, which must not race
+/// another writer starting to name one, nor two writers insert one piece.
+const WRITE_LOCK: &str = "slipway:sboms";
+
 /// Replaces a deployment's SBOMs with those of a successful deploy: nodes it
 /// names get their new SBOM, nodes it no longer has lose theirs.
 pub async fn replace(
@@ -46,33 +70,61 @@ pub async fn replace(
     nodes: &[(String, NodeSbom)],
     now: i64,
 ) -> Result<(), StoreError> {
+    conn.lock_name(WRITE_LOCK).await?;
+    let mut released = Released::default();
     let keep: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
     let existing = Q::new("SELECT node FROM sboms WHERE deployment_id = $1").text(deployment).fetch_all(conn).await?;
     for row in existing {
         let node = row.text("node")?;
         if !keep.contains(&node.as_str()) {
-            delete_node(conn, deployment, &node).await?;
+            delete_node(conn, deployment, &node, &mut released).await?;
         }
     }
     for (node, sbom) in nodes {
-        delete_node(conn, deployment, node).await?;
-        let (status, reason, document, components) = match sbom {
-            NodeSbom::Unavailable(reason) => ("unavailable", Some(reason.as_str()), None, Vec::new()),
+        delete_node(conn, deployment, node, &mut released).await?;
+        let (status, reason, document, components, dependencies) = match sbom {
+            NodeSbom::Unavailable(reason) => ("unavailable", Some(reason.as_str()), None, None, None),
             NodeSbom::Ready(doc) => {
-                let mut doc = doc.clone();
-                let components = match doc.as_object_mut().and_then(|o| o.remove("components")) {
-                    Some(Value::Array(c)) => c,
-                    Some(_) => {
-                        return Err(StoreError::Corrupt(format!("SBOM of node {node}: components is not a list")))
+                let mut rest = doc.clone();
+                let (components, dependencies) = match rest.as_object_mut() {
+                    None => (None, None),
+                    Some(object) => {
+                        let components = match object.remove("components") {
+                            Some(Value::Array(c)) => Some(c),
+                            Some(_) => {
+                                return Err(StoreError::Corrupt(format!(
+                                    "SBOM of node {node}: components is not a list"
+                                )))
+                            }
+                            None => None,
+                        };
+                        // A `dependencies` that is not a list stays with the rest.
+                        let dependencies = match object.remove("dependencies") {
+                            Some(Value::Array(d)) => Some(d),
+                            Some(other) => {
+                                object.insert("dependencies".into(), other);
+                                None
+                            }
+                            None => None,
+                        };
+                        (components, dependencies)
                     }
-                    None => Vec::new(),
                 };
-                ("ready", None, Some(doc.to_string()), components)
+                let components = match components {
+                    Some(c) => Some(encode_ids(&store_pieces(conn, COMPONENTS, &c).await?)),
+                    None => None,
+                };
+                let dependencies = match dependencies {
+                    Some(d) => Some(encode_ids(&store_pieces(conn, DEPENDENCIES, &d).await?)),
+                    None => None,
+                };
+                ("ready", None, Some(canonical_text(&rest)), components, dependencies)
             }
         };
         Q::new(
-            "INSERT INTO sboms (deployment_id, node, build_id, status, reason, document, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO sboms (deployment_id, node, build_id, status, reason, document, components, dependencies,
+                                created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .text(deployment)
         .text(node)
@@ -80,27 +132,122 @@ pub async fn replace(
         .text(status)
         .opt_text(reason)
         .opt_text(document)
+        .opt_text(components)
+        .opt_text(dependencies)
         .int(now)
         .execute(conn)
         .await?;
-        for (position, component) in components.iter().enumerate() {
-            let text = canonical_text(component);
-            let hash = hex::encode(Sha256::digest(text.as_bytes()));
-            Q::new("INSERT INTO sbom_components (hash, component) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING")
-                .text(&hash)
-                .text(&text)
-                .execute(conn)
-                .await?;
-            Q::new("INSERT INTO sbom_node_components (deployment_id, node, position, hash) VALUES ($1, $2, $3, $4)")
-                .text(deployment)
-                .text(node)
-                .int(position as i64)
-                .text(&hash)
-                .execute(conn)
-                .await?;
+    }
+    collect_garbage(conn, &released).await
+}
+
+/// Stores `items`, each once by the hash of its canonical text, and
+/// returns their ids in order. A piece already stored is only looked up:
+/// nothing stored is ever updated, so PostgreSQL leaves no dead row
+/// versions behind. New pieces are inserted in document order, so they get
+/// consecutive ids and the node's list is written as runs.
+async fn store_pieces(conn: &mut Conn, pieces: Pieces, items: &[Value]) -> Result<Vec<i64>, StoreError> {
+    let hashed: Vec<(String, String)> = items
+        .iter()
+        .map(|item| {
+            let text = canonical_text(item);
+            (hex::encode(Sha256::digest(text.as_bytes())), text)
+        })
+        .collect();
+    let mut ids: std::collections::HashMap<String, i64> = std::collections::HashMap::with_capacity(hashed.len());
+    let mut distinct: Vec<(&str, &str)> = Vec::with_capacity(hashed.len());
+    {
+        let mut seen = std::collections::HashSet::with_capacity(hashed.len());
+        for (hash, text) in &hashed {
+            if seen.insert(hash.as_str()) {
+                distinct.push((hash.as_str(), text.as_str()));
+            }
         }
     }
-    collect_garbage(conn).await
+    for chunk in distinct.chunks(BATCH) {
+        let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+        let mut q = Q::new(format!("SELECT id, hash FROM {} WHERE hash IN ({})", pieces.table, marks.join(", ")));
+        for (hash, _) in chunk {
+            q = q.text(*hash);
+        }
+        for row in q.fetch_all(conn).await? {
+            ids.insert(row.text("hash")?, row.int("id")?);
+        }
+    }
+    let missing: Vec<(&str, &str)> = distinct.into_iter().filter(|(h, _)| !ids.contains_key(*h)).collect();
+    for chunk in missing.chunks(BATCH) {
+        let values: Vec<String> = (0..chunk.len()).map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2)).collect();
+        let mut q = Q::new(format!(
+            "INSERT INTO {} (hash, {}) VALUES {} RETURNING id, hash",
+            pieces.table,
+            pieces.column,
+            values.join(", ")
+        ));
+        for (hash, text) in chunk {
+            q = q.text(*hash).text(*text);
+        }
+        for row in q.fetch_all(conn).await? {
+            ids.insert(row.text("hash")?, row.int("id")?);
+        }
+    }
+    hashed
+        .iter()
+        .map(|(hash, _)| {
+            ids.get(hash.as_str())
+                .copied()
+                .ok_or_else(|| StoreError::Corrupt(format!("{}: no id came back for {hash}", pieces.table)))
+        })
+        .collect()
+}
+
+/// A list of ids as stored in `sboms.components` and `sboms.dependencies`:
+/// comma-separated decimal ids in order, a run of three or more consecutive
+/// ids written `first-last` (pieces stored together get consecutive ids, so
+/// a node's list is mostly runs). The empty list is the empty text.
+pub fn encode_ids(ids: &[i64]) -> String {
+    let mut out = String::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let mut j = i;
+        while j + 1 < ids.len() && ids[j + 1] == ids[j] + 1 {
+            j += 1;
+        }
+        if !out.is_empty() {
+            out.push(',');
+        }
+        if j - i >= 2 {
+            out.push_str(&format!("{}-{}", ids[i], ids[j]));
+            i = j + 1;
+        } else {
+            out.push_str(&ids[i].to_string());
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The ids of a list written by [`encode_ids`] (or plainly comma-separated,
+/// as migration 0013 writes them).
+pub fn decode_ids(text: &str) -> Result<Vec<i64>, StoreError> {
+    Ok(decode_segments(text)?.into_iter().flat_map(|(first, last)| first..=last).collect())
+}
+
+/// A list's runs in order, `(first, last)`; a single id is `(id, id)`.
+fn decode_segments(text: &str) -> Result<Vec<(i64, i64)>, StoreError> {
+    let bad = || StoreError::Corrupt(format!("SBOM id list {:?}", text.chars().take(80).collect::<String>()));
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .map(|token| {
+            let (first, last) = token.split_once('-').unwrap_or((token, token));
+            let (first, last): (i64, i64) = (first.parse().map_err(|_| bad())?, last.parse().map_err(|_| bad())?);
+            if last < first {
+                return Err(bad());
+            }
+            Ok((first, last))
+        })
+        .collect()
 }
 
 /// A component's canonical JSON text, the text stored and hashed: compact (no
@@ -151,17 +298,37 @@ fn write_canonical(value: &Value, out: &mut String) {
 
 /// Removes every SBOM of a deployment (a destroy succeeded).
 pub async fn remove_all(conn: &mut Conn, deployment: &str) -> Result<(), StoreError> {
-    Q::new("DELETE FROM sbom_node_components WHERE deployment_id = $1").text(deployment).execute(conn).await?;
-    Q::new("DELETE FROM sboms WHERE deployment_id = $1").text(deployment).execute(conn).await?;
-    collect_garbage(conn).await
+    conn.lock_name(WRITE_LOCK).await?;
+    let mut released = Released::default();
+    let nodes = Q::new("SELECT node FROM sboms WHERE deployment_id = $1").text(deployment).fetch_all(conn).await?;
+    for row in nodes {
+        delete_node(conn, deployment, &row.text("node")?, &mut released).await?;
+    }
+    collect_garbage(conn, &released).await
 }
 
-async fn delete_node(conn: &mut Conn, deployment: &str, node: &str) -> Result<(), StoreError> {
-    Q::new("DELETE FROM sbom_node_components WHERE deployment_id = $1 AND node = $2")
+/// Pieces that a deleted SBOM row named: the only ones that may have become
+/// unused.
+#[derive(Debug, Default)]
+struct Released {
+    components: std::collections::BTreeSet<i64>,
+    dependencies: std::collections::BTreeSet<i64>,
+}
+
+/// Deletes a node's SBOM row, noting the pieces it named.
+async fn delete_node(conn: &mut Conn, deployment: &str, node: &str, released: &mut Released) -> Result<(), StoreError> {
+    let row = Q::new("SELECT components, dependencies FROM sboms WHERE deployment_id = $1 AND node = $2")
         .text(deployment)
         .text(node)
-        .execute(conn)
+        .fetch_optional(conn)
         .await?;
+    let Some(row) = row else { return Ok(()) };
+    if let Some(list) = row.opt_text("components")? {
+        released.components.extend(decode_ids(&list)?);
+    }
+    if let Some(list) = row.opt_text("dependencies")? {
+        released.dependencies.extend(decode_ids(&list)?);
+    }
     Q::new("DELETE FROM sboms WHERE deployment_id = $1 AND node = $2")
         .text(deployment)
         .text(node)
@@ -170,14 +337,39 @@ async fn delete_node(conn: &mut Conn, deployment: &str, node: &str) -> Result<()
     Ok(())
 }
 
-/// Deletes components that no SBOM uses any more.
-async fn collect_garbage(conn: &mut Conn) -> Result<(), StoreError> {
-    Q::new(
-        "DELETE FROM sbom_components WHERE NOT EXISTS
-           (SELECT 1 FROM sbom_node_components c WHERE c.hash = sbom_components.hash)",
-    )
-    .execute(conn)
-    .await?;
+fn id_list(ids: &[i64]) -> String {
+    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// Deletes the released components and dependency entries that no SBOM
+/// names any more: every node's lists are read (a few bytes per component,
+/// less where ids run) and what none of them names is deleted. Writers hold
+/// [`WRITE_LOCK`], so no other transaction starts naming a piece meanwhile.
+async fn collect_garbage(conn: &mut Conn, released: &Released) -> Result<(), StoreError> {
+    if released.components.is_empty() && released.dependencies.is_empty() {
+        return Ok(());
+    }
+    let rows = Q::new("SELECT components, dependencies FROM sboms WHERE status = 'ready'").fetch_all(conn).await?;
+    let (mut components, mut dependencies) = (released.components.clone(), released.dependencies.clone());
+    for row in rows {
+        if let Some(list) = row.opt_text("components")? {
+            for id in decode_ids(&list)? {
+                components.remove(&id);
+            }
+        }
+        if let Some(list) = row.opt_text("dependencies")? {
+            for id in decode_ids(&list)? {
+                dependencies.remove(&id);
+            }
+        }
+    }
+    for (pieces, unused) in [(COMPONENTS, components), (DEPENDENCIES, dependencies)] {
+        let ids: Vec<i64> = unused.into_iter().collect();
+        for chunk in ids.chunks(BATCH * 2) {
+            // The ids are integers read back from our own lists: safe to inline.
+            Q::new(format!("DELETE FROM {} WHERE id IN ({})", pieces.table, id_list(chunk))).execute(conn).await?;
+        }
+    }
     Ok(())
 }
 
@@ -201,35 +393,137 @@ pub async fn list(conn: &mut Conn, deployment: &str) -> Result<Vec<SbomEntry>, S
         .collect()
 }
 
-/// One node's SBOM, put together again (`None`: the node has no SBOM row).
+/// One node's SBOM as stored: the document's text, or why there is none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SbomText {
+    /// The CycloneDX document as compact JSON text, keys in ascending order.
+    Ready(String),
+    /// Why there is none.
+    Unavailable(String),
+}
+
+/// One node's SBOM, put together again as a [`serde_json::Value`] (`None`:
+/// the node has no SBOM row). [`document_text`] is the cheaper read.
 pub async fn document(conn: &mut Conn, deployment: &str, node: &str) -> Result<Option<NodeSbom>, StoreError> {
-    let row = Q::new("SELECT status, reason, document FROM sboms WHERE deployment_id = $1 AND node = $2")
-        .text(deployment)
-        .text(node)
-        .fetch_optional(conn)
-        .await?;
-    let Some(row) = row else { return Ok(None) };
-    if row.text("status")? != "ready" {
-        let reason = row.opt_text("reason")?;
-        return Ok(Some(NodeSbom::Unavailable(reason.unwrap_or_else(|| "unavailable".into()))));
-    }
-    let mut doc: Value = json_col(&row.opt_text("document")?.unwrap_or_default(), "sboms.document")?;
-    let rows = Q::new(
-        "SELECT c.component AS component FROM sbom_node_components n JOIN sbom_components c ON c.hash = n.hash
-         WHERE n.deployment_id = $1 AND n.node = $2 ORDER BY n.position",
+    Ok(match document_text(conn, deployment, node).await? {
+        None => None,
+        Some(SbomText::Unavailable(reason)) => Some(NodeSbom::Unavailable(reason)),
+        Some(SbomText::Ready(text)) => Some(NodeSbom::Ready(json_col(&text, "the reassembled SBOM")?)),
+    })
+}
+
+/// One node's SBOM, put together again as text (`None`: the node has no
+/// SBOM row): the node's row, then each list's stored texts joined by the
+/// database in the list's order (one query each), spliced into the rest of
+/// the document at their keys' places. Only the rest is parsed. The text is
+/// the accepted document's JSON value written compactly with every object's
+/// keys in ascending byte order (docs/SBOM.md).
+pub async fn document_text(conn: &mut Conn, deployment: &str, node: &str) -> Result<Option<SbomText>, StoreError> {
+    let row = Q::new(
+        "SELECT status, reason, document, components, dependencies FROM sboms WHERE deployment_id = $1 AND node = $2",
     )
     .text(deployment)
     .text(node)
-    .fetch_all(conn)
+    .fetch_optional(conn)
     .await?;
-    let components = rows
-        .iter()
-        .map(|r| json_col(&r.text("component")?, "sbom_components.component"))
-        .collect::<Result<Vec<Value>, _>>()?;
-    if let Some(obj) = doc.as_object_mut() {
-        obj.insert("components".into(), Value::Array(components));
+    let Some(row) = row else { return Ok(None) };
+    if row.text("status")? != "ready" {
+        let reason = row.opt_text("reason")?;
+        return Ok(Some(SbomText::Unavailable(reason.unwrap_or_else(|| "unavailable".into()))));
     }
-    Ok(Some(NodeSbom::Ready(doc)))
+    let rest: Value = json_col(&row.opt_text("document")?.unwrap_or_default(), "sboms.document")?;
+    let mut spliced: Vec<(&str, String)> = Vec::new();
+    for (key, pieces, list) in [
+        ("components", COMPONENTS, row.opt_text("components")?),
+        ("dependencies", DEPENDENCIES, row.opt_text("dependencies")?),
+    ] {
+        if let Some(list) = list {
+            spliced.push((key, joined_texts(conn, pieces, &list).await?));
+        }
+    }
+    let Value::Object(rest) = rest else {
+        return Ok(Some(SbomText::Ready(canonical_text(&rest))));
+    };
+    let mut keys: Vec<&str> = rest.keys().map(String::as_str).chain(spliced.iter().map(|(k, _)| *k)).collect();
+    keys.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    let size = spliced.iter().map(|(_, t)| t.len() + 20).sum::<usize>() + 1024;
+    let mut out = String::with_capacity(size);
+    out.push('{');
+    for (i, key) in keys.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&Value::String(key.to_owned()).to_string());
+        out.push(':');
+        match spliced.iter().find(|(k, _)| *k == key) {
+            Some((_, text)) => {
+                out.push('[');
+                out.push_str(text);
+                out.push(']');
+            }
+            None => write_canonical(&rest[key], &mut out),
+        }
+    }
+    out.push('}');
+    Ok(Some(SbomText::Ready(out)))
+}
+
+/// The stored texts of the pieces a list names, in its order, joined by
+/// commas: one query (chunked for very long lists), a run of ids read as a
+/// range of the primary key and the other ids by their ids; the rows are put
+/// in order here. (Joining them in the database, `group_concat` or
+/// `string_agg` ordered by id, measured slower: docs/BENCHMARKS.md.)
+async fn joined_texts(conn: &mut Conn, pieces: Pieces, list: &str) -> Result<String, StoreError> {
+    let ids = decode_ids(list)?;
+    if ids.is_empty() {
+        return Ok(String::new());
+    }
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut conditions = Vec::new();
+    let mut singles = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let mut j = i;
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
+            j += 1;
+        }
+        if j > i {
+            // The ids are integers read back from our own list: safe to inline.
+            conditions.push(format!("id BETWEEN {} AND {}", sorted[i], sorted[j]));
+        } else {
+            singles.push(sorted[i]);
+        }
+        i = j + 1;
+    }
+    for chunk in singles.chunks(BATCH * 2) {
+        conditions.push(format!("id IN ({})", id_list(chunk)));
+    }
+    let mut texts: std::collections::HashMap<i64, String> = std::collections::HashMap::with_capacity(sorted.len());
+    let mut size = 0;
+    for chunk in conditions.chunks(BATCH) {
+        let rows =
+            Q::new(format!("SELECT id, {} AS text FROM {} WHERE {}", pieces.column, pieces.table, chunk.join(" OR ")))
+                .fetch_all(conn)
+                .await?;
+        for row in rows {
+            let text = row.text("text")?;
+            size += text.len() + 1;
+            texts.insert(row.int("id")?, text);
+        }
+    }
+    let mut out = String::with_capacity(size * ids.len() / sorted.len() + 16);
+    for (k, id) in ids.iter().enumerate() {
+        let Some(text) = texts.get(id) else {
+            return Err(StoreError::Corrupt(format!("{}: an SBOM names row {id}, which is not there", pieces.table)));
+        };
+        if k > 0 {
+            out.push(',');
+        }
+        out.push_str(text);
+    }
+    Ok(out)
 }
 
 /// How many distinct components are stored (for tests and metrics).

@@ -1,0 +1,284 @@
+//! The SBOM store's layout (docs/SBOM.md "How a document is stored"), on
+//! both engines: a document comes back as the JSON value accepted, keys in
+//! ascending order; components and dependency entries shared by nodes and
+//! deployments are stored once; what no SBOM uses any more is deleted; and
+//! migration 0013 moves SBOMs stored in the old layout.
+
+use serde_json::{json, Value};
+use slipway_jobs::store::db::Conn;
+use slipway_jobs::store::sboms::{self, NodeSbom, SbomText};
+use slipway_jobs::store::{Db, Engine, Q};
+use slipway_jobs::test_support::TestDatabase;
+
+async fn open(engine: Engine, test_db: &TestDatabase) -> Db {
+    match engine {
+        Engine::Sqlite => slipway_jobs::store::open_sqlite(&test_db.dir.path().join("slipway.db")).await.unwrap(),
+        Engine::Postgres => slipway_jobs::store::open_postgres(&test_db.url).await.unwrap(),
+    }
+}
+
+async fn add_deployments(conn: &mut Conn, ids: &[&str]) {
+    for id in ids {
+        Q::new(
+            "INSERT INTO deployments (id, configuration, instances, version, created_at, updated_at)
+             VALUES ($1, '{}', '[]', 0, 0, 0)",
+        )
+        .text(*id)
+        .execute(conn)
+        .await
+        .unwrap();
+    }
+}
+
+async fn count(conn: &mut Conn, table: &str) -> i64 {
+    Q::new(format!("SELECT COUNT(*) AS n FROM {table}")).fetch_one(conn).await.unwrap().int("n").unwrap()
+}
+
+fn component(name: &str) -> Value {
+    json!({"type": "library", "bom-ref": format!("/nix/store/{name}"), "name": name, "version": "1.0",
+           "properties": [{"value": format!("/nix/store/{name}"), "name": "nix:store_path"}]})
+}
+
+/// A node's document: its own metadata, `names` as components, and a
+/// dependencies entry per component naming the one before it.
+fn node_document(node: &str, names: &[&str]) -> Value {
+    let mut dependencies =
+        vec![json!({"ref": format!("node:{node}"), "dependsOn": [format!("/nix/store/{}", names[0])]})];
+    for (i, name) in names.iter().enumerate() {
+        let depends: Vec<String> = names[..i].iter().take(1).map(|n| format!("/nix/store/{n}")).collect();
+        dependencies.push(json!({"ref": format!("/nix/store/{name}"), "dependsOn": depends}));
+    }
+    json!({
+        "specVersion": "1.5", "bomFormat": "CycloneDX", "version": 1,
+        "metadata": {"component": {"type": "operating-system", "name": node, "bom-ref": format!("node:{node}")}},
+        "components": names.iter().map(|n| component(n)).collect::<Vec<_>>(),
+        "dependencies": dependencies,
+    })
+}
+
+async fn text_of(conn: &mut Conn, deployment: &str, node: &str) -> String {
+    match sboms::document_text(conn, deployment, node).await.unwrap() {
+        Some(SbomText::Ready(text)) => text,
+        other => panic!("no document for {deployment}/{node}: {other:?}"),
+    }
+}
+
+async fn a_document_comes_back_as_the_json_value_accepted_with_its_keys_in_ascending_order(engine: Engine) {
+    let test_db = TestDatabase::new(engine).await;
+    let db = open(engine, &test_db).await;
+    let mut conn = db.acquire().await.unwrap();
+    add_deployments(&mut conn, &["d"]).await;
+    // Keys out of order at every depth, a key between `components` and
+    // `dependencies` (`compositions`), non-ASCII text, numbers, and a
+    // component listed twice.
+    let accepted: Value = serde_json::from_str(
+        r#"{"version":1,"specVersion":"1.5","serialNumber":"urn:uuid:3e671687-395b-41f5-a30f-a58921a69b79",
+            "metadata":{"timestamp":"2026-01-01T00:00:00Z","component":{"type":"application","name":"zé","bom-ref":"app"}},
+            "dependencies":[{"ref":"app","dependsOn":["b","a"]},{"ref":"a"},{"ref":"b","dependsOn":[]}],
+            "compositions":[{"aggregate":"complete","assemblies":["a"]}],
+            "components":[{"version":"2","name":"b","type":"library","bom-ref":"b","hashes":[{"content":"00","alg":"SHA-256"}]},
+                          {"type":"library","bom-ref":"a","name":"a\u0001","properties":[{"name":"n","value":"1.5e3"}]},
+                          {"version":"2","name":"b","type":"library","bom-ref":"b","hashes":[{"content":"00","alg":"SHA-256"}]}],
+            "bomFormat":"CycloneDX","services":[{"name":"s","bom-ref":"s"}]}"#,
+    )
+    .unwrap();
+    let nodes = [("n".to_owned(), NodeSbom::Ready(accepted.clone()))];
+    sboms::replace(&mut conn, "d", "build", &nodes, 1).await.unwrap();
+
+    let text = text_of(&mut conn, "d", "n").await;
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), accepted);
+    assert_eq!(text, sboms::canonical_text(&accepted), "compact, keys in ascending byte order at every depth");
+    let Some(NodeSbom::Ready(value)) = sboms::document(&mut conn, "d", "n").await.unwrap() else { panic!() };
+    assert_eq!(value, accepted);
+    assert_eq!(count(&mut conn, "sbom_components").await, 2, "the component listed twice is stored once");
+}
+
+slipway_jobs::on_both_engines!(a_document_comes_back_as_the_json_value_accepted_with_its_keys_in_ascending_order);
+
+async fn a_document_without_components_or_dependencies_comes_back_without_them(engine: Engine) {
+    let test_db = TestDatabase::new(engine).await;
+    let db = open(engine, &test_db).await;
+    let mut conn = db.acquire().await.unwrap();
+    add_deployments(&mut conn, &["d"]).await;
+    let bare = json!({"bomFormat": "CycloneDX", "specVersion": "1.6", "version": 1});
+    let empty = json!({"bomFormat": "CycloneDX", "specVersion": "1.6", "components": [], "dependencies": []});
+    let nodes = [
+        ("bare".to_owned(), NodeSbom::Ready(bare.clone())),
+        ("empty".to_owned(), NodeSbom::Ready(empty.clone())),
+        ("gone".to_owned(), NodeSbom::Unavailable("the deploy wrote no SBOM for this node".into())),
+    ];
+    sboms::replace(&mut conn, "d", "build", &nodes, 1).await.unwrap();
+    assert_eq!(text_of(&mut conn, "d", "bare").await, sboms::canonical_text(&bare));
+    assert_eq!(text_of(&mut conn, "d", "empty").await, sboms::canonical_text(&empty));
+    assert_eq!(
+        sboms::document_text(&mut conn, "d", "gone").await.unwrap(),
+        Some(SbomText::Unavailable("the deploy wrote no SBOM for this node".into()))
+    );
+    assert_eq!(sboms::document_text(&mut conn, "d", "nobody").await.unwrap(), None);
+}
+
+slipway_jobs::on_both_engines!(a_document_without_components_or_dependencies_comes_back_without_them);
+
+async fn components_and_dependency_entries_shared_across_nodes_and_deployments_are_stored_once(engine: Engine) {
+    let test_db = TestDatabase::new(engine).await;
+    let db = open(engine, &test_db).await;
+    let mut conn = db.acquire().await.unwrap();
+    add_deployments(&mut conn, &["one", "two"]).await;
+    let a = node_document("a", &["glibc", "openssl", "a-only"]);
+    let b = node_document("b", &["glibc", "openssl", "b-only"]);
+    let c = node_document("c", &["glibc", "openssl", "c-only"]);
+    let one = [("a".to_owned(), NodeSbom::Ready(a.clone())), ("b".to_owned(), NodeSbom::Ready(b.clone()))];
+    sboms::replace(&mut conn, "one", "build-1", &one, 1).await.unwrap();
+    sboms::replace(&mut conn, "two", "build-2", &[("c".to_owned(), NodeSbom::Ready(c.clone()))], 1).await.unwrap();
+
+    // glibc, openssl and each node's own component.
+    assert_eq!(sboms::component_count(&mut conn).await.unwrap(), 5);
+    // The entries of glibc and openssl are shared; each node's own entry and
+    // the entry of its own component are not.
+    assert_eq!(count(&mut conn, "sbom_dependencies").await, 2 + 3 * 2);
+    for (deployment, node, doc) in [("one", "a", &a), ("one", "b", &b), ("two", "c", &c)] {
+        assert_eq!(text_of(&mut conn, deployment, node).await, sboms::canonical_text(doc));
+    }
+}
+
+slipway_jobs::on_both_engines!(components_and_dependency_entries_shared_across_nodes_and_deployments_are_stored_once);
+
+async fn what_no_sbom_uses_any_more_is_deleted_after_replace_and_remove_all(engine: Engine) {
+    let test_db = TestDatabase::new(engine).await;
+    let db = open(engine, &test_db).await;
+    let mut conn = db.acquire().await.unwrap();
+    add_deployments(&mut conn, &["one", "two"]).await;
+    let a = node_document("a", &["glibc", "openssl", "a-only"]);
+    let b = node_document("b", &["glibc", "openssl", "b-only"]);
+    let one = [("a".to_owned(), NodeSbom::Ready(a.clone())), ("b".to_owned(), NodeSbom::Ready(b.clone()))];
+    sboms::replace(&mut conn, "one", "build-1", &one, 1).await.unwrap();
+    sboms::replace(&mut conn, "two", "build-2", &[("a".to_owned(), NodeSbom::Ready(a.clone()))], 1).await.unwrap();
+    assert_eq!(sboms::component_count(&mut conn).await.unwrap(), 4);
+
+    // Node b leaves deployment one, a gets a new openssl: b-only and the old
+    // openssl were used by nothing else; deployment two still uses the rest.
+    let a2 = node_document("a", &["glibc", "openssl-3", "a-only"]);
+    sboms::replace(&mut conn, "one", "build-3", &[("a".to_owned(), NodeSbom::Ready(a2.clone()))], 2).await.unwrap();
+    let mut left: Vec<String> = Q::new("SELECT component FROM sbom_components")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_str::<Value>(&r.text("component").unwrap()).unwrap()["name"].as_str().unwrap().into())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["a-only", "glibc", "openssl", "openssl-3"]);
+    assert_eq!(text_of(&mut conn, "one", "a").await, sboms::canonical_text(&a2));
+    assert_eq!(text_of(&mut conn, "two", "a").await, sboms::canonical_text(&a));
+
+    // Storing the same SBOM again keeps what it uses.
+    sboms::replace(&mut conn, "one", "build-4", &[("a".to_owned(), NodeSbom::Ready(a2.clone()))], 3).await.unwrap();
+    assert_eq!(sboms::component_count(&mut conn).await.unwrap(), 4);
+    assert_eq!(text_of(&mut conn, "one", "a").await, sboms::canonical_text(&a2));
+
+    sboms::remove_all(&mut conn, "two").await.unwrap();
+    assert_eq!(sboms::component_count(&mut conn).await.unwrap(), 3, "openssl went with deployment two");
+    sboms::remove_all(&mut conn, "one").await.unwrap();
+    assert_eq!(sboms::component_count(&mut conn).await.unwrap(), 0);
+    assert_eq!(count(&mut conn, "sbom_dependencies").await, 0);
+    assert_eq!(count(&mut conn, "sboms").await, 0);
+}
+
+slipway_jobs::on_both_engines!(what_no_sbom_uses_any_more_is_deleted_after_replace_and_remove_all);
+
+/// A database at migration 0012 with SBOMs in the old layout (a row per
+/// component of each node; the rest, `dependencies` included, in
+/// `sboms.document`), then migrated to the current one.
+async fn sboms_stored_before_migration_0013_come_back_unchanged_after_it(engine: Engine) {
+    use std::borrow::Cow;
+    let test_db = TestDatabase::new(engine).await;
+    let a = node_document("a", &["glibc", "openssl", "a-only"]);
+    let b = node_document("b", &["openssl", "glibc", "b-only"]);
+    let before_0013 = |mut m: sqlx::migrate::Migrator| {
+        m.migrations = Cow::Owned(m.migrations.iter().filter(|x| x.version < 13).cloned().collect());
+        m.dangerous_set_table_name("_slipway_migrations");
+        m
+    };
+    let old_rows = |doc: &Value| {
+        let mut rest = doc.clone();
+        let components = rest.as_object_mut().unwrap().remove("components").unwrap();
+        let rows: Vec<(String, String)> = components
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                use sha2::Digest;
+                let text = sboms::canonical_text(c);
+                (hex::encode(sha2::Sha256::digest(text.as_bytes())), text)
+            })
+            .collect();
+        (rest.to_string(), rows)
+    };
+    {
+        let db = match engine {
+            Engine::Sqlite => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(test_db.dir.path().join("slipway.db"))
+                    .create_if_missing(true)
+                    .foreign_keys(true);
+                let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+                before_0013(sqlx::migrate!("../migrations/sqlite")).run(&pool).await.unwrap();
+                Db::Sqlite(pool)
+            }
+            Engine::Postgres => {
+                let pool = sqlx::PgPool::connect(&test_db.url).await.unwrap();
+                before_0013(sqlx::migrate!("../migrations/postgres")).run(&pool).await.unwrap();
+                Db::Postgres(pool)
+            }
+        };
+        let mut conn = db.acquire().await.unwrap();
+        add_deployments(&mut conn, &["d"]).await;
+        for (node, doc) in [("a", &a), ("b", &b)] {
+            let (rest, rows) = old_rows(doc);
+            Q::new(
+                "INSERT INTO sboms (deployment_id, node, build_id, status, reason, document, created_at)
+                 VALUES ('d', $1, 'old', 'ready', NULL, $2, 1)",
+            )
+            .text(node)
+            .text(rest)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+            for (position, (hash, text)) in rows.into_iter().enumerate() {
+                Q::new("INSERT INTO sbom_components (hash, component) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING")
+                    .text(&hash)
+                    .text(text)
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                Q::new(
+                    "INSERT INTO sbom_node_components (deployment_id, node, position, hash) VALUES ('d', $1, $2, $3)",
+                )
+                .text(node)
+                .int(position as i64)
+                .text(hash)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            }
+        }
+        drop(conn);
+        db.close().await;
+    }
+
+    let db = open(engine, &test_db).await;
+    let mut conn = db.acquire().await.unwrap();
+    assert_eq!(sboms::component_count(&mut conn).await.unwrap(), 4);
+    assert_eq!(text_of(&mut conn, "d", "a").await, sboms::canonical_text(&a));
+    assert_eq!(text_of(&mut conn, "d", "b").await, sboms::canonical_text(&b));
+    // Use counts came across: b's next deploy drops b-only and nothing else.
+    let b2 = node_document("b", &["openssl", "glibc"]);
+    let nodes = [("a".to_owned(), NodeSbom::Ready(a.clone())), ("b".to_owned(), NodeSbom::Ready(b2.clone()))];
+    sboms::replace(&mut conn, "d", "new", &nodes, 2).await.unwrap();
+    assert_eq!(sboms::component_count(&mut conn).await.unwrap(), 3);
+    assert_eq!(text_of(&mut conn, "d", "b").await, sboms::canonical_text(&b2));
+    sboms::remove_all(&mut conn, "d").await.unwrap();
+    assert_eq!(sboms::component_count(&mut conn).await.unwrap(), 0);
+}
+
+slipway_jobs::on_both_engines!(sboms_stored_before_migration_0013_come_back_unchanged_after_it);
