@@ -105,26 +105,26 @@ async fn each_node_gets_its_secrets_from_openbao_and_the_stored_configuration_ho
         ("mastodon", "translationApiKey", json!("translation-key-one")),
         ("peertube", "smtpPassword", json!("smtp-password-one")),
     ]);
-    let build = deploy(&api, "demo", &config).await;
+    let build = deploy(api, "demo", &config).await;
     for (node, instance, field, value) in [
         ("mastodon", MASTODON, "translationApiKey", "translation-key-one"),
         ("peertube", PEERTUBE, "smtpPassword", "smtp-password-one"),
     ] {
-        let file = node_secret(&db, "demo", node, instance, field);
+        let file = node_secret(db, "demo", node, instance, field);
         assert_eq!(read(&file).as_deref(), Some(value), "{}", file.display());
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{} is readable by others", file.display());
     }
-    assert_eq!(lists(&api, "demo", "mastodon").await.0, json!(["translationApiKey"]));
-    assert_eq!(lists(&api, "demo", "peertube").await.0, json!(["smtpPassword"]));
+    assert_eq!(lists(api, "demo", "mastodon").await.0, json!(["translationApiKey"]));
+    assert_eq!(lists(api, "demo", "peertube").await.0, json!(["smtpPassword"]));
     for place in [build.to_string(), api.get("/deployments/demo").await.2.to_string()] {
         assert!(!place.contains("translation-key-one") && !place.contains("smtp-password-one"), "{place}");
     }
 
     // The next submit gives no value: the node keeps the pinned one.
-    let build = deploy(&api, "demo", &demo()).await;
-    let file = node_secret(&db, "demo", "mastodon", MASTODON, "translationApiKey");
+    let build = deploy(api, "demo", &demo()).await;
+    let file = node_secret(db, "demo", "mastodon", MASTODON, "translationApiKey");
     assert_eq!(read(&file).as_deref(), Some("translation-key-one"), "{build}");
 }
 
@@ -133,14 +133,14 @@ async fn a_cleared_secret_leaves_openbao_with_every_version_once_its_node_runs_w
 
     let entry = format!("clears/secret/{PEERTUBE}/smtpPassword");
     for value in ["smtp-version-one", "smtp-version-two"] {
-        deploy(&api, "clears", &with_secrets(&[("peertube", "smtpPassword", json!(value))])).await;
+        deploy(api, "clears", &with_secrets(&[("peertube", "smtpPassword", json!(value))])).await;
     }
     assert_eq!(bao.value_at(&entry).await.as_deref(), Some("smtp-version-two"));
-    let file = node_secret(&db, "clears", "peertube", PEERTUBE, "smtpPassword");
+    let file = node_secret(db, "clears", "peertube", PEERTUBE, "smtpPassword");
     assert_eq!(read(&file).as_deref(), Some("smtp-version-two"));
 
-    let build = deploy(&api, "clears", &with_secrets(&[("peertube", "secretsClear", json!(["smtpPassword"]))])).await;
-    assert_eq!(lists(&api, "clears", "peertube").await, (json!([]), json!(["smtpPassword"])));
+    let build = deploy(api, "clears", &with_secrets(&[("peertube", "secretsClear", json!(["smtpPassword"]))])).await;
+    assert_eq!(lists(api, "clears", "peertube").await, (json!([]), json!(["smtpPassword"])));
     assert!(!bao.entries().await.contains(&entry), "the cleared entry is still there: {:?}", bao.entries().await);
     assert_eq!(bao.api().current_version("clears", PEERTUBE, "smtpPassword").await.unwrap(), None, "versions left");
     assert!(!file.exists(), "the node still has the cleared secret");
