@@ -218,6 +218,16 @@ async fn the_readiness_job_probes_until_ready_or_the_deadline(engine: Engine) {
     assert_eq!(end[0].1, State::Ready, "{end:?}");
     assert_eq!(end[1].1, State::NotReady, "{end:?}");
     assert!(end[1].2.as_deref().unwrap().contains("404"), "{end:?}");
+    // A late probe (run wait-ready's) neither reopens what the deadline
+    // closed nor undoes ready.
+    let mut conn = world.ctx.db.acquire().await.unwrap();
+    let late =
+        |instance: &'static str| rows::Found { instance, state: State::Pending, reason: Some("late"), at: now_ms() };
+    assert!(!rows::record(&mut conn, id, &build, &late("peertube")).await.unwrap(), "not_ready was reopened");
+    assert!(!rows::record(&mut conn, id, &build, &late("mastodon")).await.unwrap(), "ready was undone");
+    let ready = rows::Found { instance: "peertube", state: State::Ready, reason: None, at: now_ms() };
+    assert!(rows::record(&mut conn, id, &build, &ready).await.unwrap(), "a late ready is recorded");
+    drop(conn);
     // A finished deployment is not probed again.
     let asked = server.requests();
     run(job, &world.ctx).await.unwrap();

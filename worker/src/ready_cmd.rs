@@ -29,7 +29,7 @@ pub struct WaitReadyArgs {
     #[arg(long)]
     deployment: String,
     /// How long to wait at most: 300, 90s, 5m, 1h.
-    #[arg(long, default_value = "5m")]
+    #[arg(long, default_value = "5m", allow_hyphen_values = true)]
     deadline: String,
     /// Output format of the final summary.
     #[arg(long, value_enum, default_value_t = Output::Text)]
@@ -161,7 +161,7 @@ pub async fn run(config: Config, args: WaitReadyArgs) -> ExitCode {
     } else if ready {
         println!("every instance of {} is ready ({} s)", build.deployment_id, started.elapsed().as_secs());
     } else {
-        println!("not every instance of {} is ready after {}:", build.deployment_id, args.deadline);
+        println!("not every instance of {} is ready within {} s:", build.deployment_id, deadline.as_secs());
         for w in waiting.iter().filter(|w| w.state != State::Ready) {
             println!(
                 "  {} {}: {} ({})",

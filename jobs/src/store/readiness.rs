@@ -112,11 +112,14 @@ pub struct Found<'a> {
 
 /// Records a probe of an instance of deploy `build_id`; `false`, changing
 /// nothing, when the row belongs to another deploy now (or is gone), or is
-/// `ready` already and `found` is not (a late probe never undoes ready).
+/// final already (`ready`, or `not_ready` past its deadline) and `found`
+/// is not `ready`: a late probe (`run wait-ready`'s, say) never undoes
+/// ready, and never reopens an instance the deadline closed.
 pub async fn record(conn: &mut Conn, deployment: &str, build_id: &str, found: &Found<'_>) -> Result<bool, StoreError> {
     let changed = Q::new(
         "UPDATE instance_readiness SET state = $1, reason = $2, checked_at = $3, probes = probes + 1
-         WHERE deployment_id = $4 AND instance = $5 AND build_id = $6 AND (state <> 'ready' OR $1 = 'ready')",
+         WHERE deployment_id = $4 AND instance = $5 AND build_id = $6
+           AND (state NOT IN ('ready', 'not_ready') OR $1 = 'ready')",
     )
     .text(found.state.as_str())
     .opt_text(found.reason)
