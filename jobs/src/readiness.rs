@@ -104,18 +104,18 @@ pub async fn probe(instance: &Instance, settings: &ReadinessMeta) -> Probe {
         Ok(c) => c,
         Err(why) => return pending(why, Class::Refused),
     };
-    let mut request = client.get(target.url.clone()).timeout(PROBE_DEADLINE);
-    if let Some(host) = &target.host_header {
-        request = request.header(http::header::HOST, host);
-    }
-    let mut response = request.send().await;
+    let ask = || {
+        let request = client.get(target.url.clone()).timeout(PROBE_DEADLINE);
+        match &target.host_header {
+            Some(host) => request.header(http::header::HOST, host),
+            None => request,
+        }
+        .send()
+    };
+    let mut response = ask().await;
     // A 500 or 502 is asked once more at once (seed 004).
     if matches!(&response, Ok(r) if outbound::classify(r.status().as_u16(), r.headers()) == Class::RetryOnce) {
-        let mut again = client.get(target.url.clone()).timeout(PROBE_DEADLINE);
-        if let Some(host) = &target.host_header {
-            again = again.header(http::header::HOST, host);
-        }
-        response = again.send().await;
+        response = ask().await;
     }
     let response = match response {
         Ok(r) => r,

@@ -429,18 +429,24 @@ struct Stored<'a> {
 /// would store, from the fields the deployment's latest build set and the
 /// values given now ([`crate::secrets::plan`]), without asking OpenBao.
 fn plan_secrets_without_store(previous: &SecretPins, checked: &mut crate::validate::Checked) {
-    use crate::validate::{SECRETS_CLEAR, SECRETS_SET};
     for app in &checked.secrets {
         let existing: Vec<String> =
             previous.set.iter().filter(|p| p.application == app.application).map(|p| p.field.clone()).collect();
         let plan = crate::secrets::plan(app, &existing);
-        let settings = app.path.iter().try_fold(&mut checked.configuration, |v, seg| v.get_mut(seg.as_str()));
-        if let Some(settings) = settings.and_then(Value::as_object_mut) {
-            for (key, list) in [(SECRETS_SET, plan.secrets_set), (SECRETS_CLEAR, plan.secrets_clear)] {
-                if !list.is_empty() || settings.contains_key(key) {
-                    settings.insert(key.into(), Value::from(list));
-                }
-            }
+        write_secret_lists(&mut checked.configuration, &app.path, plan.secrets_set, plan.secrets_clear);
+    }
+}
+
+/// Sets the application at `path`'s `secretsSet` and `secretsClear` to
+/// what a submit stores: each list when it is not empty or the key is
+/// there already (an absent empty list stays absent).
+fn write_secret_lists(configuration: &mut Value, path: &[String], set: Vec<String>, clear: Vec<String>) {
+    use crate::validate::{SECRETS_CLEAR, SECRETS_SET};
+    let settings = path.iter().try_fold(configuration, |v, seg| v.get_mut(seg.as_str()));
+    let settings = settings.and_then(Value::as_object_mut).expect("the checks found the application's settings here");
+    for (key, list) in [(SECRETS_SET, set), (SECRETS_CLEAR, clear)] {
+        if !list.is_empty() || settings.contains_key(key) {
+            settings.insert(key.into(), Value::from(list));
         }
     }
 }
@@ -463,7 +469,6 @@ async fn place_secrets(
     id: &DeploymentId,
     checked: &mut crate::validate::Checked,
 ) -> Result<(SecretPins, Vec<String>), SubmitError> {
-    use crate::validate::{SECRETS_CLEAR, SECRETS_SET};
     let mut pins = SecretPins::default();
     let mut warnings = Vec::new();
     if checked.secrets.is_empty() {
@@ -532,17 +537,7 @@ async fn place_secrets(
         pins.clear.extend(
             plan.secrets_clear.iter().map(|f| Cleared { application: app.application.clone(), field: f.clone() }),
         );
-        let settings = app
-            .path
-            .iter()
-            .try_fold(&mut checked.configuration, |v, seg| v.get_mut(seg.as_str()))
-            .and_then(Value::as_object_mut)
-            .expect("the checks found the application's settings here");
-        for (key, list) in [(SECRETS_SET, secrets_set), (SECRETS_CLEAR, plan.secrets_clear)] {
-            if !list.is_empty() || settings.contains_key(key) {
-                settings.insert(key.into(), Value::from(list));
-            }
-        }
+        write_secret_lists(&mut checked.configuration, &app.path, secrets_set, plan.secrets_clear);
     }
     Ok((pins, warnings))
 }
