@@ -26,11 +26,15 @@ abspath() {
 # Remove every indirect GC root of Nix that points at $1 or below it (one
 # `find` over gcroots/auto, which a busy store fills with many entries).
 drop_roots() {
+  roots_of "$1" | while IFS= read -r root; do
+    rm -f "$root" && log "removed GC root $root ($1)"
+  done
+}
+
+# The indirect GC roots of Nix that point at $1 or below it, one per line.
+roots_of() {
   [ -d "$gcroots_auto" ] || return 0
-  find "$gcroots_auto" -maxdepth 1 -type l \( -lname "$1" -o -lname "$1/*" \) -print |
-    while IFS= read -r root; do
-      rm -f "$root" && log "removed GC root $root ($1)"
-    done
+  find "$gcroots_auto" -maxdepth 1 -type l \( -lname "$1" -o -lname "$1/*" \) -print
 }
 
 # $1 as a JSON string (quotes and backslashes escaped, control characters dropped).
