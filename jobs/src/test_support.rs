@@ -90,13 +90,15 @@ impl TestDatabase {
                 let states = format!(
                     "SELECT state FROM pg_stat_activity WHERE datname = '{name}' AND application_name LIKE '% {pid}'"
                 );
-                // A statement still running after 100 looks waits on a lock: counted as held.
+                // A statement still running after 2 s waits on a lock (or on a
+                // stopped reader): counted as held.
                 let mut held = true;
-                for _ in 0..100 {
+                let start = std::time::Instant::now();
+                while start.elapsed() < std::time::Duration::from_secs(2) {
                     let rows: Vec<(Option<String>,)> =
                         sqlx::query_as(sqlx::AssertSqlSafe(states.clone())).fetch_all(&mut conn).await.unwrap();
                     if rows.iter().any(|(s,)| s.as_deref() == Some("active")) {
-                        tokio::task::yield_now().await;
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                         continue;
                     }
                     held = rows.iter().any(|(s,)| s.as_deref().is_some_and(|s| s.starts_with("idle in transaction")));

@@ -320,9 +320,12 @@ pub fn signal(pid: u32, signal: i32) {
 
 /// Stops process `pid` (SIGSTOP) at a moment it holds no database
 /// transaction, as a `kill -STOP` that lands between two statements: a stop
-/// that landed inside one is undone (SIGCONT) and tried again. (A process
-/// stopped inside a transaction holds its locks until it resumes, on SQLite
-/// the write lock of the whole file: that is another scenario.)
+/// that landed inside one is undone (SIGCONT), and the next stop waits until
+/// the database has seen the process outside a transaction, so that a busy
+/// machine that gives the resumed process no time cannot make every stop land
+/// in the same transaction. (A process stopped inside a transaction holds its
+/// locks until it resumes, on SQLite the write lock of the whole file: that
+/// is another scenario.)
 pub async fn pause_between_statements(pid: u32, db: &TestDatabase) {
     for _ in 0..20 {
         signal(pid, libc::SIGSTOP);
@@ -331,6 +334,10 @@ pub async fn pause_between_statements(pid: u32, db: &TestDatabase) {
             return;
         }
         signal(pid, libc::SIGCONT);
+        wait_for("the resumed process to leave its transaction", Duration::from_secs(30), || async {
+            (!db.holds_a_transaction(pid).await).then_some(())
+        })
+        .await;
     }
     panic!("process {pid} was inside a transaction at each of 20 stops");
 }
