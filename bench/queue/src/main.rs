@@ -6,6 +6,7 @@
 //! ```text
 //! slipway-queue-bench drain   --jobs 20000 [--workers W --concurrency C --batch-size B --pool-size P]
 //! slipway-queue-bench latency --jobs 200 --spacing-ms 20 [same tuning flags]
+//! slipway-queue-bench large-statement --sizes-kb 16,64,256,1024 --runs 100
 //! ```
 //!
 //! Every run drops and recreates its own scratch database (`slipway_bench` on
@@ -25,6 +26,11 @@
 //!   noting the instant just before the insert is sent; the handler notes the
 //!   instant it starts. Both clocks are this process's monotonic clock. The
 //!   figure is start − enqueue, so it includes the insert's own commit.
+//! - `large-statement`: one statement carrying a configuration of each size
+//!   (JSON text sent as a parameter and stored as `jsonb`, as a submit stores
+//!   one), timed end to end on a plain sqlx connection (sqlx 0.9.0 leaves
+//!   `TCP_NODELAY` off) and on a connection of Slipway's own pool
+//!   (`store::open_postgres`, which sets it), alternating, over TCP.
 
 use anyhow::{bail, Context as _};
 use apalis::prelude::*;
@@ -86,6 +92,16 @@ enum Mode {
         warmup: u64,
         #[command(flatten)]
         tuning: Tuning,
+    },
+    /// p50/p99 of one statement carrying a configuration of each size, on a
+    /// plain sqlx connection and on one of Slipway's pool.
+    LargeStatement {
+        /// Configuration sizes, in KiB of JSON text.
+        #[arg(long, value_delimiter = ',', default_value = "16,64,256,1024")]
+        sizes_kb: Vec<usize>,
+        /// Statements per size and connection.
+        #[arg(long, default_value_t = 100)]
+        runs: usize,
     },
 }
 
@@ -461,6 +477,62 @@ async fn latency(cli: &Cli, jobs: u64, spacing_ms: u64, warmup: u64, tuning: &Tu
     Ok(())
 }
 
+/// A configuration of about `kib` KiB of JSON text: applications with
+/// settings, as an operator's would be, only more of them.
+fn configuration_of(kib: usize) -> String {
+    let mut applications = serde_json::Map::new();
+    let mut n = 0;
+    while serde_json::to_string(&applications).unwrap().len() < kib * 1024 {
+        let settings: serde_json::Map<String, serde_json::Value> =
+            (0..20).map(|i| (format!("setting{i}"), json!(format!("value {n}-{i} of some length")))).collect();
+        applications.insert(format!("app{n}"), json!({ "enable": true, "settings": settings }));
+        n += 1;
+    }
+    json!({ "applications": applications }).to_string()
+}
+
+/// `SELECT pg_column_size($1::jsonb)` with `text` on `conn`: milliseconds.
+async fn time_statement(conn: &mut sqlx::PgConnection, text: &str) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    let (size,): (i32,) = sqlx::query_as("SELECT pg_column_size($1::text::jsonb)").bind(text).fetch_one(conn).await?;
+    anyhow::ensure!(size > 0, "the server stored nothing");
+    Ok(start.elapsed().as_secs_f64() * 1000.0)
+}
+
+/// The `large-statement` mode (see the module doc).
+async fn large_statement(cli: &Cli, sizes_kb: &[usize], runs: usize) -> anyhow::Result<()> {
+    let options = fresh_database(&cli.server, &cli.database).await?;
+    anyhow::ensure!(options.get_socket().is_none(), "--server must be a TCP address: the bench measures TCP");
+    let url =
+        format!("postgres://{}@{}:{}/{}", options.get_username(), options.get_host(), options.get_port(), cli.database);
+    let mut plain = options.connect().await?;
+    let slipway_jobs::store::Db::Postgres(pool) = slipway_jobs::store::open_postgres(&url).await? else {
+        bail!("open_postgres gave another engine")
+    };
+    let mut ours = pool.acquire().await?;
+    let mut sizes = Vec::new();
+    for &kib in sizes_kb {
+        let text = configuration_of(kib);
+        let (mut plain_ms, mut ours_ms) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            time_statement(&mut plain, &text).await?;
+            time_statement(&mut ours, &text).await?;
+        }
+        for _ in 0..runs {
+            plain_ms.push(time_statement(&mut plain, &text).await?);
+            ours_ms.push(time_statement(&mut ours, &text).await?);
+        }
+        sizes.push(json!({
+            "kib": kib,
+            "bytes": text.len(),
+            "plain_sqlx_ms": summary(plain_ms),
+            "slipway_pool_ms": summary(ours_ms),
+        }));
+    }
+    println!("{}", json!({ "name": "large statement", "runs": runs, "sizes": sizes }));
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -474,5 +546,6 @@ async fn main() -> anyhow::Result<()> {
     match &cli.mode {
         Mode::Drain { jobs, insert_batch, tuning } => drain(&cli, *jobs, *insert_batch, tuning).await,
         Mode::Latency { jobs, spacing_ms, warmup, tuning } => latency(&cli, *jobs, *spacing_ms, *warmup, tuning).await,
+        Mode::LargeStatement { sizes_kb, runs } => large_statement(&cli, sizes_kb, *runs).await,
     }
 }

@@ -13,6 +13,7 @@ pub mod db;
 pub mod deployments;
 pub mod events;
 pub mod nix;
+pub mod nodelay;
 pub mod queue;
 pub mod readiness;
 pub mod sboms;
@@ -165,7 +166,21 @@ pub async fn open_postgres(url: &str) -> Result<Db, StoreError> {
     // One plain connection first: a server that is down or a database that
     // does not exist is reported at once and by name, not as a pool timeout.
     sqlx::PgConnection::connect_with(&options).await?.close().await?;
-    let pool = PgPoolOptions::new().max_connections(16).acquire_timeout(ACQUIRE_TIMEOUT).connect_with(options).await?;
+    // Over TCP (not a Unix socket), each new connection gets TCP_NODELAY.
+    let tcp_port = options.get_socket().is_none().then(|| options.get_port());
+    let pool = PgPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .after_connect(move |_conn, _meta| {
+            Box::pin(async move {
+                if let Some(port) = tcp_port {
+                    nodelay::set_on_connections_to(port);
+                }
+                Ok(())
+            })
+        })
+        .connect_with(options)
+        .await?;
     apalis_postgres::PostgresStorage::<()>::migrations().run(&pool).await?;
     let mut ours = sqlx::migrate!("../migrations/postgres");
     ours.dangerous_set_table_name("_slipway_migrations");

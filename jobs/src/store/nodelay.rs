@@ -1,0 +1,95 @@
+//! `TCP_NODELAY` on every PostgreSQL connection of this process.
+//!
+//! sqlx 0.9.0 connects without `TCP_NODELAY` (its earlier releases set it;
+//! the fix is merged upstream but not released). Without it, a statement
+//! that does not fit in one segment waits for the server's delayed ACK
+//! (Nagle's algorithm): about 40 ms on Linux for each statement over ~64 kB,
+//! such as a submit of a large configuration. sqlx gives no access to the
+//! socket, so each new pooled connection ([`set_on_connections_to`], run
+//! from the pool's `after_connect`) sets the option on this process's TCP
+//! sockets whose peer is the database's port. Setting it twice, or on
+//! another socket to that port, is harmless. Remove this module once sqlx
+//! sets it again.
+
+use std::os::fd::RawFd;
+
+/// Sets `TCP_NODELAY` on every TCP socket of this process connected to a
+/// peer on `port`; returns how many it found. Errors are ignored socket by
+/// socket (a descriptor closed or reused meanwhile is skipped).
+pub fn set_on_connections_to(port: u16) -> usize {
+    let mut found = 0;
+    for fd in tcp_sockets_to(port) {
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt on a descriptor of this process with a valid
+        // pointer and length; a descriptor reused meanwhile at worst fails.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_NODELAY,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            found += 1;
+        }
+    }
+    found
+}
+
+/// Whether socket `fd` has `TCP_NODELAY` set (`None`: not a TCP socket).
+pub fn nodelay(fd: RawFd) -> Option<bool> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt with a valid out pointer and its length.
+    let rc = unsafe {
+        libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, (&mut value as *mut libc::c_int).cast(), &mut len)
+    };
+    (rc == 0).then_some(value != 0)
+}
+
+/// The descriptors of this process that are TCP sockets connected to a peer
+/// on `port` (IPv4 or IPv6), read from `/proc/self/fd`.
+pub fn tcp_sockets_to(port: u16) -> Vec<RawFd> {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<RawFd>().ok())
+        .filter(|&fd| peer_port(fd) == Some(port))
+        .collect()
+}
+
+/// The peer's port of TCP socket `fd`, when it is one and connected.
+fn peer_port(fd: RawFd) -> Option<u16> {
+    let mut kind: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt with a valid out pointer and its length.
+    let rc = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE, (&mut kind as *mut libc::c_int).cast(), &mut len)
+    };
+    if rc != 0 || kind != libc::SOCK_STREAM {
+        return None;
+    }
+    // SAFETY: an all-zero sockaddr_storage is a valid value.
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: getpeername with a valid out buffer and its length.
+    let rc = unsafe { libc::getpeername(fd, (&mut addr as *mut libc::sockaddr_storage).cast(), &mut len) };
+    if rc != 0 {
+        return None;
+    }
+    match i32::from(addr.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let v4 = unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(u16::from_be(v4.sin_port))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let v6 = unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(u16::from_be(v6.sin6_port))
+        }
+        _ => None,
+    }
+}
