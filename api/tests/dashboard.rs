@@ -24,8 +24,7 @@ async fn get(h: &Harness, uri: &str, bearer: Option<&str>) -> (StatusCode, Strin
     }
     let answer = h.router.clone().oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
     let header = |name| answer.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-    let (status, ctype, csp) =
-        (answer.status(), header(header::CONTENT_TYPE), header(header::CONTENT_SECURITY_POLICY));
+    let (status, ctype, csp) = (answer.status(), header(header::CONTENT_TYPE), header(header::CONTENT_SECURITY_POLICY));
     let body = answer.into_body().collect().await.unwrap().to_bytes();
     (status, ctype, csp, String::from_utf8_lossy(&body).into_owned())
 }

@@ -147,7 +147,8 @@ async fn build(State(app): State<AppState>, auth: Auth, BuildIdPath(id): BuildId
     if !auth.0.allows(&b.deployment_id) {
         return Err(missing());
     }
-    let log = if b.status.is_terminal() { builds::log(&mut conn, &id).await?.unwrap_or_default() } else { String::new() };
+    let log =
+        if b.status.is_terminal() { builds::log(&mut conn, &id).await?.unwrap_or_default() } else { String::new() };
     Ok(views::build(&b, &log, slipway_jobs::store::now_ms()))
 }
 
@@ -155,7 +156,9 @@ async fn build(State(app): State<AppState>, auth: Auth, BuildIdPath(id): BuildId
 /// the last hour; `403` for a token that may not see the fleet.
 async fn fleet_view(State(app): State<AppState>, Auth(claims): Auth) -> Result<Markup, ApiError> {
     if !may_see_fleet(&claims) {
-        return Err(ApiError::forbidden("this token may not see the queues and workers (it needs deployments [\"*\"])"));
+        return Err(ApiError::forbidden(
+            "this token may not see the queues and workers (it needs deployments [\"*\"])",
+        ));
     }
     let alive_ms = (app.config.heartbeat * queue::MISSED_HEARTBEATS).as_millis() as i64;
     let queues: Vec<&str> = queue::ALL_QUEUES.iter().copied().filter(|q| *q != queue::MAINTENANCE_QUEUE).collect();

@@ -141,6 +141,7 @@ pub async fn workers_seen(conn: &mut Conn, recent_ms: i64, alive_ms: i64) -> Res
 /// submit), newest first, at most `limit`: what a token for every
 /// deployment sees listed.
 pub async fn recent_deployment_ids(conn: &mut Conn, limit: i64) -> Result<Vec<String>, StoreError> {
-    let rows = Q::new("SELECT id FROM deployments ORDER BY updated_at DESC, id LIMIT $1").int(limit).fetch_all(conn).await?;
+    let rows =
+        Q::new("SELECT id FROM deployments ORDER BY updated_at DESC, id LIMIT $1").int(limit).fetch_all(conn).await?;
     rows.iter().map(|r| r.text("id")).collect()
 }
