@@ -359,6 +359,7 @@ pub fn app(state: AppState) -> Router {
         .route("/builds/{id}/cancel", post(routes::builds::cancel))
         .route("/sbom-list/{id}", get(routes::sbom::list))
         .route("/sbom/{id}", get(routes::sbom::document))
+        .merge(crate::ui::router())
         .fallback(routes::public::not_found)
         .method_not_allowed_fallback(routes::public::method_not_allowed)
         // Innermost first: each layer wraps those above it.

@@ -9,5 +9,6 @@ pub mod error;
 pub mod extract;
 pub mod routes;
 pub mod serve;
+pub mod ui;
 
 pub use app::{app, App, AppState};

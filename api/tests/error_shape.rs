@@ -160,9 +160,11 @@ fn faulty(route: &Route, fault: Fault, token: &str) -> (Request<Body>, Option<(S
     (request.body(body).unwrap(), expected)
 }
 
-/// Panics unless `answer` is JSON and, as an error, the §3 shape.
-fn assert_json_and_shaped(answer: &Answer, what: &str) {
-    assert!(answer.content_type.starts_with("application/json"), "{what}: {} {:?}", answer.status, answer.content_type);
+/// Panics unless `answer` is JSON (a success of the dashboard: its
+/// route's media type) and, as an error, the §3 shape.
+fn assert_json_and_shaped(answer: &Answer, media: &str, what: &str) {
+    let want = if answer.status.as_u16() < 400 { media } else { "application/json" };
+    assert!(answer.content_type.starts_with(want), "{what}: {} {:?}", answer.status, answer.content_type);
     if answer.status.as_u16() >= 400 {
         assert!(answer.body["error"].is_string(), "{what}: {}", answer.body);
         assert!(answer.body["message"].as_str().is_some_and(|m| !m.is_empty()), "{what}: {}", answer.body);
@@ -181,7 +183,7 @@ async fn every_refusal_of_every_route_answers_in_the_json_error_shape(engine: En
             let what = format!("{} with {fault:?}", route.name());
             let (request, expected) = faulty(&route, fault, &token);
             let answer = send(&h, request).await;
-            assert_json_and_shaped(&answer, &what);
+            assert_json_and_shaped(&answer, route.media, &what);
             if let Some((status, code)) = expected {
                 assert_eq!(answer.status, status, "{what}: {}", answer.body);
                 assert_error_shape(&answer.body, code);
@@ -213,7 +215,7 @@ async fn an_unknown_route_answers_404_in_the_json_error_shape(engine: Engine) {
             let answer = send(&h, request.body(Body::empty()).unwrap()).await;
             let what = format!("{method} {uri}");
             assert_eq!(answer.status, StatusCode::NOT_FOUND, "{what}: {}", answer.body);
-            assert_json_and_shaped(&answer, &what);
+            assert_json_and_shaped(&answer, "application/json", &what);
             assert_error_shape(&answer.body, "not_found");
         }
     }
@@ -229,7 +231,7 @@ async fn a_two_mebibyte_delete_body_answers_413_in_the_json_shape(engine: Engine
         let (request, _) = faulty(&delete, fault, &all());
         let answer = send(&h, request).await;
         assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE, "{fault:?}: {}", answer.body);
-        assert_json_and_shaped(&answer, &format!("{fault:?}"));
+        assert_json_and_shaped(&answer, "application/json", &format!("{fault:?}"));
         assert_error_shape(&answer.body, "payload_too_large");
         assert_eq!(answer.body["details"]["limit_bytes"], slipway_api::app::BODY_LIMIT, "{fault:?}");
     }

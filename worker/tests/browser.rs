@@ -12,30 +12,16 @@
 mod common;
 #[path = "browser/origin.rs"]
 mod origin;
+#[path = "browser/tools.rs"]
+mod tools;
 
 use common::{binary, command, demo, free_port, start, wait_for, Api};
 use origin::Origin;
 use serde_json::{json, Value};
 use slipway_jobs::store::Engine;
 use slipway_jobs::test_support::TestDatabase;
-use std::path::PathBuf;
 use std::time::Duration;
-
-/// The folder of the page, the driver and its `node_modules`.
-fn browser_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser")
-}
-
-/// Fails, with what to run, when the browser, Node.js or playwright-core is missing.
-fn require_the_browser_tools() {
-    let fix = "run `scripts/install-deps --browser` (as root) to install Debian's chromium, Node.js and \
-               playwright-core; this test does not pass without them";
-    assert!(std::path::Path::new("/usr/bin/chromium").exists(), "/usr/bin/chromium is missing: {fix}");
-    let node = std::process::Command::new("node").arg("--version").output();
-    assert!(node.as_ref().is_ok_and(|o| o.status.success()), "node does not run ({node:?}): {fix}");
-    let playwright = browser_dir().join("node_modules/playwright-core/package.json");
-    assert!(playwright.exists(), "{} is missing: {fix}", playwright.display());
-}
+use tools::{browser_dir, require_the_browser_tools};
 
 /// A token for `deployments` only, valid 1 h, minted by `slipway-api token`.
 fn token_for(db: &TestDatabase, port: u16, deployments: &str) -> String {

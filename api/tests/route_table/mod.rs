@@ -63,6 +63,10 @@ pub struct Route {
     /// A stream (DL-3): success is `text/event-stream`, and the token may
     /// also come as `?access_token=`.
     pub stream: bool,
+    /// The media type of a success: `application/json`, but for the
+    /// dashboard's HTML, script and style sheet (`/ui`); an error answer is
+    /// JSON on every route.
+    pub media: &'static str,
     /// The statuses a call in scope may answer on the seeded data of
     /// `auth_matrix.rs` (success or a domain answer).
     pub in_scope: &'static [u16],
@@ -105,11 +109,13 @@ pub fn routes() -> Vec<Route> {
         input: Input::None,
         bad_query: None,
         stream: false,
+        media: "application/json",
         in_scope,
     };
     let with_body = |r: Route, body: fn() -> Value| Route { input: Input::Json(body), ..r };
     let with_query = |r: Route, bad: &'static str| Route { bad_query: Some(bad), ..r };
     let stream = |r: Route| Route { stream: true, ..r };
+    let media = |r: Route, media: &'static str| Route { media, ..r };
     vec![
         route(Method::GET, "/healthz", Public, &[200]),
         route(Method::GET, "/readyz", Public, &[200]),
@@ -140,22 +146,39 @@ pub fn routes() -> Vec<Route> {
         route(Method::GET, "/sbom-list/{id}", Deployment, &[200]),
         // No deploy has produced an SBOM: a domain 404.
         with_query(route(Method::GET, "/sbom/{id}?node=web", Deployment, &[404]), "node=a&node=b"),
+        // The dashboard (api/src/ui): a public shell, and fragments authorised like the JSON routes.
+        media(route(Method::GET, "/ui", Public, &[200]), "text/html"),
+        media(route(Method::GET, "/ui/dashboard.js", Public, &[200]), "text/javascript"),
+        media(route(Method::GET, "/ui/dashboard.css", Public, &[200]), "text/css"),
+        media(route(Method::GET, "/ui/fragments/deployments", Token, &[200]), "text/html"),
+        media(route(Method::GET, "/ui/fragments/deployments/{id}", Deployment, &[200]), "text/html"),
+        media(route(Method::GET, "/ui/fragments/builds/{build}", Build, &[200]), "text/html"),
+        // Only a token for every deployment sees the fleet.
+        media(route(Method::GET, "/ui/fragments/fleet", Token, &[200, 403]), "text/html"),
     ]
 }
 
-/// The route templates `fn app` of `api/src/app.rs` registers (`.route("…"`), in axum's syntax.
+/// The route templates `fn app` of `api/src/app.rs` registers (`.route("…"`),
+/// and those of the routers it merges (the dashboard's, `api/src/ui/mod.rs`),
+/// in axum's syntax.
 fn registered_paths() -> BTreeSet<String> {
-    let source = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/app.rs")).expect("api/src/app.rs");
+    let read = |file: &str| {
+        std::fs::read_to_string(format!("{}/src/{file}", env!("CARGO_MANIFEST_DIR"))).expect("an api source file")
+    };
+    let app = read("app.rs");
     // `fn app` to the unit tests, which build little routers of their own.
-    let start = source.find("pub fn app(").expect("fn app in app.rs");
-    let end = source[start..].find("#[cfg(test)]").map_or(source.len(), |n| start + n);
+    let start = app.find("pub fn app(").expect("fn app in app.rs");
+    let end = app[start..].find("#[cfg(test)]").map_or(app.len(), |n| start + n);
+    let ui = read("ui/mod.rs");
+    let start_ui = ui.find("pub fn router(").expect("fn router in ui/mod.rs");
     let mut paths = BTreeSet::new();
-    let mut rest = &source[start..end];
-    while let Some(at) = rest.find(".route(") {
-        rest = rest[at + ".route(".len()..].trim_start();
-        if let Some(quoted) = rest.strip_prefix('"') {
-            let end = quoted.find('"').expect("a closing quote");
-            paths.insert(quoted[..end].to_owned());
+    for mut rest in [&app[start..end], &ui[start_ui..]] {
+        while let Some(at) = rest.find(".route(") {
+            rest = rest[at + ".route(".len()..].trim_start();
+            if let Some(quoted) = rest.strip_prefix('"') {
+                let end = quoted.find('"').expect("a closing quote");
+                paths.insert(quoted[..end].to_owned());
+            }
         }
     }
     paths

@@ -1,0 +1,280 @@
+// Slipway's dashboard: swaps server-rendered HTML fragments into the shell
+// of /ui and follows the api's streams. Vanilla JavaScript, no build step.
+//
+// The token is kept in this tab's sessionStorage only: it is sent as the
+// Authorization header on fetches, and as ?access_token= on EventSource
+// (which cannot send headers). Fragments are HTML rendered (and escaped) by
+// the api; this script never builds markup from data, it only sets text.
+//
+// Routes (the location's hash): #/ the deployments, #/deployments/<id>
+// (following its newest build), #/deployments/<id>/builds/<build>, #/fleet,
+// #/submit.
+"use strict";
+
+(function () {
+  const TOKEN_KEY = "slipway.token";
+  const REFRESH_MS = 5000;
+
+  // What the page has seen, for people debugging and for the browser test.
+  // states: each state the deployment channel sent, with the log chunks
+  // streamed into the page by then.
+  const seen = { states: [], liveLogChunks: 0, logChunksBeforeEnd: 0, builds: [] };
+  window.slipwayDashboard = seen;
+
+  const $ = (id) => document.getElementById(id);
+  let streams = [];
+  let timer = null;
+  let routeToken = 0;
+  let flash = "";
+
+  function token() {
+    return sessionStorage.getItem(TOKEN_KEY);
+  }
+
+  function say(text, kind) {
+    const status = $("status");
+    status.textContent = text || "";
+    status.className = kind || "";
+  }
+
+  // The claims of the token, decoded for display only (the api verifies it).
+  function claims(t) {
+    try {
+      const part = t.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+      return JSON.parse(atob(part));
+    } catch (e) {
+      return null;
+    }
+  }
+
+  function showSignedIn() {
+    const t = token();
+    $("token-form").hidden = !!t;
+    $("nav").hidden = !t;
+    $("forget").hidden = !t;
+    const c = t && claims(t);
+    $("who").textContent = c
+      ? `${c.sub || "token"} · ${Array.isArray(c.deployments) ? c.deployments.join(", ") : ""}` +
+        (c.exp ? ` · until ${new Date(c.exp * 1000).toISOString()}` : "")
+      : "";
+  }
+
+  function stopFollowing() {
+    streams.forEach((s) => s.close());
+    streams = [];
+    if (timer) {
+      clearInterval(timer);
+      timer = null;
+    }
+  }
+
+  // An error answer of the api ({"error", "message", "details"}) as a sentence.
+  async function refusal(response) {
+    try {
+      const body = await response.json();
+      let text = body.message || body.error || `${response.status}`;
+      const problems = body.details && body.details.problems;
+      if (Array.isArray(problems)) {
+        text += ": " + problems.map((p) => `${p.path || ""} ${p.message || JSON.stringify(p)}`.trim()).join("; ");
+      }
+      return text;
+    } catch (e) {
+      return `the api answered ${response.status}`;
+    }
+  }
+
+  async function api(path, options) {
+    const headers = Object.assign({ Authorization: `Bearer ${token()}` }, (options && options.headers) || {});
+    const response = await fetch(path, Object.assign({}, options || {}, { headers }));
+    if (response.status === 401) {
+      const why = await refusal(response);
+      sessionStorage.removeItem(TOKEN_KEY);
+      stopFollowing();
+      showSignedIn();
+      say(`The token was refused (${why}). Paste another.`, "error");
+      throw new Error(why);
+    }
+    return response;
+  }
+
+  // Fetches a fragment and puts it in `target`; false when it was refused.
+  async function load(path, target, mine) {
+    let response;
+    try {
+      response = await api(path);
+    } catch (e) {
+      return false;
+    }
+    if (mine !== routeToken) {
+      return false;
+    }
+    if (!response.ok) {
+      say(await refusal(response), "error");
+      return false;
+    }
+    target.innerHTML = await response.text();
+    return true;
+  }
+
+  function streamUrl(path) {
+    return `${path}?access_token=${encodeURIComponent(token())}`;
+  }
+
+  // Streams a running build's log into its <pre data-live="true">; at the
+  // end, reloads the build's fragment (whole log and run report).
+  function followLog(pane, buildId, mine) {
+    const pre = pane.querySelector("pre[data-live=true]");
+    if (!pre) {
+      return;
+    }
+    const source = new EventSource(streamUrl(`/builds/${encodeURIComponent(buildId)}/log`));
+    streams.push(source);
+    source.addEventListener("log", (event) => {
+      const text = JSON.parse(event.data).text;
+      pre.appendChild(document.createTextNode(text));
+      seen.liveLogChunks += 1;
+      pre.scrollTop = pre.scrollHeight;
+    });
+    source.addEventListener("end", () => {
+      source.close();
+      seen.logChunksBeforeEnd = seen.liveLogChunks;
+      loadBuild(pane, buildId, mine);
+    });
+  }
+
+  async function loadBuild(pane, buildId, mine) {
+    pane.dataset.build = buildId;
+    if (await load(`/ui/fragments/builds/${encodeURIComponent(buildId)}`, pane, mine)) {
+      if (!seen.builds.includes(buildId)) {
+        seen.builds.push(buildId);
+      }
+      followLog(pane, buildId, mine);
+    }
+  }
+
+  async function showDeployment(id, pinnedBuild, mine) {
+    const view = $("view");
+    view.innerHTML = '<div id="deployment-pane"></div><div id="build-pane"></div>';
+    const deploymentPane = $("deployment-pane");
+    const buildPane = $("build-pane");
+    const path = `/ui/fragments/deployments/${encodeURIComponent(id)}`;
+    if (!(await load(path, deploymentPane, mine))) {
+      return;
+    }
+    const section = () => deploymentPane.querySelector("section.deployment");
+    const latest = section() && section().dataset.latestBuild;
+    const first = pinnedBuild || latest;
+    if (first) {
+      await loadBuild(buildPane, first, mine);
+    }
+    // The deployment channel: each state re-renders the deployment, and
+    // (unless a build was picked) moves the build pane to the newest build.
+    const events = new EventSource(streamUrl(`/deployments/${encodeURIComponent(id)}/events`));
+    streams.push(events);
+    events.addEventListener("state", async (event) => {
+      const data = JSON.parse(event.data);
+      seen.states.push({ state: data.state, liveLogChunks: seen.liveLogChunks });
+      await load(path, deploymentPane, mine);
+      const newest = section() && section().dataset.latestBuild;
+      if (!pinnedBuild && newest && newest !== buildPane.dataset.build) {
+        streams.filter((s) => s !== events).forEach((s) => s.close());
+        streams = [events];
+        await loadBuild(buildPane, newest, mine);
+      }
+    });
+  }
+
+  async function route() {
+    stopFollowing();
+    routeToken += 1;
+    const mine = routeToken;
+    say(flash);
+    flash = "";
+    showSignedIn();
+    const view = $("view");
+    $("submit-form").hidden = true;
+    if (!token()) {
+      view.innerHTML = "";
+      $("token-input").focus();
+      return;
+    }
+    const hash = location.hash.replace(/^#/, "") || "/";
+    const parts = hash.split("/").filter((p) => p).map(decodeURIComponent);
+    if (parts[0] === "deployments" && parts[1]) {
+      await showDeployment(parts[1], parts[2] === "builds" ? parts[3] : null, mine);
+    } else if (parts[0] === "fleet") {
+      await load("/ui/fragments/fleet", view, mine);
+      timer = setInterval(() => load("/ui/fragments/fleet", view, mine), REFRESH_MS);
+    } else if (parts[0] === "submit") {
+      view.innerHTML = "";
+      $("submit-form").hidden = false;
+    } else {
+      const shown = await load("/ui/fragments/deployments", view, mine);
+      if (shown) {
+        const list = view.querySelector("section.deployments");
+        $("nav-fleet").hidden = !(list && list.dataset.fleet === "true");
+      }
+      timer = setInterval(() => load("/ui/fragments/deployments", view, mine), REFRESH_MS);
+    }
+  }
+
+  async function submitConfiguration(event) {
+    event.preventDefault();
+    const id = $("submit-id").value.trim();
+    let configuration;
+    try {
+      configuration = JSON.parse($("submit-configuration").value);
+    } catch (e) {
+      say(`The configuration is not JSON: ${e.message}`, "error");
+      return;
+    }
+    const body = { configuration };
+    const source = $("submit-source").value.trim();
+    if (source) {
+      body.module_source = source;
+    }
+    say("Submitting…");
+    let response;
+    try {
+      response = await api(`/deployments/${encodeURIComponent(id)}`, {
+        method: "PUT",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    } catch (e) {
+      return;
+    }
+    if (response.status !== 202) {
+      say(`Not submitted: ${await refusal(response)}`, "error");
+      return;
+    }
+    const accepted = await response.json();
+    flash = `Deploy queued: build ${accepted.build_id}.`;
+    const target = `#/deployments/${encodeURIComponent(id)}`;
+    if (location.hash === target) {
+      route();
+    } else {
+      location.hash = target;
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    $("token-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const t = $("token-input").value.trim().replace(/^Bearer\s+/i, "");
+      if (t) {
+        sessionStorage.setItem(TOKEN_KEY, t);
+        $("token-input").value = "";
+        route();
+      }
+    });
+    $("forget").addEventListener("click", () => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      stopFollowing();
+      route();
+    });
+    $("submit-form").addEventListener("submit", submitConfiguration);
+    window.addEventListener("hashchange", route);
+    route();
+  });
+})();

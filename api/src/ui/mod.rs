@@ -1,0 +1,169 @@
+//! The dashboard at `/ui`: server-rendered HTML (maud), no JavaScript
+//! build step, nothing loaded from elsewhere.
+//!
+//! `GET /ui` is a static shell (public: it holds no data) with its script
+//! and style sheet, both compiled into the binary. The tab keeps the token
+//! the user pastes in `sessionStorage` and fetches the HTML fragments below
+//! with it as the bearer header; they are authorised exactly like the JSON
+//! routes (the same [`Auth`] extractor, the same scope checks), so a
+//! refusal is the usual JSON error (`401`, `403`, `404`). Live updates come
+//! from the api's own streams: `GET /deployments/{id}/events` re-renders a
+//! deployment's fragment on each state change, `GET /builds/{id}/log`
+//! streams a running build's log (the token as `?access_token=`, which the
+//! access log never writes).
+//!
+//! | route | access |
+//! | --- | --- |
+//! | `GET /ui`, `/ui/dashboard.js`, `/ui/dashboard.css` | public |
+//! | `GET /ui/fragments/deployments` | any token: the deployments it names, or the 100 most recent for `*` |
+//! | `GET /ui/fragments/deployments/{id}` | a token for `{id}` (`403` otherwise) |
+//! | `GET /ui/fragments/builds/{id}` | a token for the build's deployment (`404` otherwise, as `GET /builds/{id}`) |
+//! | `GET /ui/fragments/fleet` | a token that may see the fleet ([`may_see_fleet`]; `403` otherwise) |
+
+mod views;
+
+use crate::app::{AppState, Auth};
+use crate::auth::Claims;
+use crate::error::ApiError;
+use crate::extract::{BuildIdPath, DeploymentIdPath};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use maud::Markup;
+use slipway_jobs::store::{builds, fleet, queue};
+
+/// The most deployments the list shows.
+pub const LIST_LIMIT: usize = 100;
+
+/// The most builds a deployment's view lists (newest first).
+pub const BUILDS_SHOWN: i64 = 20;
+
+/// How far back the workers view looks for heartbeats: one hour, in ms.
+pub const WORKERS_SEEN_MS: i64 = 3_600_000;
+
+/// The content security policy of every `/ui` answer: the page runs its own
+/// script and style sheet only, talks to this origin only, and cannot be
+/// framed.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The dashboard's routes, merged into the api's router by [`crate::app::app`].
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ui", get(shell))
+        .route("/ui/dashboard.js", get(script))
+        .route("/ui/dashboard.css", get(style))
+        .route("/ui/fragments/deployments", get(deployments))
+        .route("/ui/fragments/deployments/{id}", get(deployment))
+        .route("/ui/fragments/builds/{id}", get(build))
+        .route("/ui/fragments/fleet", get(fleet_view))
+        .layer(middleware::from_fn(page_headers))
+}
+
+/// Whether `claims` may see the queues and workers: for now a token for
+/// every deployment (`deployments: ["*"]`); a front-end's token scoped to
+/// its users' deployments never sees the fleet.
+pub fn may_see_fleet(claims: &Claims) -> bool {
+    claims.deployments.iter().any(|d| d == "*")
+}
+
+/// Headers of every `/ui` answer: [`CONTENT_SECURITY_POLICY`], no MIME
+/// sniffing, no referrer, and no caching of fragments (they carry data).
+async fn page_headers(request: Request, next: Next) -> Response {
+    let fragment = request.uri().path().starts_with("/ui/fragments/");
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    if fragment {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+/// `GET /ui`: the shell.
+async fn shell() -> Markup {
+    views::shell()
+}
+
+/// `GET /ui/dashboard.js`: the page's script (vanilla, no build step).
+async fn script() -> Response {
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], include_str!("dashboard.js")).into_response()
+}
+
+/// `GET /ui/dashboard.css`: the page's style sheet.
+async fn style() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], include_str!("dashboard.css")).into_response()
+}
+
+/// `GET /ui/fragments/deployments`: the deployments the token names, in
+/// the order of its claim (the first [`LIST_LIMIT`]); for a token of every
+/// deployment, the [`LIST_LIMIT`] most recently submitted.
+async fn deployments(State(app): State<AppState>, Auth(claims): Auth) -> Result<Markup, ApiError> {
+    let everything = claims.deployments.iter().any(|d| d == "*");
+    let mut conn = app.db.acquire().await?;
+    let ids: Vec<String> = if everything {
+        fleet::recent_deployment_ids(&mut conn, LIST_LIMIT as i64).await?
+    } else {
+        let mut ids: Vec<String> = Vec::new();
+        for id in &claims.deployments {
+            if !ids.contains(id) && slipway_jobs::id::DeploymentId::parse(id).is_ok() {
+                ids.push(id.clone());
+            }
+        }
+        ids.truncate(LIST_LIMIT);
+        ids
+    };
+    let reads = slipway_jobs::read::deployments(&mut conn, &ids).await?;
+    Ok(views::deployments(&reads, everything, may_see_fleet(&claims)))
+}
+
+/// `GET /ui/fragments/deployments/{id}`: one deployment with its
+/// instances and its latest [`BUILDS_SHOWN`] builds.
+async fn deployment(
+    State(app): State<AppState>,
+    auth: Auth,
+    DeploymentIdPath(id): DeploymentIdPath,
+) -> Result<Markup, ApiError> {
+    auth.require(id.as_str())?;
+    let mut conn = app.db.acquire().await?;
+    let read = slipway_jobs::read::deployment(&mut conn, id.as_str())
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
+    let rows = builds::list(&mut conn, id.as_str(), None, BUILDS_SHOWN).await?;
+    Ok(views::deployment(&read, &rows))
+}
+
+/// `GET /ui/fragments/builds/{id}`: one build with its run report and log.
+/// A build outside the token's scope is `404`, like an unknown one.
+async fn build(State(app): State<AppState>, auth: Auth, BuildIdPath(id): BuildIdPath) -> Result<Markup, ApiError> {
+    let missing = || ApiError::not_found(format!("no build {id}"));
+    let mut conn = app.db.acquire().await?;
+    let b = builds::get(&mut conn, &id).await?.ok_or_else(missing)?;
+    if !auth.0.allows(&b.deployment_id) {
+        return Err(missing());
+    }
+    let log =
+        if b.status.is_terminal() { builds::log(&mut conn, &id).await?.unwrap_or_default() } else { String::new() };
+    Ok(views::build(&b, &log, slipway_jobs::store::now_ms()))
+}
+
+/// `GET /ui/fragments/fleet`: every queue's load and the workers seen in
+/// the last hour; `403` for a token that may not see the fleet.
+async fn fleet_view(State(app): State<AppState>, Auth(claims): Auth) -> Result<Markup, ApiError> {
+    if !may_see_fleet(&claims) {
+        return Err(ApiError::forbidden(
+            "this token may not see the queues and workers (it needs deployments [\"*\"])",
+        ));
+    }
+    let alive_ms = (app.config.heartbeat * queue::MISSED_HEARTBEATS).as_millis() as i64;
+    let queues: Vec<&str> = queue::ALL_QUEUES.iter().copied().filter(|q| *q != queue::MAINTENANCE_QUEUE).collect();
+    let mut conn = app.db.acquire().await?;
+    let loads = fleet::queue_loads(&mut conn, &queues).await?;
+    let workers = fleet::workers_seen(&mut conn, WORKERS_SEEN_MS, alive_ms).await?;
+    Ok(views::fleet(&loads, &workers, alive_ms))
+}
