@@ -27,6 +27,9 @@ pub enum Access {
     /// another scope is `404 not_found`: build ids do not reveal which
     /// deployments exist.
     Build,
+    /// A valid token with the operator claim (the fleet routes); any other
+    /// valid token, whatever deployments it names, is `403 forbidden`.
+    Operator,
 }
 
 /// What a route reads from the request body.
@@ -140,6 +143,8 @@ pub fn routes() -> Vec<Route> {
         route(Method::GET, "/sbom-list/{id}", Deployment, &[200]),
         // No deploy has produced an SBOM: a domain 404.
         with_query(route(Method::GET, "/sbom/{id}?node=web", Deployment, &[404]), "node=a&node=b"),
+        route(Method::GET, "/queues", Operator, &[200]),
+        route(Method::GET, "/workers", Operator, &[200]),
     ]
 }
 
