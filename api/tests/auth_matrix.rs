@@ -347,7 +347,8 @@ async fn an_operator_token_reads_the_queues_and_the_workers(engine: Engine) {
         let operator = sign(&c);
         let (status, body) = s.h.call(Method::GET, "/queues", Some(&operator), None).await;
         assert_eq!(status, StatusCode::OK, "{body}");
-        let queues: Vec<&str> = body["queues"].as_array().unwrap().iter().map(|q| q["queue"].as_str().unwrap()).collect();
+        let queues: Vec<&str> =
+            body["queues"].as_array().unwrap().iter().map(|q| q["queue"].as_str().unwrap()).collect();
         assert_eq!(queues, ["builds", "nix", "callbacks", "readiness"], "{body}");
         // The two seeded submits wait for a worker (none runs here).
         let builds = &body["queues"][0];

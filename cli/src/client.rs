@@ -85,8 +85,9 @@ impl Client {
     /// A client of the api at `base` (`http://127.0.0.1:8080`); `token` is
     /// sent as `Authorization: Bearer` and never printed.
     pub fn new(base: &str, token: Option<String>) -> Result<Self, Failure> {
-        let parsed = reqwest::Url::parse(base)
-            .map_err(|e| Failure::Usage(format!("--url {base:?} is not a URL ({e}); for example http://127.0.0.1:8080")))?;
+        let parsed = reqwest::Url::parse(base).map_err(|e| {
+            Failure::Usage(format!("--url {base:?} is not a URL ({e}); for example http://127.0.0.1:8080"))
+        })?;
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(Failure::Usage(format!("--url {base:?}: expected an http:// or https:// URL")));
         }
@@ -139,8 +140,9 @@ impl Client {
         if status == StatusCode::NO_CONTENT {
             return Ok((status, Value::Null));
         }
-        let body = serde_json::from_slice(&bytes)
-            .map_err(|e| Failure::Protocol(format!("the api answered HTTP {status} with a body that is not JSON: {e}")))?;
+        let body = serde_json::from_slice(&bytes).map_err(|e| {
+            Failure::Protocol(format!("the api answered HTTP {status} with a body that is not JSON: {e}"))
+        })?;
         Ok((status, body))
     }
 
@@ -157,7 +159,8 @@ impl Client {
         if !status.is_success() {
             return Err(api_error(status, &bytes));
         }
-        String::from_utf8(bytes.to_vec()).map_err(|_| Failure::Protocol("the api answered a body that is not UTF-8".into()))
+        String::from_utf8(bytes.to_vec())
+            .map_err(|_| Failure::Protocol("the api answered a body that is not UTF-8".into()))
     }
 }
 

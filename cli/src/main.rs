@@ -156,7 +156,9 @@ fn report(failure: &Failure, output: Output) {
     match failure {
         Failure::Api { code, message, details, status } => {
             eprintln!("slipway: error {code} (HTTP {status}): {message}");
-            for problem in details.get("problems").or(details.get("errors")).and_then(Value::as_array).into_iter().flatten() {
+            for problem in
+                details.get("problems").or(details.get("errors")).and_then(Value::as_array).into_iter().flatten()
+            {
                 eprintln!("  - {}", problem_line(problem));
             }
         }
@@ -194,7 +196,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             print(output, &accepted, || {
                 let mut text = format!("deployment {id}: build {build} queued");
                 for warning in accepted["warnings"].as_array().into_iter().flatten() {
-                    text.push_str(&format!("\nwarning: {}", warning.as_str().map_or(warning.to_string(), str::to_owned)));
+                    text.push_str(&format!(
+                        "\nwarning: {}",
+                        warning.as_str().map_or(warning.to_string(), str::to_owned)
+                    ));
                 }
                 text
             });
@@ -214,7 +219,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                             writeln!(out, "{}", json!({ "event": "log", "id": id, "text": text }))
                         }
                         (Seen::Log { text, .. }, false) => write!(out, "{text}"),
-                        (Seen::End { status }, true) => writeln!(out, "{}", json!({ "event": "end", "status": status })),
+                        (Seen::End { status }, true) => {
+                            writeln!(out, "{}", json!({ "event": "end", "status": status }))
+                        }
                         (Seen::End { .. }, false) => Ok(()),
                     };
                     let _ = out.flush();
@@ -224,7 +231,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             let build = client.get(&format!("/builds/{build_id}")).await?;
             match output {
-                Output::Json => println!("{}", json!({ "build_id": build["id"], "status": build["status"], "log": build["log"] })),
+                Output::Json => {
+                    println!("{}", json!({ "build_id": build["id"], "status": build["status"], "log": build["log"] }))
+                }
                 Output::Text => print!("{}", build["log"].as_str().unwrap_or_default()),
             }
         }
@@ -252,7 +261,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let id = path_id("deployment id", &id)?;
             match node {
                 // The document as the api sent it, in both output modes.
-                Some(node) => println!("{}", client.get_text(&format!("/sbom/{id}?node={}", query_value(&node))).await?),
+                Some(node) => {
+                    println!("{}", client.get_text(&format!("/sbom/{id}?node={}", query_value(&node))).await?)
+                }
                 None => {
                     let list = client.get(&format!("/sbom-list/{id}")).await?;
                     print(output, &list, || table::sboms(&list));
@@ -287,8 +298,7 @@ fn submit_body(file: &str, module_source: Option<String>) -> Result<Value, Failu
     } else {
         std::fs::read_to_string(file).map_err(|e| Failure::Usage(format!("reading {file}: {e}")))?
     };
-    let value: Value =
-        serde_json::from_str(&text).map_err(|e| Failure::Usage(format!("{file} is not JSON: {e}")))?;
+    let value: Value = serde_json::from_str(&text).map_err(|e| Failure::Usage(format!("{file} is not JSON: {e}")))?;
     let mut body = match value {
         Value::Object(ref map) if map.contains_key("configuration") => value,
         Value::Object(_) => json!({ "configuration": value }),

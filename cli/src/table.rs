@@ -86,7 +86,9 @@ pub fn sboms(list: &Value) -> String {
         .as_array()
         .into_iter()
         .flatten()
-        .map(|n| vec![cell(&n["node"]), cell(&n["status"]), cell(&n["build_id"]), cell(&n["created_at"]), cell(&n["reason"])])
+        .map(|n| {
+            vec![cell(&n["node"]), cell(&n["status"]), cell(&n["build_id"]), cell(&n["created_at"]), cell(&n["reason"])]
+        })
         .collect();
     render(&["NODE", "STATUS", "BUILD", "CREATED", "REASON"], &rows)
 }
@@ -98,7 +100,13 @@ pub fn queues(q: &Value) -> String {
         .into_iter()
         .flatten()
         .map(|q| {
-            vec![cell(&q["queue"]), cell(&q["waiting"]), cell(&q["scheduled"]), cell(&q["running"]), age(&q["oldest_waiting_ms"])]
+            vec![
+                cell(&q["queue"]),
+                cell(&q["waiting"]),
+                cell(&q["scheduled"]),
+                cell(&q["running"]),
+                age(&q["oldest_waiting_ms"]),
+            ]
         })
         .collect();
     render(&["QUEUE", "WAITING", "SCHEDULED", "RUNNING", "OLDEST WAIT"], &rows)
@@ -153,7 +161,8 @@ mod tests {
 
     #[test]
     fn ages_read_in_the_largest_sensible_unit() {
-        for (ms, text) in [(json!(850), "850ms"), (json!(42_000), "42s"), (json!(185_000), "3m05s"), (json!(7_800_000), "2h10m")]
+        for (ms, text) in
+            [(json!(850), "850ms"), (json!(42_000), "42s"), (json!(185_000), "3m05s"), (json!(7_800_000), "2h10m")]
         {
             assert_eq!(age(&ms), text);
         }

@@ -11,12 +11,15 @@ use serde_json::{json, Value};
 /// The claims of `token` (a JWT's middle part), or why it cannot be read.
 /// The message never repeats the token.
 pub fn claims(token: &str) -> Result<Value, Failure> {
-    let malformed = || Failure::Usage("the token is not a JWT (three base64url parts, the middle one JSON claims)".into());
+    let malformed =
+        || Failure::Usage("the token is not a JWT (three base64url parts, the middle one JSON claims)".into());
     let mut parts = token.trim().split('.');
     let (Some(_), Some(payload), Some(_), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err(malformed());
     };
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).map_err(|_| malformed())?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .map_err(|_| malformed())?;
     match serde_json::from_slice(&bytes) {
         Ok(v @ Value::Object(_)) => Ok(v),
         _ => Err(malformed()),
@@ -34,9 +37,9 @@ pub fn show(token: Option<&str>, json_output: bool) -> Result<(), Failure> {
     let claims = claims(token)?;
     let now = time::OffsetDateTime::now_utc().unix_timestamp() as f64;
     let exp = claims["exp"].as_f64();
-    let expires_at = exp.and_then(|e| time::OffsetDateTime::from_unix_timestamp(e as i64).ok()).and_then(|t| {
-        t.format(&time::format_description::well_known::Rfc3339).ok()
-    });
+    let expires_at = exp
+        .and_then(|e| time::OffsetDateTime::from_unix_timestamp(e as i64).ok())
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok());
     let expired = exp.map(|e| now >= e);
     if json_output {
         println!("{}", json!({ "claims": claims, "expires_at": expires_at, "expired": expired, "verified": false }));
@@ -53,8 +56,12 @@ pub fn show(token: Option<&str>, json_output: bool) -> Result<(), Failure> {
     println!("deployments  {}", text(&claims["deployments"]));
     println!("operator     {}", if claims["operator"] == json!(true) { "yes" } else { "no" });
     match (expires_at, exp) {
-        (Some(at), Some(e)) if now >= e => println!("expires      {at} (expired {} ago)", crate::table::age(&json!(((now - e) * 1000.0) as i64))),
-        (Some(at), Some(e)) => println!("expires      {at} (in {})", crate::table::age(&json!(((e - now) * 1000.0) as i64))),
+        (Some(at), Some(e)) if now >= e => {
+            println!("expires      {at} (expired {} ago)", crate::table::age(&json!(((now - e) * 1000.0) as i64)))
+        }
+        (Some(at), Some(e)) => {
+            println!("expires      {at} (in {})", crate::table::age(&json!(((e - now) * 1000.0) as i64)))
+        }
         _ => println!("expires      - (no exp claim: the api refuses such a token)"),
     }
     println!("(decoded without checking the signature: only the api can tell whether it is genuine)");
