@@ -234,7 +234,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 Output::Json => {
                     println!("{}", json!({ "build_id": build["id"], "status": build["status"], "log": build["log"] }))
                 }
-                Output::Text => print!("{}", build["log"].as_str().unwrap_or_default()),
+                Output::Text => {
+                    let log = build["log"].as_str().unwrap_or_default();
+                    print!("{log}");
+                    if !log.is_empty() && !log.ends_with('\n') {
+                        println!();
+                    }
+                }
             }
         }
         Command::Delete { id, follow } => {

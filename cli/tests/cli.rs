@@ -36,9 +36,9 @@ async fn deploy_follow_of_the_demo_succeeds_and_every_command_reads_what_it_made
     assert!(!logs.stdout.trim().is_empty(), "{logs:#?}");
     let json = fleet.slipway(&user, &["--output", "json", "logs", &build_id]).await.json();
     assert_eq!(json["status"], "succeeded");
-    assert_eq!(json["log"].as_str(), Some(logs.stdout.as_str()));
+    assert_eq!(json["log"].as_str().map(str::trim_end), Some(logs.stdout.trim_end()));
     let streamed = fleet.slipway(&user, &["logs", "-f", &build_id]).await;
-    assert_eq!((streamed.code, &streamed.stdout), (0, &logs.stdout), "{streamed:#?}");
+    assert_eq!((streamed.code, streamed.stdout.trim_end()), (0, logs.stdout.trim_end()), "{streamed:#?}");
     let lines = fleet.slipway(&user, &["--output", "json", "logs", "-f", &build_id]).await.json_lines();
     assert_eq!(lines.last().unwrap()["event"], "end");
     assert_eq!(lines.last().unwrap()["status"], "succeeded");
