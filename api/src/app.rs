@@ -148,6 +148,18 @@ impl Auth {
             Err(ApiError::forbidden(format!("this token may not touch deployment {id}")))
         }
     }
+
+    /// `403` unless the token carries the operator claim (the fleet routes:
+    /// `GET /queues`, `GET /workers`).
+    pub fn require_operator(&self) -> Result<(), ApiError> {
+        if self.0.operator {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(
+                "this route is for operators: it needs a token with the operator claim (slipway-api token --operator)",
+            ))
+        }
+    }
 }
 
 /// past `QUEUE_SIZE` queued builds a submit is refused with
@@ -360,6 +372,8 @@ pub fn app(state: AppState) -> Router {
         .route("/sbom-list/{id}", get(routes::sbom::list))
         .route("/sbom/{id}", get(routes::sbom::document))
         .merge(crate::ui::router())
+        .route("/queues", get(routes::fleet::queues))
+        .route("/workers", get(routes::fleet::workers))
         .fallback(routes::public::not_found)
         .method_not_allowed_fallback(routes::public::method_not_allowed)
         // Innermost first: each layer wraps those above it.

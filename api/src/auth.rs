@@ -3,7 +3,9 @@
 //! Tokens are JWTs from configured front-ends: HS256 with
 //! `SLIPWAY_JWT_SECRET`, or EdDSA with `SLIPWAY_JWT_PUBLIC_KEY`. A token must
 //! carry `exp`, the configured `aud` (and `iss` when one is configured), and a
-//! `deployments` claim: the ids it may touch, or `["*"]`.
+//! `deployments` claim: the ids it may touch, or `["*"]`. An operator's
+//! token also carries `"operator": true`, which opens the fleet routes
+//! (`GET /queues`, `GET /workers`); a front-end's token never does.
 //!
 //! jsonwebtoken checks the signature (`jsonwebtoken::crypto::verify`); the
 //! algorithm and the claims are checked here, so each refusal says which
@@ -57,6 +59,9 @@ pub struct Claims {
     pub iss: Option<String>,
     /// The deployment ids the token may touch, or `["*"]` for all.
     pub deployments: Vec<String>,
+    /// The `operator` claim: `true` lets the token read the fleet (`GET
+    /// /queues`, `GET /workers`); absent means `false`.
+    pub operator: bool,
 }
 
 impl Claims {
@@ -226,7 +231,12 @@ impl Verifier {
                 expected: "a list of deployment ids (or [\"*\"] for all)",
             })?,
         };
-        Ok(Claims { sub: string(&claims, "sub")?.unwrap_or_default(), exp, aud, iss, deployments })
+        let operator = match claims.get("operator") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(TokenError::MalformedClaim { claim: "operator", expected: "true or false" }),
+        };
+        Ok(Claims { sub: string(&claims, "sub")?.unwrap_or_default(), exp, aud, iss, deployments, operator })
     }
 }
 
@@ -257,6 +267,18 @@ fn string(claims: &Map<String, Value>, claim: &'static str) -> Result<Option<Str
 /// Mints a token with the configured HS256 secret (`slipway-api token`,
 /// development and tests): `exp` is `ttl_secs` from now, in whole seconds.
 pub fn mint(config: &Config, subject: &str, deployments: Vec<String>, ttl_secs: u64) -> anyhow::Result<String> {
+    mint_as(config, subject, deployments, ttl_secs, false)
+}
+
+/// As [`mint`]; with `operator`, the token also carries `"operator": true`
+/// (`slipway-api token --operator`).
+pub fn mint_as(
+    config: &Config,
+    subject: &str,
+    deployments: Vec<String>,
+    ttl_secs: u64,
+    operator: bool,
+) -> anyhow::Result<String> {
     let secret = config
         .jwt_secret
         .as_ref()
@@ -275,6 +297,9 @@ pub fn mint(config: &Config, subject: &str, deployments: Vec<String>, ttl_secs: 
     });
     if let Some(iss) = &config.jwt_issuer {
         claims["iss"] = json!(iss);
+    }
+    if operator {
+        claims["operator"] = json!(true);
     }
     Ok(jsonwebtoken::encode(
         &Header::new(Algorithm::HS256),
@@ -357,6 +382,18 @@ mod tests {
         let token = mint(&c, "dev", vec!["demo".into()], 60).unwrap();
         let claims = Verifier::from_config(&c).unwrap().verify(Some(&format!("Bearer {token}"))).unwrap();
         assert!(claims.allows("demo") && !claims.allows("other"));
+    }
+
+    #[test]
+    fn only_a_token_minted_for_an_operator_carries_the_operator_claim() {
+        let c = config(SECRET);
+        let v = Verifier::from_config(&c).unwrap();
+        let operator = mint_as(&c, "ops", vec!["*".into()], 60, true).unwrap();
+        assert!(v.verify(Some(&format!("Bearer {operator}"))).unwrap().operator);
+        let front_end = mint(&c, "dev", vec!["*".into()], 60).unwrap();
+        assert!(!v.verify(Some(&format!("Bearer {front_end}"))).unwrap().operator);
+        let message = refusal(&v, &sign(Algorithm::HS256, &claims(json!({ "operator": "yes" }))));
+        assert_eq!(message, "the token's operator claim is not true or false");
     }
 
     #[test]

@@ -28,6 +28,9 @@ enum Command {
         /// The token's subject.
         #[arg(long, default_value = "developer")]
         sub: String,
+        /// Adds the operator claim: the token may also read the fleet (GET /queues, GET /workers).
+        #[arg(long)]
+        operator: bool,
     },
 }
 
@@ -42,7 +45,7 @@ fn main() -> ExitCode {
         Err(e) => Err(anyhow::Error::new(e)),
         Ok(config) => match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => tokio::runtime::Runtime::new().expect("tokio runtime starts").block_on(serve(config)),
-            Command::Token { deployments, ttl, sub } => token(&config, deployments, &ttl, &sub),
+            Command::Token { deployments, ttl, sub, operator } => token(&config, deployments, &ttl, &sub, operator),
         },
     };
     match result {
@@ -64,14 +67,14 @@ fn log_filter() -> tracing_subscriber::EnvFilter {
     })
 }
 
-fn token(config: &Config, deployments: Vec<String>, ttl: &str, sub: &str) -> anyhow::Result<()> {
+fn token(config: &Config, deployments: Vec<String>, ttl: &str, sub: &str, operator: bool) -> anyhow::Result<()> {
     let ttl = parse_duration(ttl)
         .filter(|d| !d.is_zero())
         .ok_or_else(|| anyhow::anyhow!("--ttl {ttl:?}: expected 3600, 90s, 30m, 1h or 7d"))?;
     for d in deployments.iter().filter(|d| *d != "*") {
         slipway_jobs::id::DeploymentId::parse(d)?;
     }
-    println!("{}", slipway_api::auth::mint(config, sub, deployments, ttl.as_secs())?);
+    println!("{}", slipway_api::auth::mint_as(config, sub, deployments, ttl.as_secs(), operator)?);
     Ok(())
 }
 

@@ -270,7 +270,9 @@ async fn a_token_of_another_scope_gets_403_or_404_and_never_the_deployments_data
                     assert!(route.in_scope.contains(&status), "{call}: {status} {}", answer.body);
                     assert!(!answer.body.to_string().contains(&s.build), "{call}: {}", answer.body);
                 }
-                Access::Deployment => assert_refused(&answer, &route, StatusCode::FORBIDDEN, "forbidden", &s, &call),
+                Access::Deployment | Access::Operator => {
+                    assert_refused(&answer, &route, StatusCode::FORBIDDEN, "forbidden", &s, &call)
+                }
                 Access::Build => {
                     assert_refused(&answer, &route, StatusCode::NOT_FOUND, "not_found", &s, &call);
                     // Existence does not leak: the answer is that of a build that does not exist.
@@ -299,6 +301,11 @@ async fn a_token_naming_the_deployment_and_a_star_token_reach_every_route(engine
             for &carrier in carriers(route) {
                 let call = format!("{} with a token for {deployments:?} in the {carrier:?}", route.name());
                 let answer = s.call(route, Some(&token), carrier).await;
+                if route.access == Access::Operator {
+                    // A front-end's token never sees the fleet, even one for every deployment.
+                    assert_refused(&answer, route, StatusCode::FORBIDDEN, "forbidden", &s, &call);
+                    continue;
+                }
                 let status = answer.status.as_u16();
                 assert!(route.in_scope.contains(&status), "{call}: {status} {}", answer.body);
                 if route.stream && status == 200 {
@@ -329,7 +336,38 @@ async fn a_list_naming_a_deployment_outside_the_scope_is_refused_whole(engine: E
     assert_eq!(listed, [TARGET]);
 }
 
+/// The fleet routes answer a token with the operator claim (`slipway-api
+/// token --operator`), whatever deployments it names: the queues with their
+/// counts, the workers (none here); `"operator": false` is refused like no claim.
+async fn an_operator_token_reads_the_queues_and_the_workers(engine: Engine) {
+    let s = seeded(engine).await;
+    for deployments in [&[OTHER][..], &["*"][..]] {
+        let mut c = claims(deployments);
+        c["operator"] = json!(true);
+        let operator = sign(&c);
+        let (status, body) = s.h.call(Method::GET, "/queues", Some(&operator), None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let queues: Vec<&str> =
+            body["queues"].as_array().unwrap().iter().map(|q| q["queue"].as_str().unwrap()).collect();
+        assert_eq!(queues, ["builds", "nix", "callbacks", "readiness"], "{body}");
+        // The two seeded submits wait for a worker (none runs here).
+        let builds = &body["queues"][0];
+        assert_eq!((builds["waiting"].as_i64(), builds["running"].as_i64()), (Some(2), Some(0)), "{body}");
+        assert!(builds["oldest_waiting_ms"].as_i64().is_some_and(|ms| ms >= 0), "{body}");
+        assert_eq!(body["queues"][2]["oldest_waiting_ms"], Value::Null, "{body}");
+        let (status, body) = s.h.call(Method::GET, "/workers", Some(&operator), None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["workers"], json!([]), "{body}");
+    }
+    let mut c = claims(&["*"]);
+    c["operator"] = json!(false);
+    let (status, body) = s.h.call(Method::GET, "/workers", Some(&sign(&c)), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_error_shape(&body, "forbidden");
+}
+
 slipway_jobs::on_both_engines!(
+    an_operator_token_reads_the_queues_and_the_workers,
     every_bad_token_is_refused_with_401_on_every_authenticated_route_and_public_routes_stay_public,
     a_token_of_another_scope_gets_403_or_404_and_never_the_deployments_data,
     a_token_naming_the_deployment_and_a_star_token_reach_every_route,

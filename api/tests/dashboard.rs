@@ -50,7 +50,7 @@ async fn the_shell_is_public_and_loads_nothing_but_its_own_script_and_style_shee
     }
 }
 
-async fn a_scoped_token_lists_only_its_deployments_and_is_refused_the_fleet(engine: Engine) {
+async fn a_front_end_token_lists_only_its_deployments_and_is_refused_the_fleet_which_an_operator_sees(engine: Engine) {
     let h = harness(engine).await;
     for id in ["alpha", "beta"] {
         let (status, answer) = h.put(id, &json!({ "configuration": demo() })).await;
@@ -74,8 +74,14 @@ async fn a_scoped_token_lists_only_its_deployments_and_is_refused_the_fleet(engi
     for id in ["alpha", "beta"] {
         assert!(list.contains(&format!(r#"data-deployment="{id}""#)), "{id}: {list}");
     }
+    // A token for every deployment is still a front-end's: no fleet.
+    assert!(list.contains(r#"data-fleet="false""#), "{list}");
+    let (status, _, _, refused) = get(&h, "/ui/fragments/fleet", Some(&all())).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    let (status, _, _, list) = get(&h, "/ui/fragments/deployments", Some(&operator())).await;
+    assert_eq!(status, StatusCode::OK, "{list}");
     assert!(list.contains(r#"data-fleet="true""#), "{list}");
-    let (status, _, _, fleet) = get(&h, "/ui/fragments/fleet", Some(&all())).await;
+    let (status, _, _, fleet) = get(&h, "/ui/fragments/fleet", Some(&operator())).await;
     assert_eq!(status, StatusCode::OK, "{fleet}");
     // Each submit dispatched its deploy; no worker runs, so both wait.
     assert!(fleet.contains(r#"<tr data-queue="builds"><td>builds</td><td>2</td>"#), "{fleet}");
@@ -104,6 +110,6 @@ async fn a_deployment_fragment_shows_its_state_and_builds_and_a_queued_build_is_
 }
 
 slipway_jobs::on_both_engines!(
-    a_scoped_token_lists_only_its_deployments_and_is_refused_the_fleet,
+    a_front_end_token_lists_only_its_deployments_and_is_refused_the_fleet_which_an_operator_sees,
     a_deployment_fragment_shows_its_state_and_builds_and_a_queued_build_is_left_to_the_stream,
 );

@@ -27,7 +27,8 @@ struct Cli {
 enum Command {
     /// Runs deploy and destroy jobs from the queue until Ctrl-C (SIGINT or SIGTERM).
     Work {
-        /// Name prefix of this worker; the host, process id and a random suffix are appended so every process is unique.
+        /// Name prefix of this worker; the host, process id and a random suffix are appended so every process is unique
+        /// (`<prefix>@<host>-<pid>-<random>`; `GET /workers` reads the host from it).
         #[arg(long, default_value = "worker")]
         name: String,
         /// Concurrent builds (default: BUILD_SLOTS).

@@ -23,11 +23,13 @@ use slipway_jobs::store::Db;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A name no other process has: `<prefix>-<host>-<pid>-<random>`.
+/// A name no other process has: `<prefix>@<host>-<pid>-<random>`. A host
+/// name has no `@`, so `GET /workers` reads the host back from the name
+/// ([`slipway_jobs::store::fleet::host_of`]).
 fn unique_name(prefix: &str) -> String {
     let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into());
     format!(
-        "{prefix}-{host}-{}-{}",
+        "{prefix}@{host}-{}-{}",
         std::process::id(),
         ulid::Ulid::generate().to_string().to_lowercase().split_at(20).1
     )

@@ -31,7 +31,9 @@ async fn the_dashboard_in_headless_chromium_watches_a_deploy_go_from_building_to
     let mut worker = command(&binary("slipway-worker"), &db, port);
     worker.arg("work");
     let _worker = start(worker, &db, "worker.log");
-    let api = Api::connect(&db, port).await;
+    let mut api = Api::connect(&db, port).await;
+    // An operator's token: the page offers it the queues and workers too.
+    api.token = Api::operator_token(&db, port);
 
     let id = "demo";
     let screenshot = repo().join("docs/dashboard.png");
@@ -60,7 +62,7 @@ async fn the_dashboard_in_headless_chromium_watches_a_deploy_go_from_building_to
     assert_eq!(page["empty_list"], true, "the list before the submit: {page:#}");
     assert_eq!(page["token_in_session"], true, "{page:#}");
     assert_eq!(page["token_in_local"], 0, "the token went to local storage: {page:#}");
-    assert_eq!(page["fleet_link"], true, "a token for every deployment is offered the fleet: {page:#}");
+    assert_eq!(page["fleet_link"], true, "an operator's token is offered the fleet: {page:#}");
 
     // The channel's states as the page saw them: building first (the
     // state when the page subscribed, right after its submit), active last.

@@ -11,7 +11,7 @@ use slipway_jobs::store::Engine;
 use slipway_jobs::test_support::TestDatabase;
 use std::time::Duration;
 
-/// The fleet fragment's HTML (`200`, read with a token for every deployment).
+/// The fleet fragment's HTML (`200`, read with `api`'s token, an operator's).
 async fn fleet(api: &Api) -> Option<String> {
     let answer = api.http.get(format!("{}/ui/fragments/fleet", api.base)).bearer_auth(&api.token).send().await.ok()?;
     assert_eq!(answer.status().as_u16(), 200, "GET /ui/fragments/fleet");
@@ -32,12 +32,13 @@ async fn a_worker_shows_alive_with_its_queues_then_its_slot_in_use_then_gone_onc
     let mut worker = command(&binary("slipway-worker"), &db, port);
     worker.args(["work", "--name", "fleetview"]).env("SLIPWAY_FAILPOINTS", "build_claimed=stop");
     let _worker = start(worker, &db, "worker.log");
-    let api = Api::connect(&db, port).await;
+    let mut api = Api::connect(&db, port).await;
+    api.token = Api::operator_token(&db, port);
 
     // Its queues' apalis workers register one by one as they start.
     let alive = wait_for("the worker to show alive with its four queues", Duration::from_secs(60), || async {
         let html = fleet(&api).await?;
-        let row = worker_row(&html, "fleetview-")?;
+        let row = worker_row(&html, "fleetview@")?;
         (row.contains("s-alive") && row.contains("<td>builds, callbacks, nix, readiness</td>")).then(|| row.to_owned())
     })
     .await;
@@ -49,7 +50,7 @@ async fn a_worker_shows_alive_with_its_queues_then_its_slot_in_use_then_gone_onc
     // one job running on the builds queue.
     let busy = wait_for("the build slot to show in use", Duration::from_secs(60), || async {
         let html = fleet(&api).await?;
-        let row = worker_row(&html, "fleetview-")?;
+        let row = worker_row(&html, "fleetview@")?;
         row.contains("</td><td>1</td><td>").then(|| html.clone())
     })
     .await;
@@ -61,7 +62,7 @@ async fn a_worker_shows_alive_with_its_queues_then_its_slot_in_use_then_gone_onc
     // Stopped, it misses its heartbeats (2 s each here): gone after two.
     let gone = wait_for("the stopped worker to show gone", Duration::from_secs(60), || async {
         let html = fleet(&api).await?;
-        worker_row(&html, "fleetview-").filter(|r| r.contains("s-gone")).map(str::to_owned)
+        worker_row(&html, "fleetview@").filter(|r| r.contains("s-gone")).map(str::to_owned)
     })
     .await;
     assert!(gone.contains("</td><td>1</td><td>"), "the build is still held by the stopped worker: {gone}");

@@ -4,6 +4,7 @@
 pub mod builds;
 pub mod deployments;
 pub mod events;
+pub mod fleet;
 pub mod public;
 pub mod sbom;
 pub mod sources;

@@ -41,9 +41,6 @@ pub const LIST_LIMIT: usize = 100;
 /// The most builds a deployment's view lists (newest first).
 pub const BUILDS_SHOWN: i64 = 20;
 
-/// How far back the workers view looks for heartbeats: one hour, in ms.
-pub const WORKERS_SEEN_MS: i64 = 3_600_000;
-
 /// The content security policy of every `/ui` answer: the page runs its own
 /// script and style sheet only, talks to this origin only, and cannot be
 /// framed.
@@ -63,11 +60,11 @@ pub fn router() -> Router<AppState> {
         .layer(middleware::from_fn(page_headers))
 }
 
-/// Whether `claims` may see the queues and workers: for now a token for
-/// every deployment (`deployments: ["*"]`); a front-end's token scoped to
-/// its users' deployments never sees the fleet.
+/// Whether `claims` may see the queues and workers: an operator's token
+/// (`"operator": true`), as for `GET /queues` and `GET /workers`; a
+/// front-end's token never sees the fleet, whatever deployments it names.
 pub fn may_see_fleet(claims: &Claims) -> bool {
-    claims.deployments.iter().any(|d| d == "*")
+    claims.operator
 }
 
 /// Headers of every `/ui` answer: [`CONTENT_SECURITY_POLICY`], no MIME
@@ -157,13 +154,13 @@ async fn build(State(app): State<AppState>, auth: Auth, BuildIdPath(id): BuildId
 async fn fleet_view(State(app): State<AppState>, Auth(claims): Auth) -> Result<Markup, ApiError> {
     if !may_see_fleet(&claims) {
         return Err(ApiError::forbidden(
-            "this token may not see the queues and workers (it needs deployments [\"*\"])",
+            "this token may not see the queues and workers (it needs the operator claim: slipway-api token --operator)",
         ));
     }
-    let alive_ms = (app.config.heartbeat * queue::MISSED_HEARTBEATS).as_millis() as i64;
+    let alive_ms = crate::routes::fleet::alive_window_ms(&app);
     let queues: Vec<&str> = queue::ALL_QUEUES.iter().copied().filter(|q| *q != queue::MAINTENANCE_QUEUE).collect();
     let mut conn = app.db.acquire().await?;
     let loads = fleet::queue_loads(&mut conn, &queues).await?;
-    let workers = fleet::workers_seen(&mut conn, WORKERS_SEEN_MS, alive_ms).await?;
+    let workers = fleet::workers(&mut conn, crate::routes::fleet::WORKERS_WINDOW_S).await?;
     Ok(views::fleet(&loads, &workers, alive_ms))
 }

@@ -8,7 +8,7 @@ use maud::{html, Markup, DOCTYPE};
 use slipway_jobs::jobs::report::Report;
 use slipway_jobs::read::DeploymentRead;
 use slipway_jobs::store::builds::BuildRow;
-use slipway_jobs::store::fleet::{QueueLoad, WorkerSeen};
+use slipway_jobs::store::fleet::{QueueLoad, WorkerView};
 use slipway_jobs::store::readiness::ReadinessRow;
 
 /// The shell at `/ui`: the token form, the navigation and the element the
@@ -283,8 +283,9 @@ fn run_report(value: &serde_json::Value) -> Markup {
 
 /// The queues and workers (`/ui/fragments/fleet`). `live_window_ms`: how
 /// recent a heartbeat must be for a worker to count as alive.
-pub fn fleet(queues: &[QueueLoad], workers: &[WorkerSeen], live_window_ms: i64) -> Markup {
-    let serving = |queue: &str| workers.iter().filter(|w| w.alive && w.queues.iter().any(|q| q == queue)).count();
+pub fn fleet(queues: &[QueueLoad], workers: &[WorkerView], live_window_ms: i64) -> Markup {
+    let alive = |w: &WorkerView| w.heartbeat_age_ms <= live_window_ms;
+    let serving = |queue: &str| workers.iter().filter(|w| alive(w) && w.queues.iter().any(|q| q == queue)).count();
     html! {
         section.fleet {
             h2 { "Queues" }
@@ -312,15 +313,15 @@ pub fn fleet(queues: &[QueueLoad], workers: &[WorkerSeen], live_window_ms: i64) 
                 p.empty { "No worker has beaten within the last hour." }
             } @else {
                 table.workers {
-                    thead { tr { th { "Worker" } th { "Queues" } th { "Build slots in use" } th { "Last heartbeat" } th { "Up" } } }
+                    thead { tr { th { "Worker" } th { "Host" } th { "Queues" } th { "Build slots in use" } th { "Last heartbeat" } } }
                     tbody {
                         @for w in workers {
                             tr data-worker=(w.name) {
                                 td { code { (w.name) } }
+                                td { @if let Some(host) = &w.host { (host) } @else { "—" } }
                                 td { (w.queues.join(", ")) }
-                                td { (w.builds_running) }
-                                td { (badge(if w.alive { "alive" } else { "gone" })) " " (duration(w.heartbeat_age_ms)) " ago" }
-                                td { @if let Some(up) = w.up_ms { (duration(up)) } @else { "—" } }
+                                td { (w.slots_in_use) }
+                                td { (badge(if alive(w) { "alive" } else { "gone" })) " " (duration(w.heartbeat_age_ms)) " ago" }
                             }
                         }
                     }

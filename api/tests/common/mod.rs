@@ -87,6 +87,13 @@ pub fn all() -> String {
     token(&["*"], 3600, SECRET)
 }
 
+/// A token for every deployment with the operator claim (the fleet),
+/// valid for an hour.
+pub fn operator() -> String {
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    sign(&json!({ "sub": "ops", "aud": "slipway", "exp": now + 3600, "deployments": ["*"], "operator": true }))
+}
+
 impl Harness {
     /// One request: status and the JSON body (`{"raw": …}` when not JSON).
     pub async fn call(

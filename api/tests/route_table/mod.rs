@@ -27,6 +27,9 @@ pub enum Access {
     /// another scope is `404 not_found`: build ids do not reveal which
     /// deployments exist.
     Build,
+    /// A valid token with the operator claim (the fleet routes); any other
+    /// valid token, whatever deployments it names, is `403 forbidden`.
+    Operator,
 }
 
 /// What a route reads from the request body.
@@ -153,8 +156,10 @@ pub fn routes() -> Vec<Route> {
         media(route(Method::GET, "/ui/fragments/deployments", Token, &[200]), "text/html"),
         media(route(Method::GET, "/ui/fragments/deployments/{id}", Deployment, &[200]), "text/html"),
         media(route(Method::GET, "/ui/fragments/builds/{build}", Build, &[200]), "text/html"),
-        // Only a token for every deployment sees the fleet.
-        media(route(Method::GET, "/ui/fragments/fleet", Token, &[200, 403]), "text/html"),
+        // Only an operator's token sees the fleet.
+        media(route(Method::GET, "/ui/fragments/fleet", Operator, &[200]), "text/html"),
+        route(Method::GET, "/queues", Operator, &[200]),
+        route(Method::GET, "/workers", Operator, &[200]),
     ]
 }
 

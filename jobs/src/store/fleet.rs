@@ -1,41 +1,41 @@
-//! The fleet as an operator reads it (the dashboard's queues and workers
-//! view): each queue's waiting, scheduled and running jobs with the age of
-//! the oldest waiting one, and each worker process with the queues it
-//! serves, its heartbeat and the builds it runs. Reads apalis's tables
-//! (`Jobs`/`Workers` on SQLite, `apalis.jobs`/`apalis.workers` on
-//! PostgreSQL) and `builds`; writes nothing.
+//! The fleet as an operator sees it (`GET /queues`, `GET /workers`): how
+//! many jobs wait on each queue and for how long, and which workers beat,
+//! on which host, serving which queues, with how many builds. Read from
+//! apalis's job and worker tables and from `builds`; nothing here writes.
 
 use super::queue::SIBLING_SUFFIXES;
 use super::{Conn, Engine, StoreError, Q};
+use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// One queue's jobs now.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct QueueLoad {
     /// The queue's name (`builds`, `nix`, `callbacks`, `readiness`).
     pub queue: String,
-    /// Jobs due now and not yet taken by a worker.
+    /// Jobs due and waiting for a worker.
     pub waiting: i64,
-    /// Jobs not due yet (a readiness round's next pass, a build's recheck).
+    /// Jobs waiting for a later time (a retry's back-off, a readiness probe's next round).
     pub scheduled: i64,
-    /// Jobs a worker has taken and not finished.
+    /// Jobs a worker has claimed and not finished.
     pub running: i64,
-    /// How long the oldest waiting job has been due, in milliseconds
-    /// (whole seconds on SQLite, whose queue keeps seconds); `None` when
-    /// none waits.
+    /// How long the oldest due job has waited, in milliseconds (whole
+    /// seconds on SQLite, whose queue keeps times in seconds); `None` when
+    /// nothing waits.
     pub oldest_waiting_ms: Option<i64>,
 }
 
-/// Each of `queues` as [`QueueLoad`], in the order given.
+/// The load of each of `queues` ([`super::queue::ALL_QUEUES`] less the
+/// `maintenance` one, which runs from a timer and has no stored jobs).
 pub async fn queue_loads(conn: &mut Conn, queues: &[&str]) -> Result<Vec<QueueLoad>, StoreError> {
     let sql = match conn.engine() {
         Engine::Sqlite => {
             "SELECT
-               COUNT(*) FILTER (WHERE status = 'Pending' AND run_at <= strftime('%s', 'now')) AS waiting,
-               COUNT(*) FILTER (WHERE status = 'Pending' AND run_at > strftime('%s', 'now')) AS scheduled,
-               COUNT(*) FILTER (WHERE status IN ('Queued', 'Running')) AS running,
-               (strftime('%s', 'now')
-                 - MIN(run_at) FILTER (WHERE status = 'Pending' AND run_at <= strftime('%s', 'now'))) * 1000
+               COALESCE(SUM(CASE WHEN status = 'Pending' AND run_at <= CAST(strftime('%s', 'now') AS INTEGER) THEN 1 ELSE 0 END), 0) AS waiting,
+               COALESCE(SUM(CASE WHEN status = 'Pending' AND run_at > CAST(strftime('%s', 'now') AS INTEGER) THEN 1 ELSE 0 END), 0) AS scheduled,
+               COALESCE(SUM(CASE WHEN status IN ('Queued', 'Running') THEN 1 ELSE 0 END), 0) AS running,
+               (CAST(strftime('%s', 'now') AS INTEGER)
+                 - MIN(CASE WHEN status = 'Pending' AND run_at <= CAST(strftime('%s', 'now') AS INTEGER) THEN run_at END)) * 1000
                  AS oldest_ms
              FROM Jobs WHERE job_type = $1"
         }
@@ -44,8 +44,8 @@ pub async fn queue_loads(conn: &mut Conn, queues: &[&str]) -> Result<Vec<QueueLo
                COUNT(*) FILTER (WHERE status = 'Pending' AND run_at <= now()) AS waiting,
                COUNT(*) FILTER (WHERE status = 'Pending' AND run_at > now()) AS scheduled,
                COUNT(*) FILTER (WHERE status IN ('Queued', 'Running')) AS running,
-               (EXTRACT(EPOCH FROM (now() - MIN(run_at) FILTER (WHERE status = 'Pending' AND run_at <= now())))
-                 * 1000)::bigint AS oldest_ms
+               (EXTRACT(EPOCH FROM (now() - MIN(run_at) FILTER (WHERE status = 'Pending' AND run_at <= now()))) * 1000)::bigint
+                 AS oldest_ms
              FROM apalis.jobs WHERE job_type = $1"
         }
     };
@@ -57,83 +57,89 @@ pub async fn queue_loads(conn: &mut Conn, queues: &[&str]) -> Result<Vec<QueueLo
             waiting: row.int("waiting")?,
             scheduled: row.int("scheduled")?,
             running: row.int("running")?,
-            oldest_waiting_ms: row.opt_int("oldest_ms")?.map(|ms| ms.max(0)),
+            oldest_waiting_ms: row.opt_int("oldest_ms")?,
         });
     }
     Ok(out)
 }
 
-/// One worker process: the apalis workers it runs (one per queue, named
-/// `<name>` for `builds` and `<name>-nix`, `<name>-callbacks`,
-/// `<name>-readiness` for the others) seen as one.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct WorkerSeen {
-    /// The process's worker name (`<prefix>-<host>-<pid>-<random>`).
+/// One worker process as the database sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkerView {
+    /// The process's worker name (`<prefix>@<host>-<pid>-<random>`).
     pub name: String,
+    /// The host it runs on, read from its name; `None` for a name of
+    /// another shape (a worker of an older release).
+    pub host: Option<String>,
     /// The queues it serves, sorted.
     pub queues: Vec<String>,
-    /// Milliseconds since its latest heartbeat (whole seconds on SQLite).
+    /// Builds it runs now (each holds one of its build slots).
+    pub slots_in_use: i64,
+    /// Its latest heartbeat, in milliseconds since 1970-01-01 UTC (whole seconds).
+    pub last_heartbeat_ms: i64,
+    /// How long ago that was, in milliseconds.
     pub heartbeat_age_ms: i64,
-    /// Milliseconds since it started, when apalis recorded that.
-    pub up_ms: Option<i64>,
-    /// Whether it beat within the window asked for (alive).
-    pub alive: bool,
-    /// Builds it runs now: the build slots it has in use.
-    pub builds_running: i64,
 }
 
-/// The worker processes that beat within the last `recent_ms` milliseconds,
-/// newest heartbeat first (then by name), each `alive` when it beat within
-/// `alive_ms`.
-pub async fn workers_seen(conn: &mut Conn, recent_ms: i64, alive_ms: i64) -> Result<Vec<WorkerSeen>, StoreError> {
+/// The host part of worker name `name` (`<prefix>@<host>-<pid>-<random>`).
+/// A host name has no `@`, so the last `@` ends the prefix whatever it holds.
+pub fn host_of(name: &str) -> Option<String> {
+    let (_, rest) = name.rsplit_once('@')?;
+    let mut parts = rest.rsplitn(3, '-');
+    let (_random, pid, host) = (parts.next()?, parts.next()?, parts.next()?);
+    (pid.bytes().all(|b| b.is_ascii_digit()) && !host.is_empty()).then(|| host.to_owned())
+}
+
+/// The worker processes that beat within the last `within_s` seconds,
+/// newest heartbeat first. A process's sibling apalis workers (its `nix`,
+/// `callbacks` and `readiness` ones, named with [`SIBLING_SUFFIXES`]) are
+/// folded into it: their queues are its queues.
+pub async fn workers(conn: &mut Conn, within_s: i64) -> Result<Vec<WorkerView>, StoreError> {
     let sql = match conn.engine() {
         Engine::Sqlite => {
-            "SELECT id, worker_type, (strftime('%s', 'now') - last_seen) * 1000 AS age_ms,
-                    (strftime('%s', 'now') - started_at) * 1000 AS up_ms
-             FROM Workers WHERE last_seen >= strftime('%s', 'now') - $1 / 1000"
+            "SELECT id, worker_type, last_seen * 1000 AS seen_ms,
+                    (CAST(strftime('%s', 'now') AS INTEGER) - last_seen) * 1000 AS age_ms
+             FROM Workers WHERE last_seen >= CAST(strftime('%s', 'now') AS INTEGER) - $1"
         }
         Engine::Postgres => {
-            "SELECT id, worker_type, (EXTRACT(EPOCH FROM (now() - last_seen)) * 1000)::bigint AS age_ms,
-                    (EXTRACT(EPOCH FROM (now() - started_at)) * 1000)::bigint AS up_ms
-             FROM apalis.workers WHERE last_seen >= now() - make_interval(secs => $1::float8 / 1000.0)"
+            "SELECT id, worker_type, (EXTRACT(EPOCH FROM last_seen) * 1000)::bigint AS seen_ms,
+                    (EXTRACT(EPOCH FROM (now() - last_seen)) * 1000)::bigint AS age_ms
+             FROM apalis.workers WHERE last_seen >= now() - make_interval(secs => $1)"
         }
     };
-    let rows = Q::new(sql).int(recent_ms).fetch_all(conn).await?;
-    let mut by_name: BTreeMap<String, WorkerSeen> = BTreeMap::new();
-    for row in &rows {
+    let rows = Q::new(sql).int(within_s).fetch_all(conn).await?;
+    let mut by_name: BTreeMap<String, WorkerView> = BTreeMap::new();
+    for row in rows {
         let id = row.text("id")?;
         let name = SIBLING_SUFFIXES.iter().find_map(|s| id.strip_suffix(s)).unwrap_or(&id).to_owned();
-        let age = row.int("age_ms")?.max(0);
-        let up = row.opt_int("up_ms")?;
-        let seen = by_name.entry(name.clone()).or_insert_with(|| WorkerSeen {
+        let (seen, age) = (row.int("seen_ms")?, row.int("age_ms")?);
+        let view = by_name.entry(name.clone()).or_insert_with(|| WorkerView {
+            host: host_of(&name),
             name,
             queues: Vec::new(),
+            slots_in_use: 0,
+            last_heartbeat_ms: seen,
             heartbeat_age_ms: age,
-            up_ms: up,
-            alive: false,
-            builds_running: 0,
         });
-        seen.queues.push(row.text("worker_type")?);
-        seen.heartbeat_age_ms = seen.heartbeat_age_ms.min(age);
-        seen.up_ms = seen.up_ms.max(up);
+        view.queues.push(row.text("worker_type")?);
+        view.queues.sort();
+        view.queues.dedup();
+        if seen > view.last_heartbeat_ms {
+            (view.last_heartbeat_ms, view.heartbeat_age_ms) = (seen, age);
+        }
     }
     let running = Q::new(
         "SELECT worker, COUNT(*) AS n FROM builds WHERE status = 'running' AND worker IS NOT NULL GROUP BY worker",
     )
     .fetch_all(conn)
     .await?;
-    for row in &running {
-        if let Some(seen) = by_name.get_mut(&row.text("worker")?) {
-            seen.builds_running = row.int("n")?;
+    for row in running {
+        if let Some(view) = by_name.get_mut(&row.text("worker")?) {
+            view.slots_in_use = row.int("n")?;
         }
     }
-    let mut out: Vec<WorkerSeen> = by_name.into_values().collect();
-    for w in &mut out {
-        w.queues.sort();
-        w.queues.dedup();
-        w.alive = w.heartbeat_age_ms <= alive_ms;
-    }
-    out.sort_by(|a, b| a.heartbeat_age_ms.cmp(&b.heartbeat_age_ms).then_with(|| a.name.cmp(&b.name)));
+    let mut out: Vec<WorkerView> = by_name.into_values().collect();
+    out.sort_by(|a, b| b.last_heartbeat_ms.cmp(&a.last_heartbeat_ms).then_with(|| a.name.cmp(&b.name)));
     Ok(out)
 }
 
@@ -144,4 +150,17 @@ pub async fn recent_deployment_ids(conn: &mut Conn, limit: i64) -> Result<Vec<St
     let rows =
         Q::new("SELECT id FROM deployments ORDER BY updated_at DESC, id LIMIT $1").int(limit).fetch_all(conn).await?;
     rows.iter().map(|r| r.text("id")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_of;
+
+    #[test]
+    fn the_host_is_read_from_a_worker_name_whatever_its_prefix_holds() {
+        assert_eq!(host_of("worker@web-1.example-4242-abc123").as_deref(), Some("web-1.example"));
+        assert_eq!(host_of("eval-pool@x@build-7-99-zz9zz9").as_deref(), Some("build-7"));
+        assert_eq!(host_of("worker-oldhost-4242-abc123"), None);
+        assert_eq!(host_of("worker@host-notapid-abc123"), None);
+    }
 }

@@ -209,6 +209,18 @@ impl Api {
         }
     }
 
+    /// A token for every deployment that also carries the operator claim
+    /// (the fleet: `GET /queues`, `GET /workers`, the dashboard's fleet
+    /// view), valid 2 h, minted by `slipway-api token --operator`.
+    pub fn operator_token(db: &TestDatabase, port: u16) -> String {
+        let out = command(&binary("slipway-api"), db, port)
+            .args(["token", "--deployments", "*", "--ttl", "2h", "--operator"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
     pub async fn wait_healthy(&self) {
         wait_for("the api to serve", Duration::from_secs(30), || async {
             let r = self.http.get(format!("{}/healthz", self.base)).send().await.ok()?;

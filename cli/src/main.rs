@@ -1,0 +1,356 @@
+//! `slipway`: Slipway's client command line, for people without a
+//! front-end. It speaks only HTTP to the api (`--url`), with a bearer token
+//! (`--token`); see `slipway --help` and docs/CLI.md.
+
+mod client;
+mod follow;
+mod table;
+mod token;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use client::{path_id, query_value, Client, Failure};
+use follow::Seen;
+use indicatif::{ProgressBar, ProgressStyle};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  done (with --follow or logs -f: the build succeeded)
+  1  the api refused or failed the request (its error code and message are shown)
+  2  bad usage or input (a missing token, an unreadable file, a bad option)
+  3  the api could not be reached at --url
+  4  the followed build failed, was cancelled or was superseded";
+
+#[derive(Parser)]
+#[command(
+    name = "slipway",
+    version,
+    about = "Slipway's client: deploy, watch and remove deployments over the HTTP API.",
+    after_help = EXIT_CODES
+)]
+struct Cli {
+    /// The api's base URL.
+    #[arg(long, env = "SLIPWAY_URL", default_value = "http://127.0.0.1:8080", global = true)]
+    url: String,
+    /// A bearer token (a JWT from your front-end, or `slipway-api token` in development). Never printed.
+    #[arg(long, env = "SLIPWAY_TOKEN", hide_env_values = true, global = true)]
+    token: Option<String>,
+    /// `text` for people (tables), `json` for scripts (one JSON document; NDJSON for streams).
+    #[arg(long, value_enum, default_value_t = Output::Text, global = true)]
+    output: Output,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// How results are printed.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Submits a configuration (PUT /deployments/{id}) and queues its deploy.
+    Deploy {
+        /// The deployment id.
+        id: String,
+        /// The configuration as JSON (`-` for standard input). A file with a top-level
+        /// `configuration` is sent as the whole request body (it may name a `module_source`).
+        #[arg(short = 'f', long = "file")]
+        file: String,
+        /// The module source to deploy with (default: the body's, else the built-in one).
+        #[arg(long)]
+        module_source: Option<String>,
+        /// Evaluate and build only; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Show the build's log and progress until it ends; exit 4 unless it succeeds.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Shows a deployment: its state, last build and instances (GET /deployments/{id}).
+    Status {
+        /// The deployment id.
+        id: String,
+    },
+    /// Prints a build's log (GET /builds/{id}); with -f, streams it until the build ends.
+    Logs {
+        /// The build id (`slipway status` shows the last one).
+        build_id: String,
+        /// Follow the live log until the build ends; exit 4 unless it succeeds.
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
+    /// Deletes a deployment: queues a destroy of what it deployed (DELETE /deployments/{id}).
+    Delete {
+        /// The deployment id.
+        id: String,
+        /// Show the destroy's log and progress until it ends; exit 4 unless it succeeds.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Cancels a build: at once while queued, or stopped by its worker while it runs.
+    Cancel {
+        /// The build id.
+        build_id: String,
+    },
+    /// Lists a deployment's SBOMs per node, or prints one node's CycloneDX document.
+    Sbom {
+        /// The deployment id.
+        id: String,
+        /// The node whose CycloneDX JSON to print.
+        #[arg(long)]
+        node: Option<String>,
+    },
+    /// Shows the token's claims and expiry, decoded without checking its signature.
+    ///
+    /// Only the api can tell a genuine token. Tokens come from your front-end, or from
+    /// `slipway-api token [--operator]` run where the api's secret is at hand.
+    Token,
+    /// Operators: each queue's waiting, scheduled and running jobs and the oldest wait
+    /// (GET /queues; needs a token with the operator claim).
+    Queues,
+    /// Operators: the workers seen in the last hour with host, queues, slots in use and
+    /// last heartbeat (GET /workers; needs a token with the operator claim).
+    Workers,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let output = cli.output;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime starts");
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            report(&failure, output);
+            ExitCode::from(failure.exit_code())
+        }
+    }
+}
+
+/// Writes `failure` to standard error: a sentence, or (`--output json`) one
+/// JSON object with the api's `error`, `message` and `details`.
+fn report(failure: &Failure, output: Output) {
+    if output == Output::Json {
+        let body = match failure {
+            Failure::Api { status, code, message, details } => {
+                json!({ "error": code, "message": message, "details": details, "status": status })
+            }
+            Failure::BuildUnsuccessful { build_id, status, reason } => {
+                json!({ "error": "build_unsuccessful", "message": failure.to_string(), "details": { "build_id": build_id, "status": status, "reason": reason } })
+            }
+            Failure::Unreachable { url, .. } => {
+                json!({ "error": "unreachable", "message": failure.to_string(), "details": { "url": url } })
+            }
+            Failure::Usage(_) => json!({ "error": "usage", "message": failure.to_string(), "details": null }),
+            Failure::Protocol(_) => json!({ "error": "protocol", "message": failure.to_string(), "details": null }),
+        };
+        eprintln!("{body}");
+        return;
+    }
+    match failure {
+        Failure::Api { code, message, details, status } => {
+            eprintln!("slipway: error {code} (HTTP {status}): {message}");
+            for problem in
+                details.get("problems").or(details.get("errors")).and_then(Value::as_array).into_iter().flatten()
+            {
+                eprintln!("  - {}", problem_line(problem));
+            }
+        }
+        other => eprintln!("slipway: {other}"),
+    }
+}
+
+/// One problem of a refused configuration, as a line: `path: message`.
+fn problem_line(problem: &Value) -> String {
+    match (problem.get("path").and_then(Value::as_str), problem.get("message").and_then(Value::as_str)) {
+        (Some(path), Some(message)) => format!("{path}: {message}"),
+        _ => problem.to_string(),
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let output = cli.output;
+    if let Command::Token = cli.command {
+        return token::show(cli.token.as_deref(), output == Output::Json);
+    }
+    let client = Client::new(&cli.url, cli.token)?;
+    match cli.command {
+        Command::Deploy { id, file, module_source, dry_run, follow } => {
+            let id = path_id("deployment id", &id)?;
+            let body = submit_body(&file, module_source)?;
+            let path = format!("/deployments/{id}{}", if dry_run { "?dry_run=true" } else { "" });
+            let (_, accepted) = client.json(client.request(Method::PUT, &path)?.json(&body)).await?;
+            let build = accepted["build_id"].as_str().unwrap_or_default().to_owned();
+            if follow {
+                if output == Output::Text {
+                    println!("deployment {id}: build {build} queued");
+                }
+                return follow_build(&client, &build, output).await;
+            }
+            print(output, &accepted, || {
+                let mut text = format!("deployment {id}: build {build} queued");
+                for warning in accepted["warnings"].as_array().into_iter().flatten() {
+                    text.push_str(&format!(
+                        "\nwarning: {}",
+                        warning.as_str().map_or(warning.to_string(), str::to_owned)
+                    ));
+                }
+                text
+            });
+        }
+        Command::Status { id } => {
+            let view = client.get(&format!("/deployments/{}", path_id("deployment id", &id)?)).await?;
+            print(output, &view, || table::deployment(&view));
+        }
+        Command::Logs { build_id, follow } => {
+            let build_id = path_id("build id", &build_id)?;
+            if follow {
+                let json = output == Output::Json;
+                let build = follow::follow_log(&client, build_id, |seen| {
+                    let mut out = std::io::stdout().lock();
+                    let _ = match (seen, json) {
+                        (Seen::Log { id, text }, true) => {
+                            writeln!(out, "{}", json!({ "event": "log", "id": id, "text": text }))
+                        }
+                        (Seen::Log { text, .. }, false) => write!(out, "{text}"),
+                        (Seen::End { status }, true) => {
+                            writeln!(out, "{}", json!({ "event": "end", "status": status }))
+                        }
+                        (Seen::End { .. }, false) => Ok(()),
+                    };
+                    let _ = out.flush();
+                })
+                .await?;
+                return follow::outcome(&build);
+            }
+            let build = client.get(&format!("/builds/{build_id}")).await?;
+            match output {
+                Output::Json => {
+                    println!("{}", json!({ "build_id": build["id"], "status": build["status"], "log": build["log"] }))
+                }
+                Output::Text => {
+                    let log = build["log"].as_str().unwrap_or_default();
+                    print!("{log}");
+                    if !log.is_empty() && !log.ends_with('\n') {
+                        println!();
+                    }
+                }
+            }
+        }
+        Command::Delete { id, follow } => {
+            let id = path_id("deployment id", &id)?;
+            let (_, accepted) = client.json(client.request(Method::DELETE, &format!("/deployments/{id}"))?).await?;
+            let build = accepted["build_id"].as_str().unwrap_or_default().to_owned();
+            if follow {
+                if output == Output::Text {
+                    println!("deployment {id}: destroy build {build} queued");
+                }
+                return follow_build(&client, &build, output).await;
+            }
+            print(output, &accepted, || format!("deployment {id}: destroy build {build} queued"));
+        }
+        Command::Cancel { build_id } => {
+            let path = format!("/builds/{}/cancel", path_id("build id", &build_id)?);
+            let (_, answer) = client.json(client.request(Method::POST, &path)?).await?;
+            print(output, &answer, || match answer["status"].as_str() {
+                Some("cancelled") => format!("build {build_id} cancelled"),
+                _ => format!("build {build_id} cancelling: its worker stops the effect"),
+            });
+        }
+        Command::Sbom { id, node } => {
+            let id = path_id("deployment id", &id)?;
+            match node {
+                // The document as the api sent it, in both output modes.
+                Some(node) => {
+                    println!("{}", client.get_text(&format!("/sbom/{id}?node={}", query_value(&node))).await?)
+                }
+                None => {
+                    let list = client.get(&format!("/sbom-list/{id}")).await?;
+                    print(output, &list, || table::sboms(&list));
+                }
+            }
+        }
+        Command::Queues => {
+            let queues = client.get("/queues").await?;
+            print(output, &queues, || table::queues(&queues));
+        }
+        Command::Workers => {
+            let workers = client.get("/workers").await?;
+            print(output, &workers, || table::workers(&workers));
+        }
+        Command::Token => unreachable!("handled above"),
+    }
+    Ok(())
+}
+
+/// Prints `value` as JSON, or the text `human` makes.
+fn print(output: Output, value: &Value, human: impl FnOnce() -> String) {
+    match output {
+        Output::Json => println!("{value}"),
+        Output::Text => println!("{}", human()),
+    }
+}
+
+/// The body of a submit from file `file` (`-`: standard input).
+fn submit_body(file: &str, module_source: Option<String>) -> Result<Value, Failure> {
+    let text = if file == "-" {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| Failure::Usage(format!("reading standard input: {e}")))?
+    } else {
+        std::fs::read_to_string(file).map_err(|e| Failure::Usage(format!("reading {file}: {e}")))?
+    };
+    let value: Value = serde_json::from_str(&text).map_err(|e| Failure::Usage(format!("{file} is not JSON: {e}")))?;
+    let mut body = match value {
+        Value::Object(ref map) if map.contains_key("configuration") => value,
+        Value::Object(_) => json!({ "configuration": value }),
+        _ => return Err(Failure::Usage(format!("{file}: expected a JSON object (the configuration)"))),
+    };
+    if let Some(source) = module_source {
+        body["module_source"] = json!(source);
+    }
+    Ok(body)
+}
+
+/// Follows build `build` to its end: a spinner with its latest log line and
+/// the log above it (text), or NDJSON of the log then the final build view
+/// (json). `Ok` only when the build succeeded.
+async fn follow_build(client: &Client, build: &str, output: Output) -> Result<(), Failure> {
+    let json = output == Output::Json;
+    let spinner = if json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
+    spinner.set_style(ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("a valid template"));
+    spinner.enable_steady_tick(Duration::from_millis(120));
+    spinner.set_message(format!("build {build}: waiting for its log"));
+    let result = follow::follow_log(client, build, |seen| match seen {
+        Seen::Log { id, text } => {
+            if json {
+                println!("{}", json!({ "event": "log", "id": id, "text": text }));
+                return;
+            }
+            spinner.suspend(|| {
+                let mut err = std::io::stderr().lock();
+                let _ = write!(err, "{text}");
+                if !text.ends_with('\n') {
+                    let _ = writeln!(err);
+                }
+            });
+            if let Some(line) = text.lines().rev().find(|l| !l.trim().is_empty()) {
+                let line: String = line.chars().take(100).collect();
+                spinner.set_message(format!("build {build}: {line}"));
+            }
+        }
+        Seen::End { status } => spinner.set_message(format!("build {build}: {status}")),
+    })
+    .await;
+    spinner.finish_and_clear();
+    let view = result?;
+    match output {
+        Output::Json => println!("{}", json!({ "event": "build", "build": view })),
+        Output::Text => println!("{}", table::build_summary(&view)),
+    }
+    follow::outcome(&view)
+}

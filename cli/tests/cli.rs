@@ -1,0 +1,164 @@
+//! The built `slipway` binary against a running api and worker (real
+//! binaries, SQLite, loopback HTTP): deploy with --follow, then every read
+//! command, the operator commands with and without the operator claim,
+//! delete; a failing deploy and a cancel; the exit codes of --help.
+
+mod common;
+
+use common::{demo_file, failing_source, free_port, slipway, wait_for, Fleet};
+use serde_json::Value;
+use std::time::Duration;
+
+#[tokio::test]
+async fn deploy_follow_of_the_demo_succeeds_and_every_command_reads_what_it_made() {
+    let fleet = Fleet::start(None).await;
+    let (user, operator) = (fleet.token(false), fleet.token(true));
+    let demo = demo_file();
+    let demo = demo.to_str().unwrap();
+
+    let deploy = fleet.slipway(&user, &["deploy", "demo", "-f", demo, "--follow"]).await;
+    assert_eq!(deploy.code, 0, "{deploy:#?}");
+    let build = deploy.stdout.lines().last().unwrap_or_default().to_owned();
+    assert!(build.starts_with("build demo.") && build.contains(" succeeded"), "{deploy:#?}");
+    let build_id = build.split_whitespace().nth(1).unwrap().to_owned();
+    assert!(!deploy.stderr.trim().is_empty(), "the build's log is shown while it runs: {deploy:#?}");
+
+    // status, in text and JSON.
+    let status = fleet.slipway(&user, &["status", "demo"]).await;
+    assert_eq!(status.code, 0, "{status:#?}");
+    assert!(status.stdout.contains("state       active"), "{status:#?}");
+    let status = fleet.slipway(&user, &["--output", "json", "status", "demo"]).await.json();
+    assert_eq!((status["state"].as_str(), status["last_build"]["id"].as_str()), (Some("active"), Some(&*build_id)));
+
+    // logs: the whole log at once, and streamed from a finished build.
+    let logs = fleet.slipway(&user, &["logs", &build_id]).await;
+    assert_eq!(logs.code, 0, "{logs:#?}");
+    assert!(!logs.stdout.trim().is_empty(), "{logs:#?}");
+    let json = fleet.slipway(&user, &["--output", "json", "logs", &build_id]).await.json();
+    assert_eq!(json["status"], "succeeded");
+    assert_eq!(json["log"].as_str().map(str::trim_end), Some(logs.stdout.trim_end()));
+    let streamed = fleet.slipway(&user, &["logs", "-f", &build_id]).await;
+    assert_eq!((streamed.code, streamed.stdout.trim_end()), (0, logs.stdout.trim_end()), "{streamed:#?}");
+    let lines = fleet.slipway(&user, &["--output", "json", "logs", "-f", &build_id]).await.json_lines();
+    assert_eq!(lines.last().unwrap()["event"], "end");
+    assert_eq!(lines.last().unwrap()["status"], "succeeded");
+
+    // sbom: the list, then each node's CycloneDX document.
+    let list = fleet.slipway(&user, &["--output", "json", "sbom", "demo"]).await.json();
+    let nodes: Vec<String> =
+        list["nodes"].as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap().to_owned()).collect();
+    assert!(!nodes.is_empty(), "{list}");
+    let table = fleet.slipway(&user, &["sbom", "demo"]).await;
+    assert!(table.stdout.starts_with("NODE") && nodes.iter().all(|n| table.stdout.contains(n.as_str())), "{table:#?}");
+    for node in &nodes {
+        let doc = fleet.slipway(&user, &["sbom", "demo", "--node", node]).await.json();
+        assert_eq!(doc["bomFormat"], "CycloneDX", "{node}");
+    }
+    let missing = fleet.slipway(&user, &["sbom", "demo", "--node", "no-such-node"]).await;
+    assert_eq!(missing.code, 1, "{missing:#?}");
+    assert!(missing.stderr.contains("not_found") && missing.stderr.contains("404"), "{missing:#?}");
+
+    // The fleet, for operators only.
+    let queues = fleet.slipway(&operator, &["--output", "json", "queues"]).await.json();
+    let builds = queues["queues"].as_array().unwrap().iter().find(|q| q["queue"] == "builds").unwrap().clone();
+    assert_eq!((builds["waiting"].as_i64(), builds["running"].as_i64()), (Some(0), Some(0)), "{queues}");
+    let table = fleet.slipway(&operator, &["queues"]).await;
+    assert!(table.stdout.starts_with("QUEUE") && table.stdout.contains("builds"), "{table:#?}");
+    let hostname = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or("host".into());
+    let workers = wait_for("the worker in slipway workers", Duration::from_secs(30), || async {
+        let w = fleet.slipway(&operator, &["--output", "json", "workers"]).await.json();
+        (w["workers"].as_array().is_some_and(|l| l.len() == 1) && w["workers"][0]["alive"] == true).then_some(w)
+    })
+    .await;
+    let worker = &workers["workers"][0];
+    assert_eq!(worker["host"].as_str(), Some(hostname.as_str()), "{workers}");
+    assert!(worker["name"].as_str().unwrap().starts_with("worker@"), "{workers}");
+    let queues: Vec<&str> = worker["queues"].as_array().unwrap().iter().map(|q| q.as_str().unwrap()).collect();
+    assert!(queues.contains(&"builds") && queues.contains(&"nix"), "{workers}");
+    assert_eq!(worker["slots_in_use"], 0, "{workers}");
+    let table = fleet.slipway(&operator, &["workers"]).await;
+    assert!(table.stdout.starts_with("NAME") && table.stdout.contains(&hostname), "{table:#?}");
+    for command in ["queues", "workers"] {
+        let refused = fleet.slipway(&user, &[command]).await;
+        assert_eq!(refused.code, 1, "{command}: {refused:#?}");
+        assert!(refused.stderr.starts_with("slipway: error forbidden (HTTP 403): "), "{command}: {refused:#?}");
+        let refused = fleet.slipway(&user, &["--output", "json", command]).await;
+        let body: Value = serde_json::from_str(refused.stderr.trim()).unwrap();
+        assert_eq!((body["error"].as_str(), body["status"].as_i64()), (Some("forbidden"), Some(403)), "{command}");
+    }
+
+    // token: the claims of the token in use, the secret never needed.
+    let claims = fleet.slipway(&operator, &["--output", "json", "token"]).await.json();
+    assert_eq!((claims["claims"]["operator"].as_bool(), claims["expired"].as_bool()), (Some(true), Some(false)));
+    let text = fleet.slipway(&user, &["token"]).await;
+    assert!(text.stdout.contains("operator     no") && text.stdout.contains("(in "), "{text:#?}");
+
+    // delete, followed to its end.
+    let delete = fleet.slipway(&user, &["delete", "demo", "--follow"]).await;
+    assert_eq!(delete.code, 0, "{delete:#?}");
+    let status = fleet.slipway(&user, &["--output", "json", "status", "demo"]).await.json();
+    assert_eq!(status["state"], "idle", "{status}");
+}
+
+#[tokio::test]
+async fn a_failing_deploy_exits_4_a_running_build_is_cancelled_and_a_refused_configuration_names_its_problems() {
+    let source = tempfile::tempdir().unwrap();
+    failing_source(source.path());
+    let fleet = Fleet::start(Some(source.path())).await;
+    let user = fleet.token(false);
+    let demo = demo_file();
+    let demo = demo.to_str().unwrap();
+
+    let failed = fleet.slipway(&user, &["deploy", "broken", "-f", demo, "--follow"]).await;
+    assert_eq!(failed.code, 4, "{failed:#?}");
+    assert!(failed.stdout.lines().last().is_some_and(|l| l.contains(" failed")), "{failed:#?}");
+    assert!(failed.stderr.contains("fails on purpose"), "the log is shown: {failed:#?}");
+    let lines = fleet.slipway(&user, &["--output", "json", "deploy", "broken", "-f", demo, "--follow"]).await;
+    assert_eq!(lines.code, 4, "{lines:#?}");
+    let last = lines.json_lines().pop().unwrap();
+    assert_eq!((last["event"].as_str(), last["build"]["status"].as_str()), (Some("build"), Some("failed")));
+
+    // A long deploy, cancelled while it runs.
+    let accepted = fleet.slipway(&user, &["--output", "json", "deploy", "slow", "-f", demo]).await;
+    assert_eq!(accepted.code, 0, "{accepted:#?}");
+    let build = accepted.json()["build_id"].as_str().unwrap().to_owned();
+    wait_for("the slow build to log its start", Duration::from_secs(60), || async {
+        let b = fleet.slipway(&user, &["--output", "json", "logs", &build]).await.json();
+        b["log"].as_str().is_some_and(|l| l.contains("a long deploy starts")).then_some(())
+    })
+    .await;
+    let cancel = fleet.slipway(&user, &["--output", "json", "cancel", &build]).await;
+    assert_eq!(cancel.code, 0, "{cancel:#?}");
+    assert_eq!(cancel.json()["status"], "cancelling");
+    let followed = fleet.slipway(&user, &["logs", "-f", &build]).await;
+    assert_eq!(followed.code, 4, "{followed:#?}");
+    assert!(followed.stderr.contains(&format!("build {build} cancelled")), "{followed:#?}");
+    let again = fleet.slipway(&user, &["cancel", &build]).await;
+    assert_eq!(again.code, 1, "{again:#?}");
+    assert!(again.stderr.contains("error build_finished (HTTP 409)"), "{again:#?}");
+
+    // A configuration the api refuses: its problems are listed.
+    let bad = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(bad.path(), r#"{"domain": 7, "applications": {"nosuchapp": {}}}"#).unwrap();
+    let refused = fleet.slipway(&user, &["deploy", "demo", "-f", bad.path().to_str().unwrap()]).await;
+    assert_eq!(refused.code, 1, "{refused:#?}");
+    assert!(refused.stderr.starts_with("slipway: error "), "{refused:#?}");
+    assert!(refused.stderr.lines().filter(|l| l.starts_with("  - ")).count() >= 2, "{refused:#?}");
+}
+
+#[tokio::test]
+async fn an_unreachable_api_is_named_and_exits_3_and_a_missing_token_exits_2() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let out = slipway(&[("SLIPWAY_URL", &url), ("SLIPWAY_TOKEN", "a.b.c")], &["status", "demo"]).await;
+    assert_eq!(out.code, 3, "{out:#?}");
+    assert!(out.stderr.contains(&format!("could not reach the Slipway api at {url}")), "{out:#?}");
+    let out = slipway(&[("SLIPWAY_URL", &url)], &["queues"]).await;
+    assert_eq!(out.code, 2, "{out:#?}");
+    assert!(out.stderr.contains("no token"), "{out:#?}");
+    let help = slipway(&[], &["--help"]).await;
+    for code in
+        ["0  done", "1  the api refused", "2  bad usage", "3  the api could not be reached", "4  the followed build"]
+    {
+        assert!(help.stdout.contains(code), "--help lacks exit code {code:?}: {}", help.stdout);
+    }
+}

@@ -1,0 +1,221 @@
+//! Helpers for the CLI's tests: the real `slipway-api` and `slipway-worker`
+//! binaries on a fresh database and a free loopback port, tokens minted by
+//! `slipway-api token`, and runs of the built `slipway` binary with a
+//! deadline. Processes are killed when the test ends, however it ends.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use slipway_jobs::store::Engine;
+use slipway_jobs::test_support::TestDatabase;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The api's token secret in these tests.
+pub const SECRET: &str = "cli-end-to-end-secret-of-32-bytes-or-more";
+
+/// How long one run of `slipway` may take (a real Nix deploy included).
+pub const RUN_DEADLINE: Duration = Duration::from_secs(300);
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `examples/demo.json`, the demo deployment's configuration.
+pub fn demo_file() -> PathBuf {
+    repo().join("examples/demo.json")
+}
+
+/// The newest modification time of the files under `dir`.
+fn newest(dir: &Path) -> std::time::SystemTime {
+    let mut latest = std::time::SystemTime::UNIX_EPOCH;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let t =
+            if path.is_dir() { newest(&path) } else { entry.metadata().and_then(|m| m.modified()).unwrap_or(latest) };
+        latest = latest.max(t);
+    }
+    latest
+}
+
+/// A binary of the workspace beside `slipway`, checked to be newer than its
+/// sources (`cargo test -p slipway-cli` builds only the CLI).
+pub fn binary(name: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_BIN_EXE_slipway")).with_file_name(name);
+    let hint = "build the workspace first: cargo build --workspace";
+    let built = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| panic!("{} is missing: {hint}", path.display()));
+    let crate_dir = if name == "slipway-api" { "api/src" } else { "worker/src" };
+    for sources in [crate_dir, "jobs/src", "migrations"] {
+        assert!(built >= newest(&repo().join(sources)), "{} is older than {sources}: {hint}", path.display());
+    }
+    path
+}
+
+/// A child process killed (SIGKILL) when dropped.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A command for `bin` on the test's database, the api on `port`.
+pub fn command(bin: &Path, db: &TestDatabase, port: u16) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.env("DATABASE_URL", &db.url)
+        .env("SLIPWAY_STATE_DIR", db.path("state"))
+        .env("SLIPWAY_BIND", format!("127.0.0.1:{port}"))
+        .env("SLIPWAY_JWT_SECRET", SECRET)
+        .env("SLIPWAY_DEFAULT_SOURCE_DIR", repo().join("nix"))
+        .env("SLIPWAY_HEARTBEAT", "2")
+        .env_remove("SLIPWAY_CONFIG")
+        .env_remove("SLIPWAY_FAILPOINTS");
+    cmd
+}
+
+/// Starts `cmd` with its stderr in `<test dir>/<log>`.
+pub fn start(mut cmd: Command, db: &TestDatabase, log: &str) -> Running {
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(db.path(log)).unwrap();
+    Running(cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(file)).spawn().unwrap())
+}
+
+/// An api and a worker on a fresh SQLite database; the worker deploys
+/// from `source` (default: the built-in module source, `nix/`).
+pub struct Fleet {
+    pub db: TestDatabase,
+    pub url: String,
+    port: u16,
+    _api: Running,
+    _worker: Running,
+}
+
+impl Fleet {
+    pub async fn start(source: Option<&Path>) -> Self {
+        let db = TestDatabase::new(Engine::Sqlite).await;
+        let port = free_port();
+        let api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+        let mut worker = command(&binary("slipway-worker"), &db, port);
+        worker.arg("work");
+        if let Some(source) = source {
+            worker.env("SLIPWAY_DEFAULT_SOURCE_DIR", source);
+        }
+        let worker = start(worker, &db, "worker.log");
+        let url = format!("http://127.0.0.1:{port}");
+        let fleet = Self { db, url, port, _api: api, _worker: worker };
+        wait_for("the api to listen", Duration::from_secs(60), || async {
+            std::net::TcpStream::connect(("127.0.0.1", fleet.port)).is_ok().then_some(())
+        })
+        .await;
+        fleet
+    }
+
+    /// A token from `slipway-api token`: for every deployment, with the
+    /// operator claim when `operator`.
+    pub fn token(&self, operator: bool) -> String {
+        let mut cmd = command(&binary("slipway-api"), &self.db, self.port);
+        cmd.args(["token", "--deployments", "*", "--ttl", "1h"]);
+        if operator {
+            cmd.arg("--operator");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "slipway-api token: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// Runs `slipway args…` against this fleet with `token`.
+    pub async fn slipway(&self, token: &str, args: &[&str]) -> Out {
+        slipway(&[("SLIPWAY_URL", &self.url), ("SLIPWAY_TOKEN", token)], args).await
+    }
+}
+
+/// What a run of `slipway` gave.
+#[derive(Debug)]
+pub struct Out {
+    /// The exit code.
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    /// Standard output as one JSON document; panics naming the run otherwise.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:#?}"))
+    }
+
+    /// Standard output as JSON lines.
+    pub fn json_lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("a line is not JSON ({e}): {l:?} in {self:#?}")))
+            .collect()
+    }
+}
+
+/// Runs the built `slipway` with `env` (and no other `SLIPWAY_*`), within [`RUN_DEADLINE`].
+pub async fn slipway(env: &[(&str, &str)], args: &[&str]) -> Out {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_slipway"));
+    cmd.env_remove("SLIPWAY_URL").env_remove("SLIPWAY_TOKEN").args(args).stdin(Stdio::null()).kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(RUN_DEADLINE, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("slipway {args:?} did not end within {RUN_DEADLINE:?}"))
+        .unwrap();
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Polls `check` until it yields, backing off from 20 ms to 250 ms;
+/// panics naming `what` past `deadline`.
+pub async fn wait_for<F, Fut, T>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    let mut every = Duration::from_millis(20);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        tokio::time::sleep(every).await;
+        every = (every * 2).min(Duration::from_millis(250));
+    }
+}
+
+/// A built-in module source whose deploy fails, after a minute for a
+/// deployment called `slow` (to be cancelled while it runs) and at once for
+/// any other; its destroy succeeds.
+pub fn failing_source(root: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let effects = root.join("core/effects");
+    std::fs::create_dir_all(&effects).unwrap();
+    std::fs::write(root.join("core/default.nix"), "{ provider ? {} }: { }\n").unwrap();
+    let deploy = r#"#!/bin/sh
+echo "deploying $BUILD_ID"
+case "$BUILD_ID" in
+  slow.*) echo "a long deploy starts"; sleep 60 ;;
+esac
+echo "this deploy fails on purpose" >&2
+exit 1
+"#;
+    for (name, body) in [("deploy", deploy), ("destroy", "#!/bin/sh\nexit 0\n")] {
+        let path = effects.join(name);
+        std::fs::write(&path, body).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
