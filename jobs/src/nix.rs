@@ -373,7 +373,7 @@ impl NixRun<'_> {
 }
 
 /// What the `names` output says of a configuration (`nodes.json`, EV-1).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Names {
     /// The nodes a deploy stands up.
@@ -384,7 +384,7 @@ pub struct Names {
 }
 
 /// One node of [`Names`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NamedNode {
     /// The node's name.

@@ -66,6 +66,8 @@ pub struct Route {
     /// The statuses a call in scope may answer on the seeded data of
     /// `auth_matrix.rs` (success or a domain answer).
     pub in_scope: &'static [u16],
+    /// Its success is not JSON (a documentation page or one of its files).
+    pub page: bool,
 }
 
 impl Route {
@@ -106,10 +108,12 @@ pub fn routes() -> Vec<Route> {
         bad_query: None,
         stream: false,
         in_scope,
+        page: false,
     };
     let with_body = |r: Route, body: fn() -> Value| Route { input: Input::Json(body), ..r };
     let with_query = |r: Route, bad: &'static str| Route { bad_query: Some(bad), ..r };
     let stream = |r: Route| Route { stream: true, ..r };
+    let page = |r: Route| Route { page: true, ..r };
     vec![
         route(Method::GET, "/healthz", Public, &[200]),
         route(Method::GET, "/readyz", Public, &[200]),
@@ -140,11 +144,15 @@ pub fn routes() -> Vec<Route> {
         route(Method::GET, "/sbom-list/{id}", Deployment, &[200]),
         // No deploy has produced an SBOM: a domain 404.
         with_query(route(Method::GET, "/sbom/{id}?node=web", Deployment, &[404]), "node=a&node=b"),
+        route(Method::GET, "/openapi.json", Public, &[200]),
+        page(route(Method::GET, "/docs", Public, &[200])),
+        page(route(Method::GET, "/docs/swagger-ui.css", Public, &[200])),
+        page(route(Method::GET, "/docs/swagger-ui-bundle.js", Public, &[200])),
     ]
 }
 
 /// The route templates `fn app` of `api/src/app.rs` registers (`.route("…"`), in axum's syntax.
-fn registered_paths() -> BTreeSet<String> {
+pub fn registered_paths() -> BTreeSet<String> {
     let source = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/app.rs")).expect("api/src/app.rs");
     // `fn app` to the unit tests, which build little routers of their own.
     let start = source.find("pub fn app(").expect("fn app in app.rs");
