@@ -7,7 +7,8 @@
 //! success answers and the errors only it gives); [`CommonAnswers`] adds
 //! what every route can answer: `413 payload_too_large` (a body announced
 //! over the limit), `431 request_header_fields_too_large`, `500 internal`,
-//! and on authenticated routes `401 unauthorized` and `503
+//! on routes that read a body `415 unsupported_media_type`, and on
+//! authenticated routes `401 unauthorized` and `503
 //! service_unavailable` (the database is away). Every error answer is the
 //! one shape of [`crate::error::ErrorBody`] (`Error` in the document).
 //!
@@ -110,6 +111,10 @@ impl Modify for CommonAnswers {
                     (431, "`request_header_fields_too_large`: the header section is over 64 KiB or 100 fields"),
                     (500, "`internal`: the service failed; it has been logged"),
                 ];
+                // Found by schemathesis: a body not sent as JSON.
+                if operation.request_body.is_some() {
+                    common.push((415, "`unsupported_media_type`: the body is not sent as JSON"));
+                }
                 if secured {
                     common.push((401, "`unauthorized`: no token, or one that is not valid"));
                     common.push((503, "`service_unavailable`: the database is busy or unreachable; try again"));
