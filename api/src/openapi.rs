@@ -105,6 +105,9 @@ impl Modify for CommonAnswers {
         for (path, item) in doc.paths.paths.iter_mut() {
             for (method, operation) in operations(item) {
                 operation.operation_id = Some(operation_id(method, path));
+                if path.contains("{id}") && !path.starts_with("/builds/") {
+                    deployment_id_schema(operation);
+                }
                 let secured = operation.security.as_ref().is_some_and(|s| !s.is_empty());
                 let mut common = vec![
                     (413, "`payload_too_large`: the body is larger than 1 MiB"),
@@ -123,6 +126,25 @@ impl Modify for CommonAnswers {
                     operation.responses.responses.entry(status.to_string()).or_insert_with(|| error(description));
                 }
             }
+        }
+    }
+}
+
+/// What a deployment id may be (a DNS label of 1 to 40 characters), as
+/// the `{id}` parameter's schema; another answers `400 invalid_deployment_id`.
+pub const DEPLOYMENT_ID_PATTERN: &str = "^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$";
+
+/// Gives an operation's `{id}` (a deployment id) the schema of [`DEPLOYMENT_ID_PATTERN`].
+fn deployment_id_schema(operation: &mut Operation) {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    for parameter in operation.parameters.iter_mut().flatten() {
+        if parameter.name == "id" && parameter.parameter_in == utoipa::openapi::path::ParameterIn::Path {
+            let schema = ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(slipway_jobs::id::MAX_DEPLOYMENT_ID))
+                .pattern(Some(DEPLOYMENT_ID_PATTERN));
+            parameter.schema = Some(RefOr::T(schema.into()));
         }
     }
 }
@@ -204,7 +226,8 @@ fn is_rule_id(part: &str) -> bool {
 }
 
 /// `text` without its specification references: a parenthesis of them
-/// goes, one holding other words keeps those; a leading `EV-1: ` goes.
+/// goes, one holding other words keeps those; a leading `EV-1: ` goes;
+/// rustdoc's link brackets go.
 fn without_rule_ids(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -224,6 +247,8 @@ fn without_rule_ids(text: &str) -> String {
         rest = &rest[close + 1..];
     }
     out.push_str(rest);
+    // Rustdoc's links (`[`READY_TIMEOUT`]`) read as plain code.
+    let out = out.replace("[`", "`").replace("`]", "`");
     out.split(' ')
         .filter(|word| !(word.ends_with(':') && is_rule_id(word.trim_end_matches(':'))))
         .collect::<Vec<_>>()
@@ -290,5 +315,6 @@ mod tests {
         assert_eq!(w("drafts (public, TF-2)"), "drafts (public)");
         assert_eq!(w("EV-1: the names eval (`nodes.json`, EV-1)"), "the names eval (`nodes.json`)");
         assert_eq!(w("limit (1-100, default 100)"), "limit (1-100, default 100)");
+        assert_eq!(w("within [`READY_TIMEOUT`] (2 s)"), "within `READY_TIMEOUT` (2 s)");
     }
 }

@@ -294,3 +294,23 @@ async fn the_documentation_page_and_its_files_come_from_the_binary_alone() {
     assert!(status == StatusCode::OK && media.contains("javascript"), "{status} {media}");
     assert!(js.len() > 500_000 && js.contains("SwaggerUIBundle"), "{} bytes", js.len());
 }
+
+#[tokio::test]
+async fn the_documented_deployment_id_accepts_exactly_the_ids_the_api_accepts() {
+    let h = harness(Engine::Sqlite).await;
+    let doc = served(&h).await;
+    let token = all();
+    for path in ["/deployments/{id}", "/deployments/{id}/builds", "/sbom-list/{id}"] {
+        let parameters = doc["paths"][path]["get"]["parameters"].as_array().expect("parameters");
+        let id = parameters.iter().find(|p| p["name"] == "id" && p["in"] == "path").expect("the id parameter");
+        let schema = jsonschema::validator_for(&id["schema"]).unwrap();
+        let long = "a".repeat(40);
+        let too_long = "a".repeat(41);
+        for id in ["a", "demo", "a-b", "0", "9-z", &long, &too_long, "-a", "a-", "A", "a_b", "a.b", "a%20b"] {
+            let (status, answer) = h.call(Method::GET, &path.replace("{id}", id), Some(&token), None).await;
+            let refused = status == StatusCode::BAD_REQUEST && answer["error"] == "invalid_deployment_id";
+            let decoded = id.replace("%20", " ");
+            assert_eq!(schema.is_valid(&json!(decoded)), !refused, "{path} with {id:?}: {status} {answer}");
+        }
+    }
+}

@@ -391,8 +391,10 @@ pub struct NamedNode {
     pub name: String,
     /// The DNS names it publishes.
     #[serde(default)]
+    #[schema(required = true)]
     pub dns_names: Vec<String>,
     /// The store path of its `configuration.nix`, when the eval gives it.
     #[serde(default)]
+    #[schema(required = true)]
     pub configuration: Option<String>,
 }

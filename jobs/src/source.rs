@@ -256,6 +256,7 @@ pub struct Instance {
     /// `https://<domain>/`.
     pub url: String,
     /// The section that edits it; `None` for catalog components.
+    #[schema(required = true)]
     pub section: Option<String>,
 }
 

@@ -349,6 +349,7 @@ pub struct Preview {
     /// The deployment.
     pub deployment_id: String,
     /// The module source a submit would store (pinned), if any.
+    #[schema(required = true)]
     pub module_source: Option<String>,
     /// The migrated configuration.
     pub configuration: Value,

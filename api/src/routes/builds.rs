@@ -18,26 +18,33 @@ pub struct BuildView {
     deployment_id: String,
     kind: BuildKind,
     status: BuildStatus,
+    #[schema(required = true)]
     reason: Option<String>,
+    #[schema(required = true)]
     error: Option<String>,
     attempts: i64,
+    #[schema(required = true)]
     worker: Option<String>,
+    #[schema(required = true)]
     module_source: Option<String>,
     instances: Vec<Instance>,
     queued_at: String,
+    #[schema(required = true)]
     started_at: Option<String>,
+    #[schema(required = true)]
     finished_at: Option<String>,
     /// Milliseconds from the latest start to the end (or now, while running).
+    #[schema(required = true)]
     duration_ms: Option<i64>,
     /// What the build's effect reported (per node; a dry run says what a
     /// real run would change); `null` until it reports.
-    #[schema(value_type = Option<Object>)]
+    #[schema(required = true, value_type = Option<Object>)]
     report: Option<Value>,
     /// A destroy's reconcile push (DL-2), when its delete gave an accepted
     /// callback: `{url, state, message, at, status?, error?, address?}`;
     /// `state` is `waiting`, `queued`, `sending`, `delivered`, `failed` or
     /// `not_sent`. Never the token.
-    #[schema(value_type = Option<Object>)]
+    #[schema(required = true, value_type = Option<Object>)]
     callback: Option<Value>,
     log: String,
 }

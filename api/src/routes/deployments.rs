@@ -52,7 +52,9 @@ pub struct BuildSummary {
     error: Option<String>,
     attempts: i64,
     queued_at: String,
+    #[schema(required = true)]
     started_at: Option<String>,
+    #[schema(required = true)]
     finished_at: Option<String>,
 }
 
@@ -80,8 +82,11 @@ pub struct DeploymentView {
     /// The build the state comes from: the latest that ran or may still
     /// run. `last_build` may be newer: a build cancelled before it started,
     /// or superseded, changed nothing (ST-1, Q-7).
+    #[schema(required = true)]
     state_build_id: Option<String>,
+    #[schema(required = true)]
     module_source: Option<String>,
+    #[schema(required = true)]
     domain: Option<String>,
     /// Instances of the last submit.
     instances: Vec<Instance>,
@@ -94,8 +99,9 @@ pub struct DeploymentView {
     /// EV-1: the last submit's names eval (`{nodes: [{name, dnsNames,
     /// configuration}], disabledApplications}`); `null` when it stored
     /// without one.
-    #[schema(value_type = Option<slipway_jobs::nix::Names>)]
+    #[schema(required = true, value_type = Option<slipway_jobs::nix::Names>)]
     names: Option<Value>,
+    #[schema(required = true)]
     last_build: Option<BuildSummary>,
     created_at: String,
     updated_at: String,
@@ -107,6 +113,7 @@ pub struct DeployedInstance {
     #[serde(flatten)]
     instance: Instance,
     /// `null` until its deploy recorded it (a deploy of an older release).
+    #[schema(required = true)]
     readiness: Option<ReadinessView>,
 }
 
@@ -119,6 +126,7 @@ pub struct ReadinessView {
     state: slipway_jobs::readiness::State,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
+    #[schema(required = true)]
     checked_at: Option<String>,
     probes: i64,
     deadline_at: String,
@@ -358,6 +366,7 @@ pub struct CallbackAnswer {
     /// Whether the push will be sent when the destroy reaches `idle`.
     accepted: bool,
     /// Why not, when it will not.
+    #[schema(required = true)]
     reason: Option<String>,
 }
 
@@ -380,6 +389,7 @@ pub struct Deleted {
     #[serde(flatten)]
     accepted: submit::Accepted,
     /// Whether the body's callback was accepted; `null` without one.
+    #[schema(required = true)]
     callback: Option<CallbackAnswer>,
 }
 
@@ -563,5 +573,6 @@ pub struct BuildPage {
     /// The builds, newest first.
     builds: Vec<BuildSummary>,
     /// The id to pass as `before` for the next page; `null` on the last.
+    #[schema(required = true)]
     next: Option<String>,
 }

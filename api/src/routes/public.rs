@@ -35,6 +35,7 @@ pub struct Readiness {
     /// Each queue whose jobs live in the database: jobs waiting, live workers.
     queues: Vec<slipway_jobs::store::workers::QueueState>,
     /// `ok` or `unavailable`; `null` when this api has no OpenBao configured.
+    #[schema(required = true)]
     openbao: Option<String>,
     /// What an operator should look at (a queue no live worker serves, …).
     warnings: Vec<String>,
@@ -155,6 +156,7 @@ pub struct Version {
     /// The crate version, e.g. `0.1.0`.
     version: String,
     /// The git commit this api was built from (40 hex digits); `null` without a checkout.
+    #[schema(required = true)]
     revision: Option<String>,
 }
 

@@ -33,6 +33,7 @@ pub struct SbomNode {
     /// `ready` or `unavailable`.
     status: String,
     /// Why it is unavailable; `null` when ready.
+    #[schema(required = true)]
     reason: Option<String>,
     /// The deploy that produced it.
     build_id: String,
