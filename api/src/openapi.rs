@@ -108,6 +108,12 @@ impl Modify for CommonAnswers {
                 if path.contains("{id}") && !path.starts_with("/builds/") {
                     deployment_id_schema(operation);
                 }
+                // A delete's body is optional (an empty one deletes without a callback).
+                if method == "delete" {
+                    if let Some(body) = operation.request_body.as_mut() {
+                        body.required = Some(utoipa::openapi::Required::False);
+                    }
+                }
                 let secured = operation.security.as_ref().is_some_and(|s| !s.is_empty());
                 let mut common = vec![
                     (413, "`payload_too_large`: the body is larger than 1 MiB"),

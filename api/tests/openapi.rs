@@ -314,3 +314,35 @@ async fn the_documented_deployment_id_accepts_exactly_the_ids_the_api_accepts() 
         }
     }
 }
+
+#[tokio::test]
+async fn documented_bounds_agree_with_what_the_api_accepts() {
+    let h = harness(Engine::Sqlite).await;
+    let doc = served(&h).await;
+    let token = all();
+    // A label's slug.
+    let slug = jsonschema::validator_for(&json!({
+        "$ref": "#/components/schemas/LabelRequest/properties/slug",
+        "components": doc["components"],
+    }))
+    .unwrap();
+    for s in ["demo", "a", "a-b-0", "", "-a", "a-", "A", "a b", "a_b"] {
+        let (status, answer) =
+            h.call(Method::POST, "/labels", None, Some(json!({ "slug": s }).to_string().into_bytes())).await;
+        assert_eq!(slug.is_valid(&json!(s)), status == StatusCode::OK, "slug {s:?}: {status} {answer}");
+    }
+    // A page's size.
+    let body = json!({ "configuration": demo() }).to_string().into_bytes();
+    let (status, answer) = h.call(Method::PUT, "/deployments/demo", Some(&token), Some(body)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    let parameters = doc["paths"]["/deployments/{id}/builds"]["get"]["parameters"].as_array().unwrap();
+    let limit = parameters.iter().find(|p| p["name"] == "limit").expect("limit");
+    let limit = jsonschema::validator_for(&limit["schema"]).unwrap();
+    for n in [0, 1, 2, 100, 101] {
+        let (status, answer) =
+            h.call(Method::GET, &format!("/deployments/demo/builds?limit={n}"), Some(&token), None).await;
+        assert_eq!(limit.is_valid(&json!(n)), status == StatusCode::OK, "limit {n}: {status} {answer}");
+    }
+    // A delete's body may be left out.
+    assert_eq!(doc["paths"]["/deployments/{id}"]["delete"]["requestBody"]["required"], false);
+}

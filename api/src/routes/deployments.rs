@@ -200,7 +200,8 @@ pub const MAX_LIST: usize = 100;
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
-    /// The deployments to list, comma-separated (at most 100). Required.
+    /// The deployments to list, comma-separated (at most 100).
+    #[param(required = true)]
     ids: Option<String>,
 }
 
@@ -466,7 +467,7 @@ fn truncate(text: &str, max: usize) -> &str {
 /// never blocks the delete. `callback` is `null` when the body gave none.
 #[utoipa::path(delete, path = "/deployments/{id}", tag = "deployments",
     params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)")),
-    request_body(content = Option<DeleteBody>, description = "Optional: a callback to push when the destroy reaches `idle`"),
+    request_body(content = DeleteBody, description = "Optional: a callback to push when the destroy reaches `idle`"),
     security(("bearer" = [])),
     responses(
         (status = 202, description = "A destroy is queued (or was already queued or done)", body = Deleted),
@@ -516,6 +517,7 @@ pub async fn delete(
 #[into_params(parameter_in = Query)]
 pub struct BuildsQuery {
     /// Page size, 1–100 (default 100).
+    #[param(minimum = 1, maximum = 100)]
     limit: Option<usize>,
     /// A build id of this deployment: the page starts after it (older builds).
     before: Option<String>,

@@ -340,7 +340,9 @@ fn require_object(field: &str, value: &Value) -> Result<(), ApiError> {
 /// Body of `POST /labels`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct LabelRequest {
-    /// A readable start for the label (letters, digits, `-`).
+    /// A readable start for the label: lower-case letters, digits and
+    /// inner hyphens (cut to 25 characters).
+    #[schema(pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
     slug: String,
 }
 

@@ -77,7 +77,8 @@ pub async fn list(
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct NodeQuery {
-    /// The node whose SBOM to send. Required.
+    /// The node whose SBOM to send.
+    #[param(required = true, min_length = 1)]
     node: Option<String>,
 }
 
