@@ -374,6 +374,11 @@ pub fn app(state: AppState) -> Router {
         .merge(crate::ui::router())
         .route("/queues", get(routes::fleet::queues))
         .route("/workers", get(routes::fleet::workers))
+        // The OpenAPI document and its documentation page (public).
+        .route("/openapi.json", get(crate::openapi::openapi_json))
+        .route("/docs", get(crate::openapi::docs))
+        .route("/docs/swagger-ui.css", axum::routing::get_service(crate::openapi::docs_assets()))
+        .route("/docs/swagger-ui-bundle.js", axum::routing::get_service(crate::openapi::docs_assets()))
         .fallback(routes::public::not_found)
         .method_not_allowed_fallback(routes::public::method_not_allowed)
         // Innermost first: each layer wraps those above it.

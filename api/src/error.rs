@@ -37,6 +37,22 @@ pub struct ApiError {
     pub database_away: Option<String>,
 }
 
+/// The body of every error answer (§3), as the OpenAPI document
+/// (`GET /openapi.json`) describes it: `{"error": code, "message": text,
+/// "details": any JSON value or null}`. [`ApiError`] writes it.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody {
+    /// The stable code (`invalid_request`, `not_found`, `queue_full`, …).
+    pub error: String,
+    /// A sentence naming what is wrong.
+    pub message: String,
+    /// Structured details (every problem of a configuration, the limits
+    /// passed, …); `null` when there are none.
+    #[schema(value_type = Object, nullable, required = true)]
+    pub details: Option<Value>,
+}
+
 /// Response extension marking an answer written by [`ApiError`]: already in
 /// the §3 shape, so the router's safety net passes it through untouched.
 #[derive(Debug, Clone, Copy)]

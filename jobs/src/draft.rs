@@ -18,7 +18,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// Where one application's value sits in a configuration, after migration.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ApplicationPath {
     /// The path of the application's value: object keys from the root.
     pub path: Vec<String>,
@@ -29,7 +29,7 @@ pub struct ApplicationPath {
 }
 
 /// The answer of [`application_paths`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ApplicationPaths {
     /// Every application of the source, by key, with its place in the
     /// configuration.
@@ -42,7 +42,7 @@ pub struct ApplicationPaths {
 }
 
 /// One section of the form (`meta.json` `sections`), as a configuration holds it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Section {
     /// The section's id. Opaque: a front-end must not parse it (at present it
     /// is the key of an application).
@@ -58,7 +58,7 @@ pub struct Section {
 }
 
 /// The answer of [`sections`].
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Sections {
     /// Every section, in the order of `meta.json`.
     pub sections: Vec<Section>,

@@ -117,7 +117,7 @@ pub const WILDCARD: &str = "*";
 /// [`WILDCARD`] (MG-1). An entry with an empty `from` names nothing and is a
 /// no-op; an empty `to` names the whole configuration and is always
 /// [`SkipReason::TargetOccupied`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Rename {
     /// Where the value used to be stored.
     pub from: Vec<String>,
@@ -147,7 +147,7 @@ impl Rename {
 
 /// Where a [`Rename`] comes from (seed 002 "Migration semantics": "The
 /// entries have two sources, in one list").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RenameKind {
     /// A module-option rename, harvested from the alias markers of NixOS.

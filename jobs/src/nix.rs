@@ -373,7 +373,7 @@ impl NixRun<'_> {
 }
 
 /// What the `names` output says of a configuration (`nodes.json`, EV-1).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Names {
     /// The nodes a deploy stands up.
@@ -384,15 +384,17 @@ pub struct Names {
 }
 
 /// One node of [`Names`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NamedNode {
     /// The node's name.
     pub name: String,
     /// The DNS names it publishes.
     #[serde(default)]
+    #[schema(required = true)]
     pub dns_names: Vec<String>,
     /// The store path of its `configuration.nix`, when the eval gives it.
     #[serde(default)]
+    #[schema(required = true)]
     pub configuration: Option<String>,
 }

@@ -34,8 +34,9 @@ pub const FIRST_PAUSE: Duration = Duration::from_secs(1);
 pub const LONGEST_PAUSE: Duration = Duration::from_secs(30);
 
 /// An instance's readiness (§10).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[schema(as = ReadinessState)]
 pub enum State {
     /// Not known yet: not probed, or nothing answered as the instance yet.
     Pending,

@@ -247,7 +247,7 @@ pub struct CatalogMeta {
 }
 
 /// A served instance (TF-1): an enabled application, or a catalog component with a web UI.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Instance {
     /// Application key or catalog component name.
     pub name: String,
@@ -256,6 +256,7 @@ pub struct Instance {
     /// `https://<domain>/`.
     pub url: String,
     /// The section that edits it; `None` for catalog components.
+    #[schema(required = true)]
     pub section: Option<String>,
 }
 

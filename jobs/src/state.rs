@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// What a build does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BuildKind {
     /// Runs `core/effects/deploy`.
@@ -13,7 +13,7 @@ pub enum BuildKind {
 }
 
 /// Where a build is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BuildStatus {
     /// Accepted, waiting for a worker (or for an earlier build of its deployment, ST-2).
@@ -39,7 +39,7 @@ impl BuildStatus {
 }
 
 /// A deployment's state, derived from its latest build, never stored (ST-1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeploymentState {
     /// No build, or the last destroy succeeded.

@@ -122,7 +122,7 @@ pub struct Queueing {
 const ADMISSION_LOCK: &str = "slipway.admission";
 
 /// A submit or delete that was accepted: its build and the state it implies.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Accepted {
     /// The deployment.
     pub deployment_id: String,
@@ -344,11 +344,12 @@ pub async fn submit(
 
 /// What a preview answers (EV-2): the configuration as it would be stored
 /// (migrated), the source it would be stored with, and its names eval.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Preview {
     /// The deployment.
     pub deployment_id: String,
     /// The module source a submit would store (pinned), if any.
+    #[schema(required = true)]
     pub module_source: Option<String>,
     /// The migrated configuration.
     pub configuration: Value,

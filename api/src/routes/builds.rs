@@ -12,28 +12,39 @@ use slipway_jobs::state::{BuildKind, BuildStatus};
 use slipway_jobs::store::builds;
 
 /// A build with its log.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct BuildView {
     id: String,
     deployment_id: String,
     kind: BuildKind,
     status: BuildStatus,
+    #[schema(required = true)]
     reason: Option<String>,
+    #[schema(required = true)]
     error: Option<String>,
     attempts: i64,
+    #[schema(required = true)]
     worker: Option<String>,
+    #[schema(required = true)]
     module_source: Option<String>,
     instances: Vec<Instance>,
     queued_at: String,
+    #[schema(required = true)]
     started_at: Option<String>,
+    #[schema(required = true)]
     finished_at: Option<String>,
     /// Milliseconds from the latest start to the end (or now, while running).
+    #[schema(required = true)]
     duration_ms: Option<i64>,
+    /// What the build's effect reported (per node; a dry run says what a
+    /// real run would change); `null` until it reports.
+    #[schema(required = true, value_type = Option<Object>)]
     report: Option<Value>,
     /// A destroy's reconcile push (DL-2), when its delete gave an accepted
     /// callback: `{url, state, message, at, status?, error?, address?}`;
     /// `state` is `waiting`, `queued`, `sending`, `delivered`, `failed` or
     /// `not_sent`. Never the token.
+    #[schema(required = true, value_type = Option<Object>)]
     callback: Option<Value>,
     log: String,
 }
@@ -48,8 +59,25 @@ fn callback_view(url: Option<String>, outcome: Option<Value>) -> Option<Value> {
     Some(v)
 }
 
+/// The answer of `POST /builds/{id}/cancel`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CancelAnswer {
+    /// The build.
+    build_id: String,
+    /// `cancelled` (it had not started: `200`) or `cancelling` (its worker
+    /// stops it: `202`).
+    status: String,
+}
+
 /// `GET /builds/{id}`. A build outside the token's scope answers `404`, so
 /// build ids do not reveal which deployments exist.
+#[utoipa::path(get, path = "/builds/{id}", tag = "builds",
+    params(("id" = String, Path, description = "A build id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The build, its timings, its log so far and its report", body = BuildView),
+        (status = 404, description = "`not_found`: no such build, or one outside the token's scope", body = crate::error::ErrorBody),
+    ))]
 pub async fn show(
     State(app): State<AppState>,
     auth: Auth,
@@ -88,11 +116,20 @@ pub async fn show(
 /// `status: cancelled`); a running one is stopped by its worker, which kills
 /// the effect's process group (`202`, `status: cancelling`). A finished build
 /// answers `409 build_finished`.
+#[utoipa::path(post, path = "/builds/{id}/cancel", tag = "builds",
+    params(("id" = String, Path, description = "A build id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The build was queued and is now cancelled", body = CancelAnswer),
+        (status = 202, description = "The build runs: its worker is asked to stop it", body = CancelAnswer),
+        (status = 404, description = "`not_found`: no such build, or one outside the token's scope", body = crate::error::ErrorBody),
+        (status = 409, description = "`build_finished`: the build already finished", body = crate::error::ErrorBody),
+    ))]
 pub async fn cancel(
     State(app): State<AppState>,
     auth: Auth,
     BuildIdPath(id): BuildIdPath,
-) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
+) -> Result<(axum::http::StatusCode, Json<CancelAnswer>), ApiError> {
     use axum::http::StatusCode;
     use slipway_jobs::submit::Cancel;
     let missing = || ApiError::not_found(format!("no build {id}"));
@@ -102,8 +139,9 @@ pub async fn cancel(
     if !auth.0.allows(&b.deployment_id) {
         return Err(missing());
     }
-    let answer =
-        |status: StatusCode, state: &str| Ok((status, Json(serde_json::json!({ "build_id": id, "status": state }))));
+    let answer = |status: StatusCode, state: &str| {
+        Ok((status, Json(CancelAnswer { build_id: id.clone(), status: state.to_owned() })))
+    };
     match slipway_jobs::submit::cancel(&app.db, &id).await? {
         Cancel::NotFound => Err(missing()),
         Cancel::AlreadyFinished(s) => Err(ApiError::new(

@@ -7,7 +7,7 @@ use crate::extract::{DeploymentIdPath, Json, OptionalJson, Query};
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use slipway_jobs::id::DeploymentId;
 use slipway_jobs::read::DeploymentRead;
 use slipway_jobs::source::Instance;
@@ -31,12 +31,17 @@ pub async fn require_exists(conn: &mut Conn, id: &DeploymentId) -> Result<(), Ap
 }
 
 /// `/deployments/` with an empty id.
+#[utoipa::path(get, path = "/deployments/", tag = "deployments",
+    description = "The deployment id is empty: always `400 invalid_deployment_id` once the token is checked \
+                   (also for `PUT` and `DELETE`).",
+    security(("bearer" = [])),
+    responses((status = 400, description = "`invalid_deployment_id`: the id is empty", body = crate::error::ErrorBody)))]
 pub async fn empty_id(_auth: Auth) -> ApiError {
     ApiError::bad_request("invalid_deployment_id", "the deployment id is empty")
 }
 
 /// A build as a deployment read shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct BuildSummary {
     id: String,
     kind: BuildKind,
@@ -47,7 +52,9 @@ pub struct BuildSummary {
     error: Option<String>,
     attempts: i64,
     queued_at: String,
+    #[schema(required = true)]
     started_at: Option<String>,
+    #[schema(required = true)]
     finished_at: Option<String>,
 }
 
@@ -68,37 +75,45 @@ impl From<&BuildRow> for BuildSummary {
 }
 
 /// `GET /deployments/{id}`: state (ST-1) and typed fields (TF-1).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DeploymentView {
     id: String,
     state: DeploymentState,
     /// The build the state comes from: the latest that ran or may still
     /// run. `last_build` may be newer: a build cancelled before it started,
     /// or superseded, changed nothing (ST-1, Q-7).
+    #[schema(required = true)]
     state_build_id: Option<String>,
+    #[schema(required = true)]
     module_source: Option<String>,
+    #[schema(required = true)]
     domain: Option<String>,
     /// Instances of the last submit.
     instances: Vec<Instance>,
     /// Instances of the last successful build (empty after a destroy),
     /// each with its readiness (§10).
     deployed_instances: Vec<DeployedInstance>,
+    /// The stored configuration (migrated).
+    #[schema(value_type = Object)]
     configuration: Value,
     /// EV-1: the last submit's names eval (`{nodes: [{name, dnsNames,
     /// configuration}], disabledApplications}`); `null` when it stored
     /// without one.
+    #[schema(required = true, value_type = Option<slipway_jobs::nix::Names>)]
     names: Option<Value>,
+    #[schema(required = true)]
     last_build: Option<BuildSummary>,
     created_at: String,
     updated_at: String,
 }
 
 /// A deployed instance (TF-1) with its readiness (§10).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DeployedInstance {
     #[serde(flatten)]
     instance: Instance,
     /// `null` until its deploy recorded it (a deploy of an older release).
+    #[schema(required = true)]
     readiness: Option<ReadinessView>,
 }
 
@@ -106,11 +121,12 @@ pub struct DeployedInstance {
 /// deadline_at}`; `state` is `pending`, `ready`, `wrong_host`,
 /// `not_found` or `not_ready`; times are RFC 3339 (`checked_at` null
 /// before the first probe).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ReadinessView {
     state: slipway_jobs::readiness::State,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
+    #[schema(required = true)]
     checked_at: Option<String>,
     probes: i64,
     deadline_at: String,
@@ -156,6 +172,15 @@ impl From<DeploymentRead> for DeploymentView {
 }
 
 /// `GET /deployments/{id}`.
+#[utoipa::path(get, path = "/deployments/{id}", tag = "deployments",
+    params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The deployment: state, instances, configuration, last build", body = DeploymentView),
+        (status = 400, description = "`invalid_deployment_id`", body = crate::error::ErrorBody),
+        (status = 403, description = "`forbidden`: outside the token's scope", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such deployment", body = crate::error::ErrorBody),
+    ))]
 pub async fn show(
     State(app): State<AppState>,
     auth: Auth,
@@ -172,18 +197,36 @@ pub async fn show(
 pub const MAX_LIST: usize = 100;
 
 /// `?ids=a,b` of `GET /deployments`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// The deployments to list, comma-separated (at most 100).
+    #[param(required = true)]
     ids: Option<String>,
+}
+
+/// The answer of `GET /deployments?ids=`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DeploymentList {
+    /// The listed deployments that exist, in the order given.
+    deployments: Vec<DeploymentView>,
 }
 
 /// `GET /deployments?ids=a,b`: the listed deployments that exist, in the
 /// order given. Every id must be valid and in the token's scope.
+#[utoipa::path(get, path = "/deployments", tag = "deployments",
+    params(ListQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The listed deployments that exist", body = DeploymentList),
+        (status = 400, description = "`invalid_request` (no `ids`, more than 100) or `invalid_deployment_id`", body = crate::error::ErrorBody),
+        (status = 403, description = "`forbidden`: an id is outside the token's scope", body = crate::error::ErrorBody),
+    ))]
 pub async fn list(
     State(app): State<AppState>,
     auth: Auth,
     Query(q): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeploymentList>, ApiError> {
     let raw = q.ids.ok_or_else(|| {
         ApiError::bad_request(
             "invalid_request",
@@ -203,21 +246,26 @@ pub async fn list(
     }
     let reads = slipway_jobs::read::deployments(&mut app.db.acquire().await?, &ids).await?;
     let out: Vec<DeploymentView> = reads.into_iter().map(DeploymentView::from).collect();
-    Ok(Json(json!({ "deployments": out })))
+    Ok(Json(DeploymentList { deployments: out }))
 }
 
-/// Body of `PUT /deployments/{id}`.
-#[derive(Debug, Deserialize)]
+/// Body of `PUT /deployments/{id}` and `POST /deployments/{id}/preview`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitBody {
+    /// The configuration (a JSON object, checked against the module
+    /// source's schema after migration).
+    #[schema(value_type = Object)]
     configuration: Value,
+    /// A module source to deploy with; absent: the built-in one.
     #[serde(default)]
     module_source: Option<String>,
 }
 
 /// The query of `PUT /deployments/{id}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct SubmitQuery {
     /// §11: evaluate and build, change nothing (`?dry_run=true`).
     #[serde(default)]
@@ -233,6 +281,21 @@ pub struct SubmitQuery {
 /// secret, and queues a build that evaluates and builds but activates
 /// nothing; its report (`GET /builds/{id}`) says per node what a real run
 /// would change. A dry run of a deployment never submitted is `404`.
+#[utoipa::path(put, path = "/deployments/{id}", tag = "deployments",
+    params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)"), SubmitQuery),
+    request_body = SubmitBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 202, description = "Stored, and a deploy (or a dry run) queued", body = slipway_jobs::submit::Accepted),
+        (status = 400, description = "`invalid_configuration` (every problem in `details.problems`), `invalid_module_source`, \
+                                      `invalid_request`, `malformed_json` or `invalid_deployment_id`", body = crate::error::ErrorBody),
+        (status = 403, description = "`forbidden` (outside the token's scope) or `source_not_allowed`", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: a dry run of a deployment never submitted", body = crate::error::ErrorBody),
+        (status = 422, description = "`output_missing`, `source_too_old` or `build_failed`: the module source's outputs", body = crate::error::ErrorBody),
+        (status = 502, description = "`fetch_failed`: the module source could not be fetched", body = crate::error::ErrorBody),
+        (status = 503, description = "`queue_full`, `nix_busy` or `service_unavailable`", body = crate::error::ErrorBody),
+        (status = 504, description = "`timeout`: building the module source's outputs took too long", body = crate::error::ErrorBody),
+    ))]
 pub async fn submit(
     State(app): State<AppState>,
     auth: Auth,
@@ -259,6 +322,20 @@ pub async fn submit(
 /// `200 {deployment_id, module_source, configuration, nodes: [{name,
 /// dnsNames, configuration}], disabled_applications}`; `503 nix_busy` when
 /// every nix slot is busy (a preview without the eval has no result).
+#[utoipa::path(post, path = "/deployments/{id}/preview", tag = "deployments",
+    params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)")),
+    request_body = SubmitBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "What a submit would store and the nodes it would stand up", body = slipway_jobs::submit::Preview),
+        (status = 400, description = "`invalid_configuration`, `invalid_module_source`, `invalid_request`, `malformed_json` \
+                                      or `invalid_deployment_id`", body = crate::error::ErrorBody),
+        (status = 403, description = "`forbidden` (outside the token's scope) or `source_not_allowed`", body = crate::error::ErrorBody),
+        (status = 422, description = "`output_missing`, `source_too_old` or `build_failed`: the module source's outputs", body = crate::error::ErrorBody),
+        (status = 502, description = "`fetch_failed`: the module source could not be fetched", body = crate::error::ErrorBody),
+        (status = 503, description = "`nix_busy` or `service_unavailable` (no worker serves the nix queue)", body = crate::error::ErrorBody),
+        (status = 504, description = "`timeout`: the names eval took too long", body = crate::error::ErrorBody),
+    ))]
 pub async fn preview(
     State(app): State<AppState>,
     auth: Auth,
@@ -285,10 +362,36 @@ pub const MAX_CALLBACK_TOKEN: usize = 4096;
 
 /// The `callback` of a delete's answer: whether the callback was stored
 /// for a push, and if not, why.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CallbackAnswer {
+    /// Whether the push will be sent when the destroy reaches `idle`.
     accepted: bool,
+    /// Why not, when it will not.
+    #[schema(required = true)]
     reason: Option<String>,
+}
+
+/// The optional body of `DELETE /deployments/{id}` (DL-2). Read as any
+/// JSON object: a field that is wrong refuses the callback, never the delete.
+#[derive(Debug, utoipa::ToSchema)]
+pub struct DeleteBody {
+    /// Where to `POST` once the destroy reaches `idle`.
+    #[allow(dead_code)]
+    callback_url: Option<String>,
+    /// The bearer token to send with that push (1 to 4096 visible ASCII characters).
+    #[allow(dead_code)]
+    callback_token: Option<String>,
+}
+
+/// The answer of `DELETE /deployments/{id}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Deleted {
+    /// The destroy's build and the state it implies.
+    #[serde(flatten)]
+    accepted: submit::Accepted,
+    /// Whether the body's callback was accepted; `null` without one.
+    #[schema(required = true)]
+    callback: Option<CallbackAnswer>,
 }
 
 impl CallbackAnswer {
@@ -362,12 +465,22 @@ fn truncate(text: &str, max: usize) -> &str {
 /// URL when it reaches `idle`; `callback` says whether that was accepted
 /// (`{"accepted": true, "reason": null}`) or why not. A refused callback
 /// never blocks the delete. `callback` is `null` when the body gave none.
+#[utoipa::path(delete, path = "/deployments/{id}", tag = "deployments",
+    params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)")),
+    request_body(content = DeleteBody, description = "Optional: a callback to push when the destroy reaches `idle`"),
+    security(("bearer" = [])),
+    responses(
+        (status = 202, description = "A destroy is queued (or was already queued or done)", body = Deleted),
+        (status = 400, description = "`malformed_json`, `invalid_request` or `invalid_deployment_id`", body = crate::error::ErrorBody),
+        (status = 403, description = "`forbidden`: outside the token's scope", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such deployment", body = crate::error::ErrorBody),
+    ))]
 pub async fn delete(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
     OptionalJson(body): OptionalJson<Map<String, Value>>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Deleted>), ApiError> {
     auth.require(id.as_str())?;
     let (callback, mut answer) = match body {
         None => (None, None),
@@ -395,16 +508,16 @@ pub async fn delete(
             )
         });
     }
-    let mut out = serde_json::to_value(&accepted).expect("serialises");
-    out["callback"] = serde_json::to_value(&answer).expect("serialises");
-    Ok((StatusCode::ACCEPTED, Json(out)))
+    Ok((StatusCode::ACCEPTED, Json(Deleted { accepted, callback: answer })))
 }
 
 /// `?limit=&before=` of `GET /deployments/{id}/builds`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct BuildsQuery {
     /// Page size, 1–100 (default 100).
+    #[param(minimum = 1, maximum = 100)]
     limit: Option<usize>,
     /// A build id of this deployment: the page starts after it (older builds).
     before: Option<String>,
@@ -414,12 +527,21 @@ pub struct BuildsQuery {
 /// newest first, a page of at most `limit` (1–100, default 100).
 /// `{"builds": [...], "next": <build id> | null}`: pass `next` as `before`
 /// for the following page; `null` means this was the last.
+#[utoipa::path(get, path = "/deployments/{id}/builds", tag = "deployments",
+    params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)"), BuildsQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "A page of the deployment's builds, newest first", body = BuildPage),
+        (status = 400, description = "`invalid_request` (a bad `limit` or `before`) or `invalid_deployment_id`", body = crate::error::ErrorBody),
+        (status = 403, description = "`forbidden`: outside the token's scope", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such deployment", body = crate::error::ErrorBody),
+    ))]
 pub async fn builds(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
     Query(q): Query<BuildsQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<BuildPage>, ApiError> {
     auth.require(id.as_str())?;
     let limit = q.limit.unwrap_or(MAX_LIST);
     if !(1..=MAX_LIST).contains(&limit) {
@@ -444,5 +566,15 @@ pub async fn builds(
     rows.truncate(limit);
     let next = if more { rows.last().map(|r| r.id.clone()) } else { None };
     let list: Vec<BuildSummary> = rows.iter().map(BuildSummary::from).collect();
-    Ok(Json(json!({ "builds": list, "next": next })))
+    Ok(Json(BuildPage { builds: list, next }))
+}
+
+/// A page of `GET /deployments/{id}/builds`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BuildPage {
+    /// The builds, newest first.
+    builds: Vec<BuildSummary>,
+    /// The id to pass as `before` for the next page; `null` on the last.
+    #[schema(required = true)]
+    next: Option<String>,
 }

@@ -148,6 +148,21 @@ fn state_event(e: &events::Event) -> Event {
 /// (`active`, `idle`, `failed`); a reconnect with nothing new after a
 /// terminal state answers `204`. `404` for an unknown deployment, `403`
 /// outside the token's scope.
+#[utoipa::path(get, path = "/deployments/{id}/events", tag = "streams",
+    params(
+        ("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)"),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id"),
+        ("access_token" = Option<String>, Query, description = "The token, for a browser's EventSource that cannot send a header"),
+    ),
+    security(("bearer" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "Server-sent events: `event: state`, `data: {deployment_id, state, build_id, at}`",
+         body = String, content_type = "text/event-stream"),
+        (status = 204, description = "Nothing new after a terminal state: stop reconnecting"),
+        (status = 400, description = "`invalid_request` (a bad `Last-Event-ID` or query string) or `invalid_deployment_id`", body = crate::error::ErrorBody),
+        (status = 403, description = "`forbidden`: outside the token's scope", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such deployment", body = crate::error::ErrorBody),
+    ))]
 pub async fn deployment(
     State(app): State<AppState>,
     StreamAuth(auth): StreamAuth,
@@ -259,6 +274,20 @@ async fn read_since(db: &Db, id: &str, after: i64) -> Result<Vec<events::Event>,
 /// `Last-Event-ID` it resumes after that chunk; a reconnect after the end
 /// answers `204`. A build outside the token's scope is `404`, like an
 /// unknown one.
+#[utoipa::path(get, path = "/builds/{id}/log", tag = "streams",
+    params(
+        ("id" = String, Path, description = "A build id"),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this chunk"),
+        ("access_token" = Option<String>, Query, description = "The token, for a browser's EventSource that cannot send a header"),
+    ),
+    security(("bearer" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "Server-sent events: `event: log` (`data: {text}`), then `event: end` (`data: {build_id, status}`)",
+         body = String, content_type = "text/event-stream"),
+        (status = 204, description = "The build ended and every chunk was sent: stop reconnecting"),
+        (status = 400, description = "`invalid_request` (a bad `Last-Event-ID` or query string)", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such build, or one outside the token's scope", body = crate::error::ErrorBody),
+    ))]
 pub async fn build_log(
     State(app): State<AppState>,
     StreamAuth(auth): StreamAuth,

@@ -8,12 +8,37 @@ use crate::extract::{Json, Query};
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// `GET /healthz`: liveness. The process serves HTTP; the database is not
 /// asked, so a database outage never gets every api restarted at once.
-pub async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+#[utoipa::path(get, path = "/healthz", tag = "public",
+    responses((status = 200, description = "The process serves HTTP", body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok".to_owned() })
+}
+
+/// The answer of `GET /healthz`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Health {
+    /// Always `ok`.
+    status: String,
+}
+
+/// The answer of `GET /readyz`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Readiness {
+    /// Always `ready`.
+    status: String,
+    /// The database engine: `sqlite` or `postgres`.
+    database: String,
+    /// Each queue whose jobs live in the database: jobs waiting, live workers.
+    queues: Vec<slipway_jobs::store::workers::QueueState>,
+    /// `ok` or `unavailable`; `null` when this api has no OpenBao configured.
+    #[schema(required = true)]
+    openbao: Option<String>,
+    /// What an operator should look at (a queue no live worker serves, …).
+    warnings: Vec<String>,
 }
 
 /// How long `GET /readyz` waits for the database: the readiness budget, the
@@ -27,7 +52,12 @@ pub const READY_TIMEOUT: std::time::Duration = slipway_jobs::store::ACQUIRE_TIME
 /// outage is logged once, not per poll ([`crate::database_health`]). A queue
 /// whose jobs wait while no live worker serves it (Q-8) is a warning here
 /// and in the log, not unreadiness: the api itself serves.
-pub async fn readyz(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(get, path = "/readyz", tag = "public",
+    responses(
+        (status = 200, description = "The database answers", body = Readiness),
+        (status = 503, description = "`service_unavailable`: the database does not answer", body = crate::error::ErrorBody),
+    ))]
+pub async fn readyz(State(app): State<AppState>) -> Result<Json<Readiness>, ApiError> {
     let probe = async {
         let mut conn = app.db.acquire().await?;
         slipway_jobs::store::ping(&mut conn).await?;
@@ -41,21 +71,19 @@ pub async fn readyz(State(app): State<AppState>) -> Result<Json<Value>, ApiError
             // OpenBao's trouble does not make the api unready (it serves
             // everything else), but a submit that needs it would get 503.
             let openbao = match &app.secrets {
-                None => Value::Null,
+                None => None,
                 Some(bao) => match bao.clone().with_timeout(READY_TIMEOUT).check().await {
-                    Ok(()) => json!("ok"),
+                    Ok(()) => Some("ok".to_owned()),
                     Err(e) => {
                         warnings.push(format!(
                             "OpenBao, which keeps operator secrets, cannot serve this api ({e}): submits of \
                              deployments with secret fields answer 503 until it can"
                         ));
-                        json!("unavailable")
+                        Some("unavailable".to_owned())
                     }
                 },
             };
-            Ok(Json(
-                json!({ "status": "ready", "database": engine, "queues": queues, "openbao": openbao, "warnings": warnings }),
-            ))
+            Ok(Json(Readiness { status: "ready".to_owned(), database: engine.to_owned(), queues, openbao, warnings }))
         }
         Ok(Err(e)) => Err(ApiError::database_away(
             format!("not ready: the {engine} database does not answer ({})", e.why_unavailable()),
@@ -110,18 +138,45 @@ pub const REVISION: Option<&str> = option_env!("SLIPWAY_REVISION");
 /// `GET /version` (public): `{"name": "slipway", "version": <the crate
 /// version, e.g. "0.1.0">, "revision": <40-hex git commit id, or null when
 /// the build had no git checkout>}`.
-pub async fn version() -> Json<Value> {
-    Json(json!({ "name": "slipway", "version": env!("CARGO_PKG_VERSION"), "revision": REVISION }))
+#[utoipa::path(get, path = "/version", tag = "public",
+    responses((status = 200, description = "What this api is", body = Version)))]
+pub async fn version() -> Json<Version> {
+    Json(Version {
+        name: "slipway".to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        revision: REVISION.map(str::to_owned),
+    })
+}
+
+/// The answer of `GET /version`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Version {
+    /// Always `slipway`.
+    name: String,
+    /// The crate version, e.g. `0.1.0`.
+    version: String,
+    /// The git commit this api was built from (40 hex digits); `null` without a checkout.
+    #[schema(required = true)]
+    revision: Option<String>,
 }
 
 /// `?application=` of `GET /schema`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct SchemaQuery {
+    /// One application's standalone schema instead of the whole one.
     application: Option<String>,
 }
 
 /// `GET /schema` (`?application=`): the built-in source's schema, or one
 /// application's standalone schema (MS-2, MS-5). No fetch, no build.
+#[utoipa::path(get, path = "/schema", tag = "public",
+    params(SchemaQuery),
+    responses(
+        (status = 200, description = "A JSON Schema (draft 2020-12) of the configuration", body = Object),
+        (status = 400, description = "`invalid_request`: the query string is not valid", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such application", body = crate::error::ErrorBody),
+    ))]
 pub async fn schema(State(app): State<AppState>, Query(q): Query<SchemaQuery>) -> Result<Json<Value>, ApiError> {
     let outputs = app.sources.built_in.outputs();
     match q.application.as_deref() {
@@ -144,8 +199,10 @@ pub fn pick_application(
 }
 
 /// `?section=` of `GET /renames`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RenamesQuery {
+    /// Only the entries inside this section, with paths relative to it.
     section: Option<String>,
 }
 
@@ -153,6 +210,13 @@ pub struct RenamesQuery {
 /// (`renames.json`: ordered `{from, to, kind}` entries, MS-2), or only the
 /// entries inside one section, with paths relative to it (MG-4), so a form
 /// that edits one section migrates that value alone. No fetch, no build.
+#[utoipa::path(get, path = "/renames", tag = "public",
+    params(RenamesQuery),
+    responses(
+        (status = 200, description = "The renames table, in order", body = Vec<slipway_jobs::migrate::Rename>),
+        (status = 400, description = "`invalid_request`: the query string is not valid", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such section", body = crate::error::ErrorBody),
+    ))]
 pub async fn renames(State(app): State<AppState>, Query(q): Query<RenamesQuery>) -> Result<Json<Value>, ApiError> {
     let outputs = app.sources.built_in.outputs();
     pick_renames(&outputs.renames, &outputs.meta, q.section.as_deref(), "the built-in source").map(Json)
@@ -180,15 +244,17 @@ pub fn pick_renames(
 }
 
 /// Body of `POST /application-paths`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApplicationPathsBody {
     /// The configuration to read (a JSON object, in any shape the built-in
     /// source's renames migrate).
+    #[schema(value_type = Object)]
     configuration: Value,
     /// Another configuration (say the stored one) to compare it with;
     /// absent or `null` for none.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     previous: Option<Value>,
 }
 
@@ -204,6 +270,13 @@ pub struct ApplicationPathsBody {
 /// Errors: `400 malformed_json`, `400 invalid_request` (a body of another
 /// shape, an unknown field, or a side that is not a JSON object). Reads only
 /// the body: no token, no database, no fetch.
+#[utoipa::path(post, path = "/application-paths", tag = "public",
+    request_body = ApplicationPathsBody,
+    responses(
+        (status = 200, description = "Each application's place in the configuration", body = slipway_jobs::draft::ApplicationPaths),
+        (status = 400, description = "`malformed_json` or `invalid_request` (a body of another shape)", body = crate::error::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: the body is not sent as JSON", body = crate::error::ErrorBody),
+    ))]
 pub async fn application_paths(
     State(app): State<AppState>,
     Json(body): Json<ApplicationPathsBody>,
@@ -222,10 +295,11 @@ pub async fn application_paths(
 }
 
 /// Body of `POST /sections`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SectionsBody {
     /// The configuration to read (a JSON object).
+    #[schema(value_type = Object)]
     configuration: Value,
 }
 
@@ -238,6 +312,13 @@ pub struct SectionsBody {
 /// not present>}]}` in the source's order. A section id is opaque (at present
 /// an application's key): a front-end matches it, never parses it. Errors as
 /// [`application_paths`]. Reads only the body.
+#[utoipa::path(post, path = "/sections", tag = "public",
+    request_body = SectionsBody,
+    responses(
+        (status = 200, description = "The sections, in the source's order", body = slipway_jobs::draft::Sections),
+        (status = 400, description = "`malformed_json` or `invalid_request` (a body of another shape)", body = crate::error::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: the body is not sent as JSON", body = crate::error::ErrorBody),
+    ))]
 pub async fn sections(
     State(app): State<AppState>,
     Json(body): Json<SectionsBody>,
@@ -257,15 +338,32 @@ fn require_object(field: &str, value: &Value) -> Result<(), ApiError> {
 }
 
 /// Body of `POST /labels`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct LabelRequest {
+    /// A readable start for the label: lower-case letters, digits and
+    /// inner hyphens (cut to 25 characters).
+    #[schema(pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
     slug: String,
 }
 
+/// The answer of `POST /labels`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Label {
+    /// A fresh DNS label: the slug and a random suffix.
+    label: String,
+}
+
 /// `POST /labels {slug}`: a fresh DNS label (ID-2, seed 004 `NewLabel`).
-pub async fn labels(Json(req): Json<LabelRequest>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(post, path = "/labels", tag = "public",
+    request_body = LabelRequest,
+    responses(
+        (status = 200, description = "A fresh label", body = Label),
+        (status = 400, description = "`invalid_slug`, `malformed_json` or `invalid_request`", body = crate::error::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: the body is not sent as JSON", body = crate::error::ErrorBody),
+    ))]
+pub async fn labels(Json(req): Json<LabelRequest>) -> Result<Json<Label>, ApiError> {
     slipway_jobs::id::new_label(&req.slug)
-        .map(|label| Json(json!({ "label": label })))
+        .map(|label| Json(Label { label }))
         .map_err(|e| ApiError::bad_request("invalid_slug", e.to_string()))
 }
 

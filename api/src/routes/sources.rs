@@ -25,7 +25,7 @@ use slipway_jobs::sources::{Lookup, SourceSchema};
 use std::sync::Arc;
 
 /// Body of `POST /schema/get_for`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SchemaFor {
     /// A module source (MS-1); absent: the built-in source.
@@ -37,7 +37,7 @@ pub struct SchemaFor {
 }
 
 /// Body of `POST /renames/get_for`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RenamesFor {
     /// A module source (MS-1); absent: the built-in source.
@@ -80,6 +80,21 @@ async fn lookup(app: &AppState, source: &str) -> Result<Result<Arc<SourceSchema>
 /// `POST /schema/get_for {"source", "application"?}` (MS-6): the source's
 /// `schema.json`, or one application's schema from `applications.json`.
 /// See the module doc for the answers.
+#[utoipa::path(post, path = "/schema/get_for", tag = "sources",
+    request_body = SchemaFor,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "A JSON Schema (draft 2020-12) of the source's configuration", body = Object),
+        (status = 202, description = "The source's outputs are being built: repeat the same call", body = Computing),
+        (status = 400, description = "`invalid_module_source`, `malformed_json` or `invalid_request`", body = crate::error::ErrorBody),
+        (status = 403, description = "`source_not_allowed`: the source is not on this service's allowlist", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such application or section in the source", body = crate::error::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: the body is not sent as JSON", body = crate::error::ErrorBody),
+        (status = 422, description = "`output_missing`, `source_too_old` or `build_failed`", body = crate::error::ErrorBody),
+        (status = 502, description = "`fetch_failed`: the source could not be fetched", body = crate::error::ErrorBody),
+        (status = 503, description = "`nix_busy` or `service_unavailable`", body = crate::error::ErrorBody),
+        (status = 504, description = "`timeout`: building the source's outputs took too long", body = crate::error::ErrorBody),
+    ))]
 pub async fn schema(
     State(app): State<AppState>,
     _auth: Auth,
@@ -107,6 +122,21 @@ pub async fn schema(
 /// `POST /renames/get_for {"source", "section"?}` (MS-6): the source's
 /// `renames.json`, or only the entries inside one section with paths
 /// relative to it (MG-4). See the module doc for the answers.
+#[utoipa::path(post, path = "/renames/get_for", tag = "sources",
+    request_body = RenamesFor,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The source's renames table, in order", body = Vec<slipway_jobs::migrate::Rename>),
+        (status = 202, description = "The source's outputs are being built: repeat the same call", body = Computing),
+        (status = 400, description = "`invalid_module_source`, `malformed_json` or `invalid_request`", body = crate::error::ErrorBody),
+        (status = 403, description = "`source_not_allowed`: the source is not on this service's allowlist", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such application or section in the source", body = crate::error::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: the body is not sent as JSON", body = crate::error::ErrorBody),
+        (status = 422, description = "`output_missing`, `source_too_old` or `build_failed`", body = crate::error::ErrorBody),
+        (status = 502, description = "`fetch_failed`: the source could not be fetched", body = crate::error::ErrorBody),
+        (status = 503, description = "`nix_busy` or `service_unavailable`", body = crate::error::ErrorBody),
+        (status = 504, description = "`timeout`: building the source's outputs took too long", body = crate::error::ErrorBody),
+    ))]
 pub async fn renames(
     State(app): State<AppState>,
     _auth: Auth,
@@ -133,4 +163,16 @@ pub async fn renames(
         "this source",
     )?;
     Ok(axum::Json(value).into_response())
+}
+
+/// The `202` of a `get_for` whose source's outputs are being built.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Computing {
+    /// Always `computing`.
+    status: String,
+    /// What to do: repeat the request.
+    message: String,
+    /// Why the build may not progress (a queue no live worker serves); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
 }

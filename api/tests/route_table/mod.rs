@@ -67,8 +67,9 @@ pub struct Route {
     /// also come as `?access_token=`.
     pub stream: bool,
     /// The media type of a success: `application/json`, but for the
-    /// dashboard's HTML, script and style sheet (`/ui`); an error answer is
-    /// JSON on every route.
+    /// dashboard's HTML, script and style sheet (`/ui`) and the API's
+    /// documentation page and its files (`/docs`); an error answer is JSON
+    /// on every route.
     pub media: &'static str,
     /// The statuses a call in scope may answer on the seeded data of
     /// `auth_matrix.rs` (success or a domain answer).
@@ -160,13 +161,18 @@ pub fn routes() -> Vec<Route> {
         media(route(Method::GET, "/ui/fragments/fleet", Operator, &[200]), "text/html"),
         route(Method::GET, "/queues", Operator, &[200]),
         route(Method::GET, "/workers", Operator, &[200]),
+        // The OpenAPI document and its documentation page.
+        route(Method::GET, "/openapi.json", Public, &[200]),
+        media(route(Method::GET, "/docs", Public, &[200]), "text/html"),
+        media(route(Method::GET, "/docs/swagger-ui.css", Public, &[200]), "text/css"),
+        media(route(Method::GET, "/docs/swagger-ui-bundle.js", Public, &[200]), "text/javascript"),
     ]
 }
 
 /// The route templates `fn app` of `api/src/app.rs` registers (`.route("…"`),
 /// and those of the routers it merges (the dashboard's, `api/src/ui/mod.rs`),
 /// in axum's syntax.
-fn registered_paths() -> BTreeSet<String> {
+pub fn registered_paths() -> BTreeSet<String> {
     let read = |file: &str| {
         std::fs::read_to_string(format!("{}/src/{file}", env!("CARGO_MANIFEST_DIR"))).expect("an api source file")
     };

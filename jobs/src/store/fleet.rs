@@ -9,7 +9,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// One queue's jobs now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct QueueLoad {
     /// The queue's name (`builds`, `nix`, `callbacks`, `readiness`).
     pub queue: String,

@@ -76,7 +76,7 @@ fn siblings(q: Q, name: &str) -> Q {
 }
 
 /// One queue as the fleet serves it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct QueueState {
     /// The queue's name.
     pub queue: String,
