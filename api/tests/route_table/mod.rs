@@ -140,6 +140,8 @@ pub fn routes() -> Vec<Route> {
         route(Method::GET, "/sbom-list/{id}", Deployment, &[200]),
         // No deploy has produced an SBOM: a domain 404.
         with_query(route(Method::GET, "/sbom/{id}?node=web", Deployment, &[404]), "node=a&node=b"),
+        // Public unless SLIPWAY_METRICS_TOKEN is set (docs/METRICS.md).
+        route(Method::GET, "/metrics", Public, &[200]),
     ]
 }
 

@@ -76,11 +76,14 @@ pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
     let Some(build) = claim(ctx, &job.build_id).await? else {
         return Ok(Ran::AlreadyFinished);
     };
+    // The job's span: every line of the run carries its build, deployment,
+    // worker and kind (`deploy` or `destroy`).
     let span = tracing::info_span!(
         "build",
         build.id = %build.id,
         deployment.id = %build.deployment_id,
-        build.kind = build.kind.as_str(),
+        worker.name = %ctx.worker,
+        job.kind = build.kind.as_str(),
         build.attempt = build.attempts
     );
     run_claimed(build, ctx).instrument(span).await
