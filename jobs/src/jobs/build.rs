@@ -324,7 +324,9 @@ pub(crate) async fn resolve_source(build: &BuildRow, ctx: &Ctx) -> Result<PathBu
             let fetched = crate::fetch::fetch(&ctx.config.state_dir, &source, ctx.config.nix_timeout).await;
             fetched
                 .map_err(|e| {
-                    tracing::warn!(build.id = %build.id, error = %e, log = e.log(), "cannot fetch the build's module source");
+                    // Logged once as "build failed" where the build ends;
+                    // the tool's output only at debug.
+                    tracing::debug!(build.id = %build.id, error = %e, log = e.log(), "cannot fetch the build's module source");
                     e.to_string()
                 })?
                 .dir
