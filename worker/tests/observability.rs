@@ -1,5 +1,5 @@
 //! What an operator observes of a real deploy (docs/METRICS.md,
-//! docs/CONFIGURATION.md "Logs"): the real api and worker on SQLite, with
+//! docs/CONFIGURATION.md "Logs"): the real api and worker on either engine, with
 //! JSON logs and the worker's metrics listener. The api's `/metrics` and the
 //! worker's are scraped while a deploy waits, is refused past the queue's
 //! cap, runs and ends, and every family moves; then every line both
@@ -54,9 +54,8 @@ fn json_lines(db: &TestDatabase, log: &str) -> Vec<Value> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deploy_moves_every_metric_family_and_logs_its_request_and_job_spans_as_json() {
-    let db = TestDatabase::new(Engine::Sqlite).await;
+async fn a_deploy_moves_every_metric_family_and_logs_its_request_and_job_spans_as_json(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
     let source = db.path("slow-source");
     slow_source(&source, 4);
     let (port, metrics_port) = (free_port(), free_port());
@@ -144,6 +143,8 @@ async fn a_deploy_moves_every_metric_family_and_logs_its_request_and_job_spans_a
     let all = format!("{api_lines:?}{worker_lines:?}");
     assert!(!all.contains(&api.token) && !all.contains(common::SECRET), "a secret is in the logs");
 }
+
+slipway_jobs::on_both_engines!(a_deploy_moves_every_metric_family_and_logs_its_request_and_job_spans_as_json);
 
 /// `SLIPWAY_LOG_FORMAT` other than `text` or `json` stops either binary at
 /// start, naming the variable and the value.
