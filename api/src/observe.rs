@@ -107,12 +107,12 @@ pub fn request_span(request: &Request) -> tracing::Span {
         target: crate::app::ACCESS_LOG_TARGET,
         "request",
         http.method = %request.method(),
-        http.route = template.unwrap_or("-"),
+        http.route = %template.unwrap_or("-"),
         deployment.id = tracing::field::Empty,
         build.id = tracing::field::Empty,
     );
     if let Some((field, id)) = template.and_then(|t| path_id(t, request.uri().path())) {
-        span.record(field, id);
+        span.record(field, tracing::field::display(id));
     }
     span
 }
