@@ -487,8 +487,12 @@ fn boolean(keys: &BTreeMap<String, String>, key: &'static str, default: bool) ->
 }
 
 /// The log filter when neither `SLIPWAY_LOG` nor `RUST_LOG` is set: `info`,
-/// with sqlx's and apalis's chatter (every statement, every poll) at `warn`.
-pub const DEFAULT_LOG_FILTER: &str = "info,sqlx=warn,apalis=warn";
+/// with sqlx's and apalis's chatter (every statement, every poll) at `warn`,
+/// and none of apalis's own lines about a queue worker that stopped with an
+/// error (`apalis_core::worker`, `apalis_core::monitor`): the worker's
+/// supervisor logs that error once, where it restarts the queue worker,
+/// rather than apalis at every restart.
+pub const DEFAULT_LOG_FILTER: &str = "info,sqlx=warn,apalis=warn,apalis_core::worker=off,apalis_core::monitor=off";
 
 /// The log filter of both binaries, in `RUST_LOG` syntax, and the variable it
 /// came from: `SLIPWAY_LOG` when set, else `RUST_LOG` when set, else

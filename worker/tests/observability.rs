@@ -4,7 +4,8 @@
 //! worker's are scraped while a deploy waits, is refused past the queue's
 //! cap, runs and ends, and every family moves; then every line both
 //! processes wrote is parsed as JSON, and the request's and the job's span
-//! fields are found. Polls with deadlines; never sleeps to synchronise.
+//! fields are found. A database outage is logged once by the worker.
+//! Polls with deadlines; never sleeps to synchronise.
 
 mod common;
 
@@ -157,5 +158,34 @@ async fn an_unknown_log_format_stops_either_binary_at_start_naming_it() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{bin} started: {stderr}");
         assert!(stderr.contains("SLIPWAY_LOG_FORMAT: expected text or json (got \"yaml\")"), "{bin}: {stderr}");
+    }
+}
+
+/// While PostgreSQL refuses the worker's connections, its queue workers'
+/// streams fail and are restarted again and again: the failure is logged
+/// once, by the worker's supervisor, never again by apalis at each restart
+/// (the default log filter; the supervisor's debug lines show the restarts).
+#[tokio::test]
+async fn a_database_outage_is_logged_once_by_the_worker_however_often_its_queue_workers_restart() {
+    let db = TestDatabase::new(Engine::Postgres).await;
+    let mut cmd = command(&binary("slipway-worker"), &db, free_port());
+    let filter = format!("{},slipway_worker=debug", slipway_jobs::config::DEFAULT_LOG_FILTER);
+    cmd.arg("work").env("SLIPWAY_LOG", filter).env_remove("RUST_LOG").env_remove("SLIPWAY_LOG_FORMAT");
+    let _worker = start(cmd, &db, "worker.log");
+    let log = || std::fs::read_to_string(db.path("worker.log")).unwrap_or_default();
+    common::wait_for("the worker to start", Duration::from_secs(30), || async {
+        log().contains("worker started").then_some(())
+    })
+    .await;
+    db.accept_connections(false).await;
+    common::wait_for("three restarts of a queue worker", Duration::from_secs(60), || async {
+        (log().matches("the queue worker stopped again").count() >= 2).then_some(())
+    })
+    .await;
+    db.accept_connections(true).await;
+    let text = log();
+    assert_eq!(text.matches("the queue worker stopped with an error").count(), 1, "{text}");
+    for apalis in ["WorkerError", "worker future ended with error"] {
+        assert!(!text.contains(apalis), "apalis logged the failure too ({apalis}):\n{text}");
     }
 }
