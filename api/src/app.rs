@@ -5,7 +5,7 @@ use crate::database_health::DatabaseHealth;
 use crate::error::{ApiError, ErrorShape};
 use crate::routes;
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts, MatchedPath};
+use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts};
 use axum::extract::{Request, State};
 use axum::handler::Handler;
 use axum::http::request::Parts;
@@ -67,6 +67,8 @@ pub struct App {
     /// Where a submit's operator secrets go (§8), with the api's token;
     /// `None` without `OPENBAO_ADDR` (a secret value is then refused).
     pub secrets: Option<slipway_jobs::openbao::OpenBao>,
+    /// This process's metrics (docs/METRICS.md), served by `GET /metrics`.
+    pub metrics: slipway_jobs::metrics::Metrics,
 }
 
 /// The state handlers take: `State(state): State<AppState>`.
@@ -117,6 +119,11 @@ impl AppState {
             unserved: Default::default(),
             hub,
             secrets,
+            metrics: {
+                let metrics = slipway_jobs::metrics::Metrics::new();
+                metrics.register_refusals();
+                metrics
+            },
         })))
     }
 }
@@ -174,7 +181,10 @@ async fn admission(State(app): State<AppState>, request: Request, next: Next) ->
     }
     match slipway_jobs::submit::admit(&app.db, app.config.queue_size).await {
         Ok(()) => next.run(request).await,
-        Err(e) => ApiError::from(e).into_response(),
+        Err(e) => {
+            crate::observe::count_refusal(&app, &e);
+            ApiError::from(e).into_response()
+        }
     }
 }
 
@@ -275,9 +285,11 @@ fn header_size(headers: &HeaderMap) -> (usize, usize) {
 }
 
 /// The access log: one INFO line per request, under [`ACCESS_LOG_TARGET`],
-/// with the method, the route template (`/deployments/{id}`, never the path
-/// with its ids, never the query string; `-` when no route matched), the
-/// status and the latency to the response head in milliseconds. Headers
+/// in the request's span ([`crate::observe::request_span`]: `http.method`,
+/// `http.route`, the route template (`/deployments/{id}`, never the query
+/// string; `-` when no route matched), and the `deployment.id` or `build.id`
+/// the path names), with the status and the latency to the response head in
+/// milliseconds. Headers
 /// (tokens) are never logged. A `5xx` is an answer like any other here: an
 /// unexpected failure is logged where it is handled ([`ApiError::internal`]),
 /// a database outage once by [`crate::database_health`].
@@ -286,10 +298,7 @@ where
     S: Clone + Send + Sync + 'static,
 {
     let trace = TraceLayer::new_for_http()
-        .make_span_with(|request: &Request| {
-            let route = request.extensions().get::<MatchedPath>().map_or("-", MatchedPath::as_str);
-            tracing::info_span!(target: ACCESS_LOG_TARGET, "request", method = %request.method(), route = %route)
-        })
+        .make_span_with(crate::observe::request_span)
         .on_request(())
         .on_response(|response: &Response, latency: Duration, _: &tracing::Span| {
             tracing::info!(
@@ -379,6 +388,7 @@ pub fn app(state: AppState) -> Router {
         .route("/docs", get(crate::openapi::docs))
         .route("/docs/swagger-ui.css", axum::routing::get_service(crate::openapi::docs_assets()))
         .route("/docs/swagger-ui-bundle.js", axum::routing::get_service(crate::openapi::docs_assets()))
+        .route("/metrics", get(crate::observe::scrape))
         .fallback(routes::public::not_found)
         .method_not_allowed_fallback(routes::public::method_not_allowed)
         // Innermost first: each layer wraps those above it.
@@ -389,7 +399,9 @@ pub fn app(state: AppState) -> Router {
         // Every error answer of the layers above in the §3 shape.
         .layer(middleware::from_fn(error_shape))
         // Outside the header limit, so a browser can read its 431.
-        .layer(cors);
+        .layer(cors)
+        // Every answer counted, by route template (docs/METRICS.md).
+        .layer(middleware::from_fn_with_state(state.clone(), crate::observe::track));
     access_log(router).with_state(state)
 }
 

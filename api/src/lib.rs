@@ -7,6 +7,7 @@ pub mod database_health;
 pub mod default_source;
 pub mod error;
 pub mod extract;
+pub mod observe;
 pub mod openapi;
 pub mod routes;
 pub mod serve;

@@ -3,7 +3,7 @@
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use slipway_api::{app, AppState};
-use slipway_jobs::config::{parse_duration, Config, DEFAULT_LOG_FILTER};
+use slipway_jobs::config::{parse_duration, Config};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -36,11 +36,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(log_filter())
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // SLIPWAY_LOG, else RUST_LOG, else the default; SLIPWAY_LOG_FORMAT (docs/CONFIGURATION.md).
+    if let Err(e) = slipway_jobs::logs::init("slipway-api") {
+        eprintln!("slipway-api: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match Config::load() {
         Err(e) => Err(anyhow::Error::new(e)),
         Ok(config) => match cli.command.unwrap_or(Command::Serve) {
@@ -55,16 +55,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// `SLIPWAY_LOG`, else `RUST_LOG`, else the default (docs/CONFIGURATION.md).
-/// A filter that does not parse is reported and the default used.
-fn log_filter() -> tracing_subscriber::EnvFilter {
-    let (source, filter) = slipway_jobs::config::log_filter(|k| std::env::var(k).ok());
-    tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
-        eprintln!("slipway-api: {source} is not a log filter ({e}); using {DEFAULT_LOG_FILTER}");
-        tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER)
-    })
 }
 
 fn token(config: &Config, deployments: Vec<String>, ttl: &str, sub: &str, operator: bool) -> anyhow::Result<()> {
@@ -85,6 +75,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&bind).await.with_context(|| format!("binding {bind}"))?;
     tracing::info!(address = %listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "slipway-api serving");
     let streams = state.clone();
+    let metrics = state.metrics.clone();
+    let upkeep = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(slipway_api::observe::UPKEEP_EVERY);
+        loop {
+            tick.tick().await;
+            metrics.upkeep();
+        }
+    });
     slipway_api::serve::serve(listener, app(state), async move {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
@@ -97,5 +95,6 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         streams.hub.close();
     })
     .await;
+    upkeep.abort();
     Ok(())
 }

@@ -34,6 +34,8 @@ const NOT_API: &[&str] = &[
     "/ui/fragments/deployments/{id}",
     "/ui/fragments/builds/{id}",
     "/ui/fragments/fleet",
+    // Prometheus's text format (docs/METRICS.md).
+    "/metrics",
 ];
 
 /// The document as the api serves it, without a token.

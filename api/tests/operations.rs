@@ -334,21 +334,23 @@ async fn serving_ends_gracefully_when_asked_to_stop() {
 // ---------------------------------------------------------------------------
 // What an operator sees.
 
-/// One INFO line per request: method, route template, status, latency;
-/// never the token, the ids in the path or the query string.
+/// One INFO line per request, in the request's span: method, route
+/// template, the deployment or build the path names, status, latency;
+/// never the token, the query string or a path no route matched.
 #[tokio::test]
 async fn every_request_gets_one_access_line_with_its_route_template_and_never_its_token() {
     let logs = Captured::default();
     let _guard = logs.install("info,sqlx=off");
     let h = harness(Engine::Sqlite).await;
     let token = all();
+    let build = "hidden-id-19.20260101T000000Z.abcdef";
     let cases = [
-        (Method::GET, "/deployments/hidden-id-17", Some(&token), "route=/deployments/{id}", 404),
-        (Method::GET, "/deployments?ids=hidden-id-18", Some(&token), "route=/deployments", 200),
-        (Method::GET, "/builds/hidden-id-19.20260101T000000Z.abcdef", None, "route=/builds/{id}", 401),
-        (Method::GET, "/schema?application=hidden-app", None, "route=/schema", 404),
-        (Method::GET, "/no/such/hidden-route", None, "route=-", 404),
-        (Method::GET, "/healthz", None, "route=/healthz", 200),
+        (Method::GET, "/deployments/hidden-id-17", Some(&token), "http.route=/deployments/{id}", 404),
+        (Method::GET, "/deployments?ids=hidden-query-18", Some(&token), "http.route=/deployments", 200),
+        (Method::GET, "/builds/hidden-id-19.20260101T000000Z.abcdef", None, "http.route=/builds/{id}", 401),
+        (Method::GET, "/schema?application=hidden-app", None, "http.route=/schema", 404),
+        (Method::GET, "/no/such/hidden-route", None, "http.route=-", 404),
+        (Method::GET, "/healthz", None, "http.route=/healthz", 200),
     ];
     for (method, uri, bearer, route, status) in cases {
         let before = logs.count(" answered ");
@@ -357,13 +359,22 @@ async fn every_request_gets_one_access_line_with_its_route_template_and_never_it
         let lines: Vec<String> = logs.lines().into_iter().filter(|l| l.contains(" answered ")).skip(before).collect();
         assert_eq!(lines.len(), 1, "{uri}: {lines:?}");
         let line = &lines[0];
-        for part in [" INFO ", &format!("method={method}"), route, &format!("status={status}"), "latency_ms="] {
+        for part in [" INFO ", &format!("http.method={method}"), route, &format!("status={status}"), "latency_ms="] {
             assert!(line.contains(part), "{uri}: {part} missing from {line}");
         }
         assert!(line.contains("slipway_api::access"), "{line}");
+        let named = match uri {
+            "/deployments/hidden-id-17" => Some("deployment.id=hidden-id-17".to_owned()),
+            _ if uri.starts_with("/builds/") => Some(format!("build.id={build}")),
+            _ => None,
+        };
+        match named {
+            Some(field) => assert!(line.contains(&field), "{uri}: {field} missing from {line}"),
+            None => assert!(!line.contains("hidden"), "{uri}: {line}"),
+        }
     }
     let all_lines = logs.lines().join("\n");
-    for secret in [token.as_str(), "hidden-"] {
+    for secret in [token.as_str(), "hidden-query", "hidden-app", "hidden-route"] {
         assert!(!all_lines.contains(secret), "{secret} is in the log:\n{all_lines}");
     }
 }

@@ -247,6 +247,14 @@ pub struct Config {
     /// `SLIPWAY_HEARTBEAT`: worker heartbeat interval; a worker missing two
     /// beats has its builds picked up by another worker.
     pub heartbeat: Duration,
+    /// `SLIPWAY_METRICS_ADDR`: where a worker serves its own metrics
+    /// (`GET /metrics`, docs/METRICS.md); `None` (the default): it serves none.
+    /// The api serves its metrics on its own address and ignores this.
+    pub metrics_addr: Option<String>,
+    /// `SLIPWAY_METRICS_TOKEN`: when set, `GET /metrics` (the api's and a
+    /// worker's) answers only `Authorization: Bearer <this token>`;
+    /// unset: anyone who reaches the address may scrape.
+    pub metrics_token: Option<SecretString>,
 }
 
 /// Parses a list of queues (`SLIPWAY_QUEUES`, `--queues`): comma separated
@@ -321,6 +329,8 @@ pub const KEYS: &[&str] = &[
     "READY_TIMEOUT",
     "QUEUE_SIZE",
     "RETENTION",
+    "SLIPWAY_METRICS_ADDR",
+    "SLIPWAY_METRICS_TOKEN",
 ];
 
 impl Config {
@@ -428,6 +438,23 @@ impl Config {
             queue_size: number(keys, "QUEUE_SIZE", 1000)?,
             retention: duration(keys, "RETENTION", 14 * 86400)?,
             heartbeat: duration(keys, "SLIPWAY_HEARTBEAT", 5)?,
+            metrics_addr: match get("SLIPWAY_METRICS_ADDR") {
+                None => None,
+                Some(addr) => Some(
+                    addr.trim()
+                        .parse::<std::net::SocketAddr>()
+                        .map_err(|_| ConfigError::Invalid {
+                            key: "SLIPWAY_METRICS_ADDR",
+                            value: addr.to_owned(),
+                            reason: "expected an IP address and a port, such as 127.0.0.1:9185",
+                        })?
+                        .to_string(),
+                ),
+            },
+            metrics_token: get("SLIPWAY_METRICS_TOKEN")
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(|t| SecretString::from(t.to_owned())),
         })
     }
 
@@ -460,8 +487,12 @@ fn boolean(keys: &BTreeMap<String, String>, key: &'static str, default: bool) ->
 }
 
 /// The log filter when neither `SLIPWAY_LOG` nor `RUST_LOG` is set: `info`,
-/// with sqlx's and apalis's chatter (every statement, every poll) at `warn`.
-pub const DEFAULT_LOG_FILTER: &str = "info,sqlx=warn,apalis=warn";
+/// with sqlx's and apalis's chatter (every statement, every poll) at `warn`,
+/// and none of apalis's own lines about a queue worker that stopped with an
+/// error (`apalis_core::worker`, `apalis_core::monitor`): the worker's
+/// supervisor logs that error once, where it restarts the queue worker,
+/// rather than apalis at every restart.
+pub const DEFAULT_LOG_FILTER: &str = "info,sqlx=warn,apalis=warn,apalis_core::worker=off,apalis_core::monitor=off";
 
 /// The log filter of both binaries, in `RUST_LOG` syntax, and the variable it
 /// came from: `SLIPWAY_LOG` when set, else `RUST_LOG` when set, else
@@ -629,6 +660,21 @@ mod tests {
     }
 
     #[test]
+    fn a_metrics_address_must_be_an_ip_and_a_port_and_the_token_never_shows() {
+        let keys = BTreeMap::from([("SLIPWAY_METRICS_ADDR".to_owned(), "localhost".to_owned())]);
+        let err = Config::from_keys(&keys).unwrap_err().to_string();
+        assert!(err.starts_with("SLIPWAY_METRICS_ADDR:"), "{err}");
+        let keys = BTreeMap::from([
+            ("SLIPWAY_METRICS_ADDR".to_owned(), " 127.0.0.1:9185".to_owned()),
+            ("SLIPWAY_METRICS_TOKEN".to_owned(), "m.never-shown".to_owned()),
+        ]);
+        let c = Config::from_keys(&keys).unwrap();
+        assert_eq!(c.metrics_addr.as_deref(), Some("127.0.0.1:9185"));
+        assert!(!format!("{c:?}").contains("never-shown"), "the metrics token shows in {c:?}");
+        assert!(Config::from_keys(&BTreeMap::new()).unwrap().metrics_addr.is_none());
+    }
+
+    #[test]
     fn a_malformed_value_names_its_key() {
         let keys = BTreeMap::from([("DEPLOY_TIMEOUT".to_owned(), "soon".to_owned())]);
         let err = Config::from_keys(&keys).unwrap_err().to_string();
@@ -688,7 +734,7 @@ mod tests {
         let missing: Vec<&str> = KEYS
             .iter()
             .copied()
-            .chain(["SLIPWAY_CONFIG", "SLIPWAY_LOG", "RUST_LOG"])
+            .chain(["SLIPWAY_CONFIG", "SLIPWAY_LOG", "RUST_LOG", "SLIPWAY_LOG_FORMAT"])
             .filter(|k| !doc.contains(&format!("`{k}`")))
             .collect();
         assert!(missing.is_empty(), "not in docs/CONFIGURATION.md: {missing:?}");

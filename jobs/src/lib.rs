@@ -10,6 +10,8 @@ pub mod failpoint;
 pub mod fetch;
 pub mod id;
 pub mod jobs;
+pub mod logs;
+pub mod metrics;
 pub mod migrate;
 pub mod nix;
 pub mod openbao;

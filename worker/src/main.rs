@@ -5,6 +5,7 @@ mod local;
 mod migrate_cmd;
 mod nix_cmd;
 mod ready_cmd;
+mod serve_metrics;
 mod work;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -108,18 +109,11 @@ enum Output {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // SLIPWAY_LOG, else RUST_LOG, else the default (docs/CONFIGURATION.md).
-    let (source, filter) = slipway_jobs::config::log_filter(|k| std::env::var(k).ok());
-    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
-        let default = slipway_jobs::config::DEFAULT_LOG_FILTER;
-        eprintln!("slipway-worker: {source} is not a log filter ({e}); using {default}");
-        tracing_subscriber::EnvFilter::new(default)
-    });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // SLIPWAY_LOG, else RUST_LOG, else the default; SLIPWAY_LOG_FORMAT (docs/CONFIGURATION.md).
+    if let Err(e) = slipway_jobs::logs::init("slipway-worker") {
+        eprintln!("slipway-worker: {e}");
+        return ExitCode::from(2);
+    }
     match cli.command {
         // A migration reads only its two files: no settings, no database, no Nix.
         Command::Run { job: RunCommand::Migrate(args) } => migrate_cmd::run(&args),

@@ -14,6 +14,7 @@ use apalis::prelude::*;
 use apalis_cron::{timezone::Utc, CronScheduler, Schedule, Tick};
 use slipway_jobs::config::Config;
 use slipway_jobs::jobs::{build, callback, nix, readiness, retry_backoff, sweep, Ctx};
+use slipway_jobs::metrics::Metrics;
 use slipway_jobs::store::queue::{
     BuildJob, CallbackJob, NixJob, QueueSettings, ReadinessJob, BUILDS_QUEUE, CALLBACKS_CONCURRENCY, CALLBACKS_QUEUE,
     CALLBACKS_WORKER_SUFFIX, MAINTENANCE_QUEUE, NIX_QUEUE, NIX_WORKER_SUFFIX, READINESS_CONCURRENCY, READINESS_QUEUE,
@@ -22,6 +23,7 @@ use slipway_jobs::store::queue::{
 use slipway_jobs::store::Db;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// A name no other process has: `<prefix>@<host>-<pid>-<random>`. A host
 /// name has no `@`, so `GET /workers` reads the host back from the name
@@ -49,7 +51,16 @@ struct Slots(Arc<tokio::sync::Semaphore>);
 /// records its end, so a database restart re-runs no effect. When the
 /// job cannot record its outcome at all, it waits its backoff before giving
 /// the attempt back, since apalis re-queues at once.
-async fn handle(job: BuildJob, ctx: Data<Ctx>, slots: Data<Slots>, attempt: Attempt) -> Result<(), BoxDynError> {
+///
+/// A build that ran to an end this worker recorded is counted in its
+/// metrics (kind, outcome, how long the effect ran).
+async fn handle(
+    job: BuildJob,
+    ctx: Data<Ctx>,
+    slots: Data<Slots>,
+    metrics: Data<Metrics>,
+    attempt: Attempt,
+) -> Result<(), BoxDynError> {
     let permit = Arc::clone(&(*slots).0).acquire_owned().await.expect("the slot semaphore is never closed");
     let ctx = (*ctx).clone();
     let task = tokio::spawn(async move {
@@ -61,6 +72,11 @@ async fn handle(job: BuildJob, ctx: Data<Ctx>, slots: Data<Slots>, attempt: Atte
         // The process exits at once: the job must not be acknowledged, so
         // that another worker takes the build over.
         Ok(Ok(build::Ran::Abandoned)) => std::future::pending().await,
+        Ok(Ok(build::Ran::Finished(report))) => {
+            let ran = Duration::from_millis(report.duration_ms.max(0) as u64);
+            metrics.build_finished(report.kind, report.status, ran);
+            Ok(())
+        }
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => give_back(e, &attempt, "build").await,
         Err(e) => Err(Box::new(e)),
@@ -85,7 +101,9 @@ where
 /// goes back to the queue; its own failures are its result.
 async fn handle_nix(job: NixJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(), BoxDynError> {
     let ctx = (*ctx).clone();
-    match tokio::spawn(async move { nix::run(job, &ctx).await }).await {
+    let kind = if job.key.starts_with("names ") { "names_eval" } else { "schema_build" };
+    let span = tracing::info_span!("job", job.kind = kind, worker.name = %ctx.worker);
+    match tokio::spawn(async move { nix::run(job, &ctx).await }.instrument(span)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => give_back(e, &attempt, "nix").await,
         Err(e) => Err(Box::new(e)),
@@ -97,7 +115,9 @@ async fn handle_nix(job: NixJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(),
 /// retried (DL-2); only a job that could not take or record it goes back.
 async fn handle_callback(job: CallbackJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(), BoxDynError> {
     let ctx = (*ctx).clone();
-    match tokio::spawn(async move { callback::run(job, &ctx).await }).await {
+    let span =
+        tracing::info_span!("job", job.kind = "reconcile_push", build.id = %job.build_id, worker.name = %ctx.worker);
+    match tokio::spawn(async move { callback::run(job, &ctx).await }.instrument(span)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => give_back(e, &attempt, "callback").await,
         Err(e) => Err(Box::new(e)),
@@ -109,7 +129,14 @@ async fn handle_callback(job: CallbackJob, ctx: Data<Ctx>, attempt: Attempt) -> 
 /// record its probes waits its backoff and goes back.
 async fn handle_readiness(job: ReadinessJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(), BoxDynError> {
     let ctx = (*ctx).clone();
-    match tokio::spawn(async move { readiness::run(job, &ctx).await }).await {
+    let span = tracing::info_span!(
+        "job",
+        job.kind = "readiness",
+        build.id = %job.build_id,
+        deployment.id = %job.deployment_id,
+        worker.name = %ctx.worker
+    );
+    match tokio::spawn(async move { readiness::run(job, &ctx).await }.instrument(span)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => give_back(e, &attempt, "readiness").await,
         Err(e) => Err(Box::new(e)),
@@ -136,6 +163,12 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
     let build_slots = Slots(Arc::new(tokio::sync::Semaphore::new(slots)));
     let all_slots = build_slots.clone();
     let beats = Beats::default();
+    let metrics = Metrics::new();
+    metrics.register_builds();
+    let listener = match &ctx.config.metrics_addr {
+        Some(addr) => Some(crate::serve_metrics::start(addr, ctx.config.metrics_token.clone(), metrics.clone()).await?),
+        None => None,
+    };
     tracing::info!(worker.name = %name, slots, prefetch, queues = %queues.join(","), engine = ?db.engine(), "worker started");
     stop_orphans();
     sweep_once(&ctx).await;
@@ -153,7 +186,7 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
         tokio::task::block_in_place(|| std::thread::sleep(wait));
         true
     });
-    let monitor = register_all(monitor, &ctx, build_slots, slots, prefetch, &queues);
+    let monitor = register_all(monitor, &ctx, build_slots, metrics, slots, prefetch, &queues);
     let ctx_for_alive = ctx.clone();
     let alive = tokio::spawn(keep_alive(ctx_for_alive.clone(), beats.clone()));
     let result =
@@ -162,6 +195,9 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
     // they finish (and beat) before the process exits.
     let _all = all_slots.0.acquire_many(slots as u32).await;
     alive.abort();
+    if let Some(listener) = listener {
+        listener.abort();
+    }
     result?;
     Ok(())
 }
@@ -200,7 +236,7 @@ macro_rules! register_sibling {
 }
 
 /// Every job kind this worker runs of `queues`, on one monitor: `builds`
-/// jobs ([`handle`], on either engine, `prefetch` claimed at once, at most as
+/// jobs ([`handle`], counted in `metrics`, on either engine, `prefetch` claimed at once, at most as
 /// many builds at a time as `slots` has permits), `nix` jobs ([`handle_nix`],
 /// as many at once as `NIX_SLOTS`, which bounds them fleet-wide),
 /// `callbacks` jobs ([`handle_callback`], `CALLBACKS_CONCURRENCY` at once)
@@ -209,6 +245,7 @@ fn register_all(
     monitor: Monitor,
     ctx: &Ctx,
     slots: Slots,
+    metrics: Metrics,
     slot_count: usize,
     prefetch: usize,
     queues: &[String],
@@ -226,6 +263,7 @@ fn register_all(
                 .backend($storage)
                 .data(builds_ctx.clone())
                 .data(slots.clone())
+                .data(metrics.clone())
                 .concurrency(concurrency)
                 .build(handle)
         };

@@ -14,8 +14,10 @@
 //! with `access_token`, a delete whose reconcile push is delivered, a delete
 //! whose callback is refused (an origin outside the allowlist), a delete of
 //! an unknown deployment and one with a malformed callback, and a cancel.
-//! Then every line of both logs, every answer body and every row of every
-//! table is searched for each secret as sent and in its encoded forms; a
+//! The api logs in JSON and the worker in text (`SLIPWAY_LOG_FORMAT`), and
+//! the api's and the worker's `/metrics` are scraped at the end.
+//! Then every line of both logs, every answer body (the scrapes too) and
+//! every row of every table is searched for each secret as sent and in its encoded forms; a
 //! hit fails the test, naming the secret and the place. Polls with
 //! deadlines; never sleeps to synchronise.
 
@@ -249,7 +251,7 @@ async fn no_token_callback_token_or_operator_secret_appears_in_a_log_an_answer_o
     let elsewhere = Origin::start(None).await;
     // An OpenBao of this test's own, which it seals for a while.
     let bao = TestOpenBao::private().await;
-    let port = free_port();
+    let (port, metrics_port) = (free_port(), free_port());
     let process = |bin: &str| {
         let mut cmd = command(&binary(bin), &db, port);
         for (key, value) in bao.keys(bin == "slipway-worker") {
@@ -258,7 +260,8 @@ async fn no_token_callback_token_or_operator_secret_appears_in_a_log_an_answer_o
         cmd.env("SLIPWAY_ALLOWED_ORIGINS", &origin.base)
             .env("SLIPWAY_CALLBACK_ALLOW_PRIVATE", "true")
             .env("SLIPWAY_LOG", LOG_FILTER)
-            .env("SLIPWAY_LOG_FORMAT", "text")
+            .env("SLIPWAY_LOG_FORMAT", if bin == "slipway-api" { "json" } else { "text" })
+            .env("SLIPWAY_METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))
             .env_remove("RUST_LOG");
         cmd
     };
@@ -435,6 +438,15 @@ async fn no_token_callback_token_or_operator_secret_appears_in_a_log_an_answer_o
     assert!(builds_a.contains(&destroy) && builds_b.contains(&redeploy));
     assert!(elsewhere.requests().is_empty(), "a refused callback was called: {:?}", elsewhere.requests());
     assert_eq!(origin.pushes().len(), 1, "{:?}", origin.requests());
+
+    // The metrics of both, scanned as answers.
+    for base in [api.base.clone(), format!("http://127.0.0.1:{metrics_port}")] {
+        let r = front.http.get(format!("{base}/metrics")).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{base}/metrics");
+        let bytes = r.bytes().await.unwrap().to_vec();
+        assert!(bytes.starts_with(b"# "), "{base}/metrics: {}", String::from_utf8_lossy(&bytes));
+        front.answers.lock().unwrap().push((format!("the scrape of {base}/metrics"), bytes));
+    }
 
     // Everything is written: stop both processes, then scan.
     api_process.kill();

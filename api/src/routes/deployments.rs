@@ -311,7 +311,9 @@ pub async fn submit(
         queueing: Queueing { kind: BuildKind::Deploy, limit: Some(app.config.queue_size) },
         dry_run: query.dry_run,
     };
-    let accepted = submit::submit(&app.db, &app.sources, app.secrets.as_ref(), request).await?;
+    let accepted = submit::submit(&app.db, &app.sources, app.secrets.as_ref(), request)
+        .await
+        .inspect_err(|e| crate::observe::count_refusal(&app, e))?;
     let what = if accepted.dry_run { "dry run queued" } else { "deploy queued" };
     tracing::info!(deployment.id = %id, build.id = %accepted.build_id, "{what}");
     Ok((StatusCode::ACCEPTED, Json(accepted)))

@@ -166,6 +166,8 @@ pub fn routes() -> Vec<Route> {
         media(route(Method::GET, "/docs", Public, &[200]), "text/html"),
         media(route(Method::GET, "/docs/swagger-ui.css", Public, &[200]), "text/css"),
         media(route(Method::GET, "/docs/swagger-ui-bundle.js", Public, &[200]), "text/javascript"),
+        // Public unless SLIPWAY_METRICS_TOKEN is set (docs/METRICS.md).
+        media(route(Method::GET, "/metrics", Public, &[200]), "text/plain; version=0.0.4"),
     ]
 }
 

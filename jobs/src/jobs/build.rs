@@ -76,11 +76,14 @@ pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
     let Some(build) = claim(ctx, &job.build_id).await? else {
         return Ok(Ran::AlreadyFinished);
     };
+    // The job's span: every line of the run carries its build, deployment,
+    // worker and kind (`deploy` or `destroy`).
     let span = tracing::info_span!(
         "build",
         build.id = %build.id,
         deployment.id = %build.deployment_id,
-        build.kind = build.kind.as_str(),
+        worker.name = %ctx.worker,
+        job.kind = build.kind.as_str(),
         build.attempt = build.attempts
     );
     run_claimed(build, ctx).instrument(span).await
@@ -321,7 +324,9 @@ pub(crate) async fn resolve_source(build: &BuildRow, ctx: &Ctx) -> Result<PathBu
             let fetched = crate::fetch::fetch(&ctx.config.state_dir, &source, ctx.config.nix_timeout).await;
             fetched
                 .map_err(|e| {
-                    tracing::warn!(build.id = %build.id, error = %e, log = e.log(), "cannot fetch the build's module source");
+                    // Logged once as "build failed" where the build ends;
+                    // the tool's output only at debug.
+                    tracing::debug!(build.id = %build.id, error = %e, log = e.log(), "cannot fetch the build's module source");
                     e.to_string()
                 })?
                 .dir

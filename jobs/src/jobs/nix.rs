@@ -130,7 +130,9 @@ pub(crate) async fn source_dir(source: &str, ctx: &Ctx, deadline: Duration) -> R
         message: e.to_string(),
     })?;
     fetch::fetch(&ctx.config.state_dir, &parsed, deadline).await.map_err(|e| {
-        tracing::warn!(error = %e, log = e.log(), "fetching a module source failed");
+        // Logged once as "nix job failed" where the job ends; the tool's
+        // output only at debug.
+        tracing::debug!(error = %e, log = e.log(), "fetching a module source failed");
         NixFailure::from_fetch(&e)
     })
 }

@@ -108,3 +108,72 @@ pub async fn queue_states(conn: &mut Conn, queues: &[&str], window_s: i64) -> Re
     }
     Ok(out)
 }
+
+/// One queue's waiting jobs, as [`fleet`] reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// The queue (one of [`super::queue::ALL_QUEUES`] that lives in the database).
+    pub queue: &'static str,
+    /// Jobs due (`run_at` passed) that no worker has taken yet; jobs
+    /// delayed into the future are not counted until they are due.
+    pub waiting: i64,
+    /// Seconds since the oldest of them became due; 0 when none waits.
+    pub oldest_waiting_s: i64,
+}
+
+/// The fleet at one moment, for the metrics of docs/METRICS.md.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fleet {
+    /// Every queue kept in the database, in [`super::queue::ALL_QUEUES`] order.
+    pub queues: Vec<QueueDepth>,
+    /// `(pool, slots held)`: `builds` (builds running) and `nix` (nix slot
+    /// leases held and not expired).
+    pub slots: Vec<(&'static str, i64)>,
+    /// Worker processes with a heartbeat within the window (a process
+    /// counts once, whichever queues it serves).
+    pub workers_alive: i64,
+}
+
+/// Reads the [`Fleet`]: apalis's jobs and workers tables, `builds` and
+/// `nix_slots`. `window_s` is the takeover window in seconds (a worker
+/// silent longer is dead), `nix_slots` the fleet's `NIX_SLOTS`, `now` Unix
+/// milliseconds. Four short statements on indexed columns.
+pub async fn fleet(conn: &mut Conn, window_s: i64, nix_slots: u32, now: i64) -> Result<Fleet, StoreError> {
+    use super::queue::{ALL_QUEUES, MAINTENANCE_QUEUE, SIBLING_SUFFIXES};
+    let (waiting, live) = match conn.engine() {
+        Engine::Sqlite => (
+            "SELECT job_type, COUNT(*) AS n, CAST(strftime('%s', 'now') AS INTEGER) - MIN(run_at) AS oldest_s
+             FROM Jobs WHERE status = 'Pending' AND run_at <= CAST(strftime('%s', 'now') AS INTEGER)
+             GROUP BY job_type",
+            "SELECT id FROM Workers WHERE last_seen >= CAST(strftime('%s', 'now') AS INTEGER) - $1",
+        ),
+        Engine::Postgres => (
+            "SELECT job_type, COUNT(*) AS n, FLOOR(EXTRACT(EPOCH FROM (now() - MIN(run_at))))::bigint AS oldest_s
+             FROM apalis.jobs WHERE status = 'Pending' AND run_at <= now() GROUP BY job_type",
+            "SELECT id FROM apalis.workers WHERE last_seen >= now() - make_interval(secs => $1)",
+        ),
+    };
+    let mut queues: Vec<QueueDepth> = ALL_QUEUES
+        .iter()
+        .filter(|q| **q != MAINTENANCE_QUEUE)
+        .map(|q| QueueDepth { queue: q, waiting: 0, oldest_waiting_s: 0 })
+        .collect();
+    for row in Q::new(waiting).fetch_all(conn).await? {
+        let job_type = row.text("job_type")?;
+        // Only the known queues: a stray job type never becomes a label.
+        if let Some(q) = queues.iter_mut().find(|q| q.queue == job_type) {
+            q.waiting = row.int("n")?;
+            q.oldest_waiting_s = row.opt_int("oldest_s")?.unwrap_or(0).max(0);
+        }
+    }
+    let mut processes = std::collections::BTreeSet::new();
+    for row in Q::new(live).int(window_s).fetch_all(conn).await? {
+        let id = row.text("id")?;
+        let base = SIBLING_SUFFIXES.iter().find_map(|s| id.strip_suffix(s)).unwrap_or(&id).to_owned();
+        processes.insert(base);
+    }
+    let running =
+        Q::new("SELECT COUNT(*) AS n FROM builds WHERE status = 'running'").fetch_one(conn).await?.int("n")?;
+    let nix = super::nix::slots_held(conn, nix_slots, now).await?;
+    Ok(Fleet { queues, slots: vec![("builds", running), ("nix", nix)], workers_alive: processes.len() as i64 })
+}

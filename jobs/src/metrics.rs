@@ -1,0 +1,274 @@
+//! Prometheus metrics (docs/METRICS.md): every family's name, help text
+//! and labels, recorded with the `metrics` crate's types into a
+//! `metrics-exporter-prometheus` recorder that each process owns (no global
+//! recorder: a test's router has its own).
+//!
+//! What each process records: the api its HTTP requests and its submits'
+//! admission refusals ([`Metrics::http_request`],
+//! [`Metrics::admission_refused`]), and at each scrape the fleet read from
+//! the database ([`fleet_text`] of a [`crate::store::workers::Fleet`]); a
+//! worker the builds it ran ([`Metrics::build_finished`]). Label values are
+//! only ever taken from fixed sets (route templates, methods, statuses,
+//! build kinds and outcomes, queue and pool names, refusal codes): never an
+//! id, a token, a secret or a configuration value.
+
+use metrics::{Key, KeyName, Label, Metadata, Recorder, SharedString};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use std::time::Duration;
+
+/// Counter `{route, method, status}`: HTTP requests the api answered.
+pub const HTTP_REQUESTS: &str = "slipway_http_requests_total";
+/// Histogram `{route, method}`: seconds from a request to its answer's head.
+pub const HTTP_DURATION: &str = "slipway_http_request_duration_seconds";
+/// Counter `{kind, outcome}`: builds a worker ran to an end it recorded.
+pub const BUILDS: &str = "slipway_builds_total";
+/// Histogram `{kind, outcome}`: seconds a build's effect ran.
+pub const BUILD_DURATION: &str = "slipway_build_duration_seconds";
+/// Gauge `{queue}`: jobs due that no worker has taken.
+pub const QUEUE_DEPTH: &str = "slipway_queue_depth";
+/// Gauge `{queue}`: how long the oldest of those has waited, in seconds.
+pub const QUEUE_OLDEST: &str = "slipway_queue_oldest_waiting_seconds";
+/// Gauge `{pool}`: slots held now.
+pub const SLOTS_IN_USE: &str = "slipway_slots_in_use";
+/// Gauge: workers whose heartbeat is within the takeover window.
+pub const WORKERS_ALIVE: &str = "slipway_workers_alive";
+/// Counter `{reason}`: submits refused by the queue or nix caps.
+pub const ADMISSION_REFUSALS: &str = "slipway_admission_refusals_total";
+
+/// The `route` of a request no route matched.
+pub const UNMATCHED_ROUTE: &str = "unmatched";
+
+/// Buckets of [`HTTP_DURATION`], in seconds: 5 ms to 10 s.
+const HTTP_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// Buckets of [`BUILD_DURATION`], in seconds: 1 s to 2 h (a deploy's default deadline is 1 h).
+const BUILD_BUCKETS: [f64; 12] = [1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0];
+
+/// Why a submit was refused by a cap (the label `reason` of
+/// [`ADMISSION_REFUSALS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `QUEUE_SIZE` builds already wait (`503 queue_full`).
+    QueueFull,
+    /// Every `NIX_SLOTS` slot is busy and the source's outputs must be
+    /// built (`503 nix_busy`).
+    NixBusy,
+}
+
+impl Refusal {
+    /// The label value: the error code the client got.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::QueueFull => "queue_full",
+            Self::NixBusy => "nix_busy",
+        }
+    }
+}
+
+/// One process's metrics: its recorder and the handle that renders it.
+/// Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Metrics {
+    recorder: std::sync::Arc<PrometheusRecorder>,
+    handle: PrometheusHandle,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Where the `metrics` types want a call site: these are Slipway's own.
+const METADATA: Metadata<'static> = Metadata::new("slipway", metrics::Level::INFO, Some(module_path!()));
+
+impl Metrics {
+    /// A recorder with every family described and the histograms' buckets set.
+    pub fn new() -> Self {
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(HTTP_DURATION.to_owned()), &HTTP_BUCKETS)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BUILD_DURATION.to_owned()), &BUILD_BUCKETS))
+            .expect("the bucket lists are not empty");
+        let recorder = builder.build_recorder();
+        let describe =
+            |name: &'static str, help: &'static str| (KeyName::from_const_str(name), SharedString::const_str(help));
+        for (name, help) in [
+            describe(HTTP_REQUESTS, "HTTP requests answered, by route template, method and status."),
+            describe(ADMISSION_REFUSALS, "Submits refused by a cap (queue_full: QUEUE_SIZE; nix_busy: NIX_SLOTS)."),
+            describe(BUILDS, "Builds this worker ran to a recorded end, by kind and outcome."),
+        ] {
+            recorder.describe_counter(name, None, help);
+        }
+        for (name, help) in [
+            describe(HTTP_DURATION, "Seconds from a request to its answer's head, by route template and method."),
+            describe(BUILD_DURATION, "Seconds a build's effect ran, by kind and outcome."),
+        ] {
+            recorder.describe_histogram(name, None, help);
+        }
+        let handle = recorder.handle();
+        Self { recorder: std::sync::Arc::new(recorder), handle }
+    }
+
+    /// Records one answered request: `route` is the route's template (or
+    /// [`UNMATCHED_ROUTE`]), `method` one of a fixed set, `status` the
+    /// answer's, `elapsed` the time to its head.
+    pub fn http_request(&self, route: &str, method: &'static str, status: u16, elapsed: Duration) {
+        let labels =
+            [Label::new("route", route.to_owned()), Label::from_static_parts("method", method), status_label(status)];
+        self.recorder.register_counter(&Key::from_parts(HTTP_REQUESTS, labels.to_vec()), &METADATA).increment(1);
+        self.recorder
+            .register_histogram(&Key::from_parts(HTTP_DURATION, labels[..2].to_vec()), &METADATA)
+            .record(elapsed.as_secs_f64());
+    }
+
+    /// Records a submit refused by a cap.
+    pub fn admission_refused(&self, reason: Refusal) {
+        let key = Key::from_parts(ADMISSION_REFUSALS, vec![Label::from_static_parts("reason", reason.as_str())]);
+        self.recorder.register_counter(&key, &METADATA).increment(1);
+    }
+
+    /// Records a build that ran to an end this worker recorded: its kind
+    /// (`deploy`, `destroy`), its outcome (`succeeded`, `failed`,
+    /// `cancelled`) and how long its effect ran.
+    pub fn build_finished(&self, kind: crate::state::BuildKind, outcome: crate::state::BuildStatus, ran: Duration) {
+        let labels = vec![
+            Label::from_static_parts("kind", kind.as_str()),
+            Label::from_static_parts("outcome", outcome.as_str()),
+        ];
+        self.recorder.register_counter(&Key::from_parts(BUILDS, labels.clone()), &METADATA).increment(1);
+        self.recorder.register_histogram(&Key::from_parts(BUILD_DURATION, labels), &METADATA).record(ran.as_secs_f64());
+    }
+
+    /// Makes sure the build families show (at zero) before the first build
+    /// ends, for every kind and the outcomes a run can have.
+    pub fn register_builds(&self) {
+        use crate::state::{BuildKind, BuildStatus};
+        for kind in [BuildKind::Deploy, BuildKind::Destroy] {
+            for outcome in [BuildStatus::Succeeded, BuildStatus::Failed, BuildStatus::Cancelled] {
+                let labels = vec![
+                    Label::from_static_parts("kind", kind.as_str()),
+                    Label::from_static_parts("outcome", outcome.as_str()),
+                ];
+                self.recorder.register_counter(&Key::from_parts(BUILDS, labels), &METADATA).absolute(0);
+            }
+        }
+    }
+
+    /// Makes sure the refusal family shows (at zero) before the first refusal.
+    pub fn register_refusals(&self) {
+        for reason in [Refusal::QueueFull, Refusal::NixBusy] {
+            let key = Key::from_parts(ADMISSION_REFUSALS, vec![Label::from_static_parts("reason", reason.as_str())]);
+            self.recorder.register_counter(&key, &METADATA).absolute(0);
+        }
+    }
+
+    /// The Prometheus text format of everything recorded.
+    pub fn render(&self) -> String {
+        self.handle.render()
+    }
+
+    /// Folds the histograms' recent samples in; run every few seconds so
+    /// that they do not pile up between scrapes.
+    pub fn upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+}
+
+/// Whether an `Authorization` header is `Bearer <token>` (the metrics
+/// token, `SLIPWAY_METRICS_TOKEN`), compared in a time that does not depend
+/// on where they differ.
+pub fn bearer_matches(header: Option<&str>, token: &str) -> bool {
+    let Some(sent) = header.and_then(|h| h.strip_prefix("Bearer ")) else { return false };
+    let (a, b) = (sent.trim().as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// The `status` label: one of the three-digit statuses (bounded by HTTP itself).
+fn status_label(status: u16) -> Label {
+    Label::new("status", status.to_string())
+}
+
+/// The Prometheus text of the fleet as read from the database at a scrape:
+/// [`QUEUE_DEPTH`] and [`QUEUE_OLDEST`] per queue, [`SLOTS_IN_USE`] per pool
+/// and [`WORKERS_ALIVE`]. Rendered by a recorder of its own, made for the
+/// scrape, so a scrape that cannot read the fleet shows none of it rather
+/// than stale values.
+pub fn fleet_text(fleet: &crate::store::workers::Fleet) -> String {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let gauge = |name: &'static str, help: &'static str| {
+        recorder.describe_gauge(KeyName::from_const_str(name), None, SharedString::const_str(help));
+    };
+    gauge(QUEUE_DEPTH, "Jobs due on each queue that no worker has taken yet.");
+    gauge(QUEUE_OLDEST, "Seconds the oldest job due on each queue has waited for a worker (0 when none waits).");
+    gauge(SLOTS_IN_USE, "Slots held now, per pool (builds: builds running; nix: nix slot leases held).");
+    gauge(WORKERS_ALIVE, "Workers whose heartbeat is within the takeover window.");
+    let set = |name: &'static str, labels: Vec<Label>, value: f64| {
+        recorder.register_gauge(&Key::from_parts(name, labels), &METADATA).set(value);
+    };
+    for q in &fleet.queues {
+        set(QUEUE_DEPTH, vec![Label::from_static_parts("queue", q.queue)], q.waiting as f64);
+        set(QUEUE_OLDEST, vec![Label::from_static_parts("queue", q.queue)], q.oldest_waiting_s as f64);
+    }
+    for (pool, held) in &fleet.slots {
+        set(SLOTS_IN_USE, vec![Label::from_static_parts("pool", pool)], *held as f64);
+    }
+    set(WORKERS_ALIVE, Vec::new(), fleet.workers_alive as f64);
+    recorder.handle().render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{BuildKind, BuildStatus};
+
+    #[test]
+    fn the_metrics_bearer_must_match_whole() {
+        assert!(bearer_matches(Some("Bearer s3cret"), "s3cret"));
+        for sent in [None, Some("Bearer s3cre"), Some("Bearer s3cret2"), Some("s3cret"), Some("Basic s3cret")] {
+            assert!(!bearer_matches(sent, "s3cret"), "{sent:?}");
+        }
+    }
+
+    #[test]
+    fn every_family_renders_with_its_help_type_and_labels() {
+        let m = Metrics::new();
+        m.http_request("/deployments/{id}", "GET", 200, Duration::from_millis(30));
+        m.admission_refused(Refusal::QueueFull);
+        m.build_finished(BuildKind::Deploy, BuildStatus::Succeeded, Duration::from_secs(42));
+        let text = m.render();
+        for want in [
+            "# TYPE slipway_http_requests_total counter",
+            "slipway_http_requests_total{route=\"/deployments/{id}\",method=\"GET\",status=\"200\"} 1",
+            "# TYPE slipway_http_request_duration_seconds histogram",
+            "slipway_http_request_duration_seconds_bucket{route=\"/deployments/{id}\",method=\"GET\",le=\"0.05\"} 1",
+            "slipway_http_request_duration_seconds_count{route=\"/deployments/{id}\",method=\"GET\"} 1",
+            "slipway_admission_refusals_total{reason=\"queue_full\"} 1",
+            "slipway_builds_total{kind=\"deploy\",outcome=\"succeeded\"} 1",
+            "slipway_build_duration_seconds_bucket{kind=\"deploy\",outcome=\"succeeded\",le=\"60\"} 1",
+            "# HELP slipway_builds_total Builds this worker ran",
+        ] {
+            assert!(text.contains(want), "{want} missing from:\n{text}");
+        }
+        let fleet = crate::store::workers::Fleet {
+            queues: vec![crate::store::workers::QueueDepth { queue: "builds", waiting: 3, oldest_waiting_s: 7 }],
+            slots: vec![("builds", 2), ("nix", 0)],
+            workers_alive: 1,
+        };
+        let text = fleet_text(&fleet);
+        for want in [
+            "# TYPE slipway_queue_depth gauge",
+            "slipway_queue_depth{queue=\"builds\"} 3",
+            "slipway_queue_oldest_waiting_seconds{queue=\"builds\"} 7",
+            "slipway_slots_in_use{pool=\"builds\"} 2",
+            "slipway_slots_in_use{pool=\"nix\"} 0",
+            "slipway_workers_alive 1",
+        ] {
+            assert!(text.contains(want), "{want} missing from:\n{text}");
+        }
+    }
+}
