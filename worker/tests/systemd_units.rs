@@ -92,7 +92,7 @@ fn stopping_the_worker_unit_lets_builds_finish_then_kills_its_effects_with_it() 
 }
 
 /// Settings read from the environment only, never from the TOML file.
-const ENVIRONMENT_ONLY: &[&str] = &["SLIPWAY_LOG", "RUST_LOG", "SLIPWAY_CONFIG"];
+const ENVIRONMENT_ONLY: &[&str] = &["SLIPWAY_LOG", "RUST_LOG", "SLIPWAY_LOG_FORMAT", "SLIPWAY_CONFIG"];
 
 #[test]
 fn the_example_environment_files_set_only_settings_slipway_reads() {
