@@ -17,22 +17,6 @@ CREATE TABLE sbom_component_chunks (
     id   BIGINT PRIMARY KEY,
     body TEXT NOT NULL                    -- "<id> <canonical text>" lines, newline-separated
 );
-CREATE TABLE sbom_dependency_chunks (
-    id   BIGINT PRIMARY KEY,
-    body TEXT NOT NULL                    -- "<id> <canonical text>" lines, newline-separated
-);
-
--- A chunk's body (tens of KiB) is compressed and kept out of line by
--- PostgreSQL (TOAST); LZ4 reads back several times faster than the default
--- pglz. A server built without LZ4 keeps the default.
-DO $$
-BEGIN
-    ALTER TABLE sbom_component_chunks ALTER COLUMN body SET COMPRESSION lz4;
-    ALTER TABLE sbom_dependency_chunks ALTER COLUMN body SET COMPRESSION lz4;
-EXCEPTION WHEN feature_not_supported THEN
-    NULL;
-END $$;
-
 INSERT INTO sbom_component_chunks (id, body)
 SELECT (id - 1) / 64 + 1, string_agg(id::text || ' ' || component, E'\n' ORDER BY id)
 FROM sbom_components GROUP BY (id - 1) / 64;
@@ -46,6 +30,10 @@ INSERT INTO sbom_components_0014 (id, hash, chunk) SELECT id, hash, (id - 1) / 6
 DROP TABLE sbom_components;
 ALTER TABLE sbom_components_0014 RENAME TO sbom_components;
 
+CREATE TABLE sbom_dependency_chunks (
+    id   BIGINT PRIMARY KEY,
+    body TEXT NOT NULL                    -- "<id> <canonical text>" lines, newline-separated
+);
 INSERT INTO sbom_dependency_chunks (id, body)
 SELECT (id - 1) / 64 + 1, string_agg(id::text || ' ' || entry, E'\n' ORDER BY id)
 FROM sbom_dependencies GROUP BY (id - 1) / 64;
