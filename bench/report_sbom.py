@@ -126,6 +126,16 @@ def section(meta, quiet, r):
       "query shape) measured 21.87 ms (SQLite) and 23.08 ms (PostgreSQL) p50 for the same document: the time "
       "went into decoding 10,000 rows. The parsed column is the same document built as a "
       "`serde_json::Value`, as `GET /sbom` did before it sent text.")
+    if not time_ok:
+        w("- **Where reassembly is still over 10 ms**: on PostgreSQL the rows are no longer the cost "
+          "(finding the ~160 chunks takes about 2 ms in the server, `EXPLAIN ANALYZE`); what remains is "
+          "moving 4 MB of chunk bodies, which the server stores compressed and out of line (TOAST). Tried "
+          "while this was built: LZ4 instead of pglz, 28.4 ms on a quiet machine; bodies kept in the row "
+          "uncompressed (chunks under 8,000 bytes, `toast_tuple_target` 8160), about 29 ms on a loaded "
+          "machine with storage at 20.0 %. Neither was faster, so the layout is the same on both engines; "
+          "where the rest of the time goes (the server detoasting, the wire protocol, the driver) was not "
+          "measured apart. A figure above 10 ms on SQLite comes from a run that was not quiet (a quiet run "
+          "of the same code measured 9.07 ms).")
     w("- **A chunk may hold pieces a node does not use**: the pieces a write adds are packed in document "
       "order, so a node whose shared packages were first stored by another node reads that node's chunks, "
       "its own pieces included, and leaves those out. Here that is the first node's 100 own components among "
