@@ -471,7 +471,7 @@ async fn remove_from_chunks(
 }
 
 /// A chunk's line split into its piece's id and canonical text.
-fn line_id<'a>(pieces: Pieces, chunk: i64, line: &'a str) -> Result<(i64, &'a str), StoreError> {
+fn line_id(pieces: Pieces, chunk: i64, line: &str) -> Result<(i64, &str), StoreError> {
     line.split_once(' ')
         .and_then(|(id, text)| Some((id.parse().ok()?, text)))
         .ok_or_else(|| StoreError::Corrupt(format!("{} row {chunk}: a line is not \"<id> <text>\"", pieces.chunks)))
