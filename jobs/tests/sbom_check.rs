@@ -356,9 +356,15 @@ async fn the_same_component_written_with_its_keys_in_another_order_is_stored_onc
     let nodes = [("a".to_owned(), NodeSbom::Ready(one)), ("b".to_owned(), NodeSbom::Ready(two))];
     sboms::replace(&mut conn, "d", "build", &nodes, 1).await.unwrap();
     assert_eq!(sboms::component_count(&mut conn).await.unwrap(), 1);
-    let row = Q::new("SELECT hash, component FROM sbom_components").fetch_one(&mut conn).await.unwrap();
-    let text = row.text("component").unwrap();
-    assert_eq!(text, r#"{"bom-ref":"r","name":"x","type":"library"}"#);
+    let row = Q::new(
+        "SELECT c.id AS id, c.hash AS hash, k.body AS body
+         FROM sbom_components c JOIN sbom_component_chunks k ON k.id = c.chunk",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    let (id, text) = (row.int("id").unwrap(), r#"{"bom-ref":"r","name":"x","type":"library"}"#);
+    assert_eq!(row.text("body").unwrap(), format!("{id} {text}"), "its chunk holds its one canonical text");
     use sha2::Digest;
     assert_eq!(row.text("hash").unwrap(), hex::encode(sha2::Sha256::digest(text.as_bytes())));
 }

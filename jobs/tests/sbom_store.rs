@@ -2,7 +2,7 @@
 //! both engines: a document comes back as the JSON value accepted, keys in
 //! ascending order; components and dependency entries shared by nodes and
 //! deployments are stored once; what no SBOM uses any more is deleted; and
-//! migration 0013 moves SBOMs stored in the old layout.
+//! migrations 0013 and 0014 move SBOMs stored in the layouts before them.
 
 use serde_json::{json, Value};
 use slipway_jobs::store::db::Conn;
@@ -32,6 +32,30 @@ async fn add_deployments(conn: &mut Conn, ids: &[&str]) {
 
 async fn count(conn: &mut Conn, table: &str) -> i64 {
     Q::new(format!("SELECT COUNT(*) AS n FROM {table}")).fetch_one(conn).await.unwrap().int("n").unwrap()
+}
+
+/// The names of the components whose texts the chunks hold, sorted: every
+/// chunk line is `<id> <canonical text>`, and each id is a stored component.
+async fn stored_component_names(conn: &mut Conn) -> Vec<String> {
+    let ids: std::collections::BTreeSet<i64> = Q::new("SELECT id FROM sbom_components")
+        .fetch_all(conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.int("id").unwrap())
+        .collect();
+    let mut names = Vec::new();
+    let mut listed = std::collections::BTreeSet::new();
+    for row in Q::new("SELECT body FROM sbom_component_chunks").fetch_all(conn).await.unwrap() {
+        for line in row.text("body").unwrap().split('\n') {
+            let (id, text) = line.split_once(' ').unwrap();
+            listed.insert(id.parse::<i64>().unwrap());
+            names.push(serde_json::from_str::<Value>(text).unwrap()["name"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(listed, ids, "the chunks hold the text of every stored component and of nothing else");
+    names.sort();
+    names
 }
 
 fn component(name: &str) -> Value {
@@ -159,15 +183,7 @@ async fn what_no_sbom_uses_any_more_is_deleted_after_replace_and_remove_all(engi
     // openssl were used by nothing else; deployment two still uses the rest.
     let a2 = node_document("a", &["glibc", "openssl-3", "a-only"]);
     sboms::replace(&mut conn, "one", "build-3", &[("a".to_owned(), NodeSbom::Ready(a2.clone()))], 2).await.unwrap();
-    let mut left: Vec<String> = Q::new("SELECT component FROM sbom_components")
-        .fetch_all(&mut conn)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| serde_json::from_str::<Value>(&r.text("component").unwrap()).unwrap()["name"].as_str().unwrap().into())
-        .collect();
-    left.sort();
-    assert_eq!(left, ["a-only", "glibc", "openssl", "openssl-3"]);
+    assert_eq!(stored_component_names(&mut conn).await, ["a-only", "glibc", "openssl", "openssl-3"]);
     assert_eq!(text_of(&mut conn, "one", "a").await, sboms::canonical_text(&a2));
     assert_eq!(text_of(&mut conn, "two", "a").await, sboms::canonical_text(&a));
 
@@ -178,10 +194,14 @@ async fn what_no_sbom_uses_any_more_is_deleted_after_replace_and_remove_all(engi
 
     sboms::remove_all(&mut conn, "two").await.unwrap();
     assert_eq!(sboms::component_count(&mut conn).await.unwrap(), 3, "openssl went with deployment two");
+    // Its text left the chunk it shared with glibc and a-only.
+    assert_eq!(stored_component_names(&mut conn).await, ["a-only", "glibc", "openssl-3"]);
+    assert_eq!(text_of(&mut conn, "one", "a").await, sboms::canonical_text(&a2));
     sboms::remove_all(&mut conn, "one").await.unwrap();
     assert_eq!(sboms::component_count(&mut conn).await.unwrap(), 0);
-    assert_eq!(count(&mut conn, "sbom_dependencies").await, 0);
-    assert_eq!(count(&mut conn, "sboms").await, 0);
+    for table in ["sbom_component_chunks", "sbom_dependencies", "sbom_dependency_chunks", "sboms"] {
+        assert_eq!(count(&mut conn, table).await, 0, "{table} is empty once no SBOM is left");
+    }
 }
 
 slipway_jobs::on_both_engines!(what_no_sbom_uses_any_more_is_deleted_after_replace_and_remove_all);
@@ -282,3 +302,170 @@ async fn sboms_stored_before_migration_0013_come_back_unchanged_after_it(engine:
 }
 
 slipway_jobs::on_both_engines!(sboms_stored_before_migration_0013_come_back_unchanged_after_it);
+
+/// A database at migration 0013 with SBOMs in its layout (each piece's text
+/// in its own row; ids with gaps, lists with runs and without, one node's
+/// dependencies still in its rest), then migrated to the chunked layout.
+async fn sboms_stored_before_migration_0014_come_back_unchanged_after_it(engine: Engine) {
+    use sha2::Digest;
+    use std::borrow::Cow;
+    let test_db = TestDatabase::new(engine).await;
+    let names: Vec<String> = (0..150).map(|i| format!("pkg{i}")).collect();
+    let a_names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut b_names: Vec<&str> = a_names[..100].iter().rev().copied().collect();
+    b_names.extend(["b-1", "b-2", "b-3"]);
+    let a = node_document("a", &a_names);
+    let b = node_document("b", &b_names);
+    // Component ids with gaps (1-100, 201-250, then b's own 300-302), as
+    // 0013 may leave them after deletions; dependency entries 1-151 (a's).
+    let component_id = |name: &str| -> i64 {
+        match a_names.iter().position(|n| *n == name) {
+            Some(i) if i < 100 => i as i64 + 1,
+            Some(i) => i as i64 + 101,
+            None => 300 + b_names.iter().position(|n| *n == name).unwrap() as i64 - 100,
+        }
+    };
+    let hashed = |v: &Value| {
+        let text = sboms::canonical_text(v);
+        (hex::encode(sha2::Sha256::digest(text.as_bytes())), text)
+    };
+    {
+        let before_0014 = |mut m: sqlx::migrate::Migrator| {
+            m.migrations = Cow::Owned(m.migrations.iter().filter(|x| x.version < 14).cloned().collect());
+            m.dangerous_set_table_name("_slipway_migrations");
+            m
+        };
+        let db = match engine {
+            Engine::Sqlite => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(test_db.dir.path().join("slipway.db"))
+                    .create_if_missing(true)
+                    .foreign_keys(true);
+                let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+                before_0014(sqlx::migrate!("../migrations/sqlite")).run(&pool).await.unwrap();
+                Db::Sqlite(pool)
+            }
+            Engine::Postgres => {
+                let pool = sqlx::PgPool::connect(&test_db.url).await.unwrap();
+                before_0014(sqlx::migrate!("../migrations/postgres")).run(&pool).await.unwrap();
+                Db::Postgres(pool)
+            }
+        };
+        let mut conn = db.acquire().await.unwrap();
+        add_deployments(&mut conn, &["d"]).await;
+        let mut stored = std::collections::BTreeSet::new();
+        for (doc, names) in [(&a, &a_names), (&b, &b_names)] {
+            for (component, name) in doc["components"].as_array().unwrap().iter().zip(names.iter()) {
+                if stored.insert(component_id(name)) {
+                    let (hash, text) = hashed(component);
+                    Q::new("INSERT INTO sbom_components (id, hash, component) VALUES ($1, $2, $3)")
+                        .int(component_id(name))
+                        .text(hash)
+                        .text(text)
+                        .execute(&mut conn)
+                        .await
+                        .unwrap();
+                }
+            }
+        }
+        for (i, entry) in a["dependencies"].as_array().unwrap().iter().enumerate() {
+            let (hash, text) = hashed(entry);
+            Q::new("INSERT INTO sbom_dependencies (id, hash, entry) VALUES ($1, $2, $3)")
+                .int(i as i64 + 1)
+                .text(hash)
+                .text(text)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        let a_rest = {
+            let mut rest = a.clone();
+            rest.as_object_mut().unwrap().remove("components");
+            rest.as_object_mut().unwrap().remove("dependencies");
+            sboms::canonical_text(&rest)
+        };
+        let b_rest = {
+            let mut rest = b.clone();
+            rest.as_object_mut().unwrap().remove("components");
+            sboms::canonical_text(&rest)
+        };
+        let a_components: Vec<i64> = a_names.iter().map(|n| component_id(n)).collect();
+        let b_components: Vec<i64> = b_names.iter().map(|n| component_id(n)).collect();
+        let a_dependencies: Vec<i64> = (1..=151).collect();
+        for (node, rest, components, dependencies) in [
+            ("a", a_rest, sboms::encode_ids(&a_components), Some(sboms::encode_ids(&a_dependencies))),
+            ("b", b_rest, sboms::encode_ids(&b_components), None),
+        ] {
+            Q::new(
+                "INSERT INTO sboms (deployment_id, node, build_id, status, reason, document, components, dependencies,
+                                    created_at)
+                 VALUES ('d', $1, 'old', 'ready', NULL, $2, $3, $4, 1)",
+            )
+            .text(node)
+            .text(rest)
+            .text(components)
+            .opt_text(dependencies)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        drop(conn);
+        db.close().await;
+    }
+
+    let db = open(engine, &test_db).await;
+    let mut conn = db.acquire().await.unwrap();
+    assert_eq!(sboms::component_count(&mut conn).await.unwrap(), 153);
+    // 64 pieces to a chunk in id order: ids 1-64, 65-128 (of which 65-100),
+    // 193-256 (201-250) and 257-320 (300-302).
+    assert_eq!(count(&mut conn, "sbom_component_chunks").await, 4);
+    assert_eq!(count(&mut conn, "sbom_dependency_chunks").await, 3);
+    assert_eq!(text_of(&mut conn, "d", "a").await, sboms::canonical_text(&a));
+    assert_eq!(text_of(&mut conn, "d", "b").await, sboms::canonical_text(&b));
+
+    // Node a leaves: the 50 components only it named go, with their chunk;
+    // b's next deploy stores its dependencies shared and drops b-3.
+    let b2 = node_document("b", &b_names[..102]);
+    sboms::replace(&mut conn, "d", "new", &[("b".to_owned(), NodeSbom::Ready(b2.clone()))], 2).await.unwrap();
+    assert_eq!(sboms::component_count(&mut conn).await.unwrap(), 102);
+    assert_eq!(count(&mut conn, "sbom_component_chunks").await, 3, "the chunk of ids 193-256 held only a's");
+    assert_eq!(text_of(&mut conn, "d", "b").await, sboms::canonical_text(&b2));
+    sboms::remove_all(&mut conn, "d").await.unwrap();
+    for table in ["sbom_components", "sbom_component_chunks", "sbom_dependencies", "sbom_dependency_chunks"] {
+        assert_eq!(count(&mut conn, table).await, 0, "{table} is empty once no SBOM is left");
+    }
+}
+
+slipway_jobs::on_both_engines!(sboms_stored_before_migration_0014_come_back_unchanged_after_it);
+
+/// Chunks close at 64 pieces or before 32 KiB; a piece larger than that
+/// gets a chunk of its own. A node that uses some of another node's pieces,
+/// in another order, reads their chunks and leaves the rest out.
+async fn a_document_spread_over_many_chunks_comes_back_as_accepted(engine: Engine) {
+    let test_db = TestDatabase::new(engine).await;
+    let db = open(engine, &test_db).await;
+    let mut conn = db.acquire().await.unwrap();
+    add_deployments(&mut conn, &["d"]).await;
+    let names: Vec<String> = (0..300).map(|i| format!("pkg{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut big = node_document("big", &names);
+    // One component of 40 KiB, and a dependencies list that is not one
+    // entry per component (two entries fewer).
+    big["components"][7]["description"] = Value::String("x".repeat(40 * 1024));
+    big["dependencies"].as_array_mut().unwrap().truncate(299);
+    let some: Vec<&str> = names.iter().rev().step_by(7).copied().collect();
+    let small = node_document("small", &some);
+    let nodes =
+        [("big".to_owned(), NodeSbom::Ready(big.clone())), ("small".to_owned(), NodeSbom::Ready(small.clone()))];
+    sboms::replace(&mut conn, "d", "build", &nodes, 1).await.unwrap();
+
+    // 300 components: the 7 before the large one, the large one alone, then
+    // 292 in chunks of 64; small's are all big's, so no chunk of its own.
+    assert_eq!(count(&mut conn, "sbom_component_chunks").await, 1 + 1 + 5);
+    assert_eq!(text_of(&mut conn, "d", "big").await, sboms::canonical_text(&big));
+    assert_eq!(text_of(&mut conn, "d", "small").await, sboms::canonical_text(&small));
+    let Some(NodeSbom::Ready(value)) = sboms::document(&mut conn, "d", "big").await.unwrap() else { panic!() };
+    assert_eq!(value, big);
+}
+
+slipway_jobs::on_both_engines!(a_document_spread_over_many_chunks_comes_back_as_accepted);

@@ -23,16 +23,18 @@
 //!   transaction, as a deploy's success does. Every node has `--components`
 //!   components: the same `--shared` ones (the packages every node runs)
 //!   and its own for the rest. *Raw* is the documents' compact JSON text,
-//!   added up; *stored* is the three SBOM tables (`sboms`,
-//!   `sbom_components`, `sbom_dependencies`) with their indexes as the
-//!   engine counts them (PostgreSQL: `pg_total_relation_size`; SQLite: the
+//!   added up; *stored* is the five SBOM tables (`sboms`,
+//!   `sbom_components`, `sbom_dependencies` and their chunks,
+//!   `sbom_component_chunks`, `sbom_dependency_chunks`) with their indexes
+//!   as the engine counts them (PostgreSQL: `pg_total_relation_size`; SQLite: the
 //!   `dbstat` pages), less the same tables empty; *logical* adds up the
 //!   bytes of every stored value (text columns' bytes, 8 per integer), by
 //!   table, to show where they go.
 //! - **Reassembly**: one node whose document has `--big` components, stored
-//!   the same way; `sboms::document_text` (the node's row, then the stored
-//!   texts of its components and of its dependency entries joined by the
-//!   database, spliced into the rest: the text `GET /sbom` sends) timed per
+//!   the same way; `sboms::document_text` (the node's row, then the chunks
+//!   holding the texts of its components and of its dependency entries, the
+//!   texts joined in the lists' order and spliced into the rest: the text
+//!   `GET /sbom` sends) timed per
 //!   call, repeated for `--seconds` (at least 30, at most 1,000 calls) after
 //!   3 warm-up calls. Also timed: `sboms::document`, the same parsed into a
 //!   JSON value, and `sbom::check` of the same document (what a deploy runs
@@ -284,12 +286,14 @@ async fn physical_bytes(db: &Db) -> anyhow::Result<i64> {
     let sql = match db.engine() {
         Engine::Postgres => {
             "SELECT CAST(pg_total_relation_size('sbom_components') + pg_total_relation_size('sboms')
-                      + pg_total_relation_size('sbom_dependencies') AS BIGINT) AS n"
+                      + pg_total_relation_size('sbom_dependencies') + pg_total_relation_size('sbom_component_chunks')
+                      + pg_total_relation_size('sbom_dependency_chunks') AS BIGINT) AS n"
         }
         Engine::Sqlite => {
             "SELECT CAST(COALESCE(SUM(pgsize), 0) AS INTEGER) AS n FROM dbstat
              WHERE name IN (SELECT name FROM sqlite_master
-                            WHERE tbl_name IN ('sbom_components', 'sboms', 'sbom_dependencies'))"
+                            WHERE tbl_name IN ('sbom_components', 'sboms', 'sbom_dependencies',
+                                               'sbom_component_chunks', 'sbom_dependency_chunks'))"
         }
     };
     Ok(Q::new(sql).fetch_one(&mut conn).await?.int("n")?)
@@ -302,8 +306,10 @@ async fn logical_bytes(db: &Db) -> anyhow::Result<Vec<(String, Value)>> {
         Engine::Sqlite => format!("COALESCE(length(CAST({col} AS BLOB)), 0)"),
     };
     let queries = [
-        ("sbom_components", format!("{} + {} + 8", len("hash"), len("component"))),
-        ("sbom_dependencies", format!("{} + {} + 8", len("hash"), len("entry"))),
+        ("sbom_components", format!("{} + 16", len("hash"))),
+        ("sbom_component_chunks", format!("{} + 8", len("body"))),
+        ("sbom_dependencies", format!("{} + 16", len("hash"))),
+        ("sbom_dependency_chunks", format!("{} + 8", len("body"))),
         (
             "sboms",
             format!(

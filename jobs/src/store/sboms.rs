@@ -3,13 +3,17 @@
 //! Each element of a CycloneDX document's top-level `components` and
 //! `dependencies` is kept once, keyed by the SHA-256 of its canonical JSON
 //! text ([`canonical_text`]), in `sbom_components` and `sbom_dependencies`,
-//! each with a small integer id. A node keeps the rest
-//! of its document and two compact lists of those ids, in document order
-//! ([`encode_ids`]). A document is put together again as text, the stored
-//! texts spliced in, nothing parsed but the small rest. Nodes and
-//! deployments that run the same packages share components and their
-//! dependency entries; one that no SBOM uses any more is deleted.
-//! docs/SBOM.md states the canonical form, the layout and why.
+//! each with a small integer id and the chunk that holds its text. A chunk
+//! (`sbom_component_chunks`, `sbom_dependency_chunks`) holds the texts of a
+//! few dozen pieces stored together, one `<id> <text>` line each. A node
+//! keeps the rest of its document and two compact lists of piece ids, in
+//! document order ([`encode_ids`]). A document is put together again as
+//! text from the chunks its lists name (a hundred rows or so for 5,000
+//! components, not 10,000), the stored texts spliced in, nothing parsed but
+//! the small rest. Nodes and deployments that run the same packages share
+//! components and their dependency entries; one that no SBOM uses any more
+//! is deleted, and taken out of its chunk. docs/SBOM.md states the
+//! canonical form, the layout and why.
 
 use super::{json_col, Conn, StoreError, Q};
 use serde::Serialize;
@@ -42,19 +46,31 @@ pub struct SbomEntry {
 }
 
 /// The shared pieces of a document: its top-level `components` and its
-/// top-level `dependencies` entries, each in a table of its own.
+/// top-level `dependencies` entries, each kind in a table of its own (id,
+/// hash, chunk) with its texts in a table of chunks (id, body).
 #[derive(Debug, Clone, Copy)]
 struct Pieces {
     table: &'static str,
-    column: &'static str,
+    chunks: &'static str,
 }
 
-const COMPONENTS: Pieces = Pieces { table: "sbom_components", column: "component" };
-const DEPENDENCIES: Pieces = Pieces { table: "sbom_dependencies", column: "entry" };
+const COMPONENTS: Pieces = Pieces { table: "sbom_components", chunks: "sbom_component_chunks" };
+const DEPENDENCIES: Pieces = Pieces { table: "sbom_dependencies", chunks: "sbom_dependency_chunks" };
 
-/// Rows per multi-row statement (at most 2 values each: well under either
+/// Rows per multi-row statement (at most 3 values each: well under either
 /// engine's limit of bound values).
 const BATCH: usize = 500;
+
+/// A chunk is closed once it holds this many pieces …
+const CHUNK_PIECES: usize = 64;
+
+/// … or when the next piece would take its body past this many bytes (a
+/// larger piece gets a chunk of its own). Bounds what a reader fetches for
+/// a piece it needs beside pieces it does not.
+const CHUNK_BYTES: usize = 32 * 1024;
+
+/// Chunks per multi-row insert.
+const CHUNK_BATCH: usize = 16;
 
 /// Serialises SBOM writers on PostgreSQL (SQLite's writers are serialised
 /// anyway): a writer deletes the pieces no node names, which must not race
@@ -143,9 +159,10 @@ pub async fn replace(
 
 /// Stores `items`, each once by the hash of its canonical text, and
 /// returns their ids in order. A piece already stored is only looked up:
-/// nothing stored is ever updated, so PostgreSQL leaves no dead row
-/// versions behind. New pieces are inserted in document order, so they get
-/// consecutive ids and the node's list is written as runs.
+/// nothing stored is updated, so PostgreSQL leaves no dead row versions
+/// behind. New pieces get consecutive ids in document order (the node's
+/// list is written as runs) and are packed, in that order, into new chunks
+/// of at most [`CHUNK_PIECES`] pieces and about [`CHUNK_BYTES`] bytes.
 async fn store_pieces(conn: &mut Conn, pieces: Pieces, items: &[Value]) -> Result<Vec<i64>, StoreError> {
     let hashed: Vec<(String, String)> = items
         .iter()
@@ -175,19 +192,47 @@ async fn store_pieces(conn: &mut Conn, pieces: Pieces, items: &[Value]) -> Resul
         }
     }
     let missing: Vec<(&str, &str)> = distinct.into_iter().filter(|(h, _)| !ids.contains_key(*h)).collect();
-    for chunk in missing.chunks(BATCH) {
-        let values: Vec<String> = (0..chunk.len()).map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2)).collect();
-        let mut q = Q::new(format!(
-            "INSERT INTO {} (hash, {}) VALUES {} RETURNING id, hash",
-            pieces.table,
-            pieces.column,
-            values.join(", ")
-        ));
-        for (hash, text) in chunk {
-            q = q.text(*hash).text(*text);
+    if !missing.is_empty() {
+        // Writers hold WRITE_LOCK: nobody else takes the next ids meanwhile.
+        let next = |table: &str| Q::new(format!("SELECT COALESCE(MAX(id), 0) + 1 AS n FROM {table}"));
+        let first_id = next(pieces.table).fetch_one(conn).await?.int("n")?;
+        let first_chunk = next(pieces.chunks).fetch_one(conn).await?.int("n")?;
+        let mut bodies: Vec<String> = Vec::new();
+        let mut rows: Vec<(i64, &str, i64)> = Vec::with_capacity(missing.len());
+        let (mut body, mut in_body) = (String::new(), 0);
+        for (k, (hash, text)) in missing.iter().enumerate() {
+            if in_body > 0 && (in_body >= CHUNK_PIECES || body.len() + 22 + text.len() > CHUNK_BYTES) {
+                bodies.push(std::mem::take(&mut body));
+                in_body = 0;
+            }
+            let id = first_id + k as i64;
+            if in_body > 0 {
+                body.push('\n');
+            }
+            body.push_str(&id.to_string());
+            body.push(' ');
+            body.push_str(text);
+            in_body += 1;
+            rows.push((id, *hash, first_chunk + bodies.len() as i64));
+            ids.insert((*hash).to_owned(), id);
         }
-        for row in q.fetch_all(conn).await? {
-            ids.insert(row.text("hash")?, row.int("id")?);
+        bodies.push(body);
+        for (n, batch) in bodies.chunks(CHUNK_BATCH).enumerate() {
+            let values: Vec<String> = (0..batch.len()).map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2)).collect();
+            let mut q = Q::new(format!("INSERT INTO {} (id, body) VALUES {}", pieces.chunks, values.join(", ")));
+            for (i, body) in batch.iter().enumerate() {
+                q = q.int(first_chunk + (n * CHUNK_BATCH + i) as i64).text(body.as_str());
+            }
+            q.execute(conn).await?;
+        }
+        for batch in rows.chunks(BATCH) {
+            let values: Vec<String> =
+                (0..batch.len()).map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3)).collect();
+            let mut q = Q::new(format!("INSERT INTO {} (id, hash, chunk) VALUES {}", pieces.table, values.join(", ")));
+            for (id, hash, chunk) in batch {
+                q = q.int(*id).text(*hash).int(*chunk);
+            }
+            q.execute(conn).await?;
         }
     }
     hashed
@@ -343,7 +388,8 @@ fn id_list(ids: &[i64]) -> String {
 
 /// Deletes the released components and dependency entries that no SBOM
 /// names any more: every node's lists are read (a few bytes per component,
-/// less where ids run) and what none of them names is deleted. Writers hold
+/// less where ids run) and what none of them names is deleted, its row and
+/// its line in its chunk ([`remove_from_chunks`]). Writers hold
 /// [`WRITE_LOCK`], so no other transaction starts naming a piece meanwhile.
 async fn collect_garbage(conn: &mut Conn, released: &Released) -> Result<(), StoreError> {
     if released.components.is_empty() && released.dependencies.is_empty() {
@@ -364,13 +410,71 @@ async fn collect_garbage(conn: &mut Conn, released: &Released) -> Result<(), Sto
         }
     }
     for (pieces, unused) in [(COMPONENTS, components), (DEPENDENCIES, dependencies)] {
-        let ids: Vec<i64> = unused.into_iter().collect();
+        if unused.is_empty() {
+            continue;
+        }
+        let ids: Vec<i64> = unused.iter().copied().collect();
+        let mut touched = std::collections::BTreeSet::new();
         for chunk in ids.chunks(BATCH * 2) {
             // The ids are integers read back from our own lists: safe to inline.
+            let rows = Q::new(format!("SELECT DISTINCT chunk FROM {} WHERE id IN ({})", pieces.table, id_list(chunk)))
+                .fetch_all(conn)
+                .await?;
+            for row in rows {
+                touched.insert(row.int("chunk")?);
+            }
             Q::new(format!("DELETE FROM {} WHERE id IN ({})", pieces.table, id_list(chunk))).execute(conn).await?;
         }
+        remove_from_chunks(conn, pieces, &touched, &unused).await?;
     }
     Ok(())
+}
+
+/// Takes the lines of the `unused` pieces out of the chunks that hold them:
+/// a chunk left with no line is deleted, any other is written again with
+/// the lines that stay (the only update of a stored SBOM piece).
+async fn remove_from_chunks(
+    conn: &mut Conn,
+    pieces: Pieces,
+    chunks: &std::collections::BTreeSet<i64>,
+    unused: &std::collections::BTreeSet<i64>,
+) -> Result<(), StoreError> {
+    let chunks: Vec<i64> = chunks.iter().copied().collect();
+    let mut emptied = Vec::new();
+    for batch in chunks.chunks(BATCH * 2) {
+        let rows = Q::new(format!("SELECT id, body FROM {} WHERE id IN ({})", pieces.chunks, id_list(batch)))
+            .fetch_all(conn)
+            .await?;
+        for row in rows {
+            let (chunk, body) = (row.int("id")?, row.text("body")?);
+            let mut kept = Vec::new();
+            for line in body.split('\n') {
+                if !unused.contains(&line_id(pieces, chunk, line)?.0) {
+                    kept.push(line);
+                }
+            }
+            if kept.is_empty() {
+                emptied.push(chunk);
+            } else {
+                Q::new(format!("UPDATE {} SET body = $1 WHERE id = $2", pieces.chunks))
+                    .text(kept.join("\n"))
+                    .int(chunk)
+                    .execute(conn)
+                    .await?;
+            }
+        }
+    }
+    for batch in emptied.chunks(BATCH * 2) {
+        Q::new(format!("DELETE FROM {} WHERE id IN ({})", pieces.chunks, id_list(batch))).execute(conn).await?;
+    }
+    Ok(())
+}
+
+/// A chunk's line split into its piece's id and canonical text.
+fn line_id(pieces: Pieces, chunk: i64, line: &str) -> Result<(i64, &str), StoreError> {
+    line.split_once(' ')
+        .and_then(|(id, text)| Some((id.parse().ok()?, text)))
+        .ok_or_else(|| StoreError::Corrupt(format!("{} row {chunk}: a line is not \"<id> <text>\"", pieces.chunks)))
 }
 
 /// Every node's SBOM state for a deployment, by node name.
@@ -413,8 +517,8 @@ pub async fn document(conn: &mut Conn, deployment: &str, node: &str) -> Result<O
 }
 
 /// One node's SBOM, put together again as text (`None`: the node has no
-/// SBOM row): the node's row, then each list's stored texts joined by the
-/// database in the list's order (one query each), spliced into the rest of
+/// SBOM row): the node's row, then each list's stored texts read from their
+/// chunks (one query each) and joined in the list's order, spliced into the rest of
 /// the document at their keys' places. Only the rest is parsed. The text is
 /// the accepted document's JSON value written compactly with every object's
 /// keys in ascending byte order (docs/SBOM.md).
@@ -469,10 +573,10 @@ pub async fn document_text(conn: &mut Conn, deployment: &str, node: &str) -> Res
 }
 
 /// The stored texts of the pieces a list names, in its order, joined by
-/// commas: one query (chunked for very long lists), a run of ids read as a
-/// range of the primary key and the other ids by their ids; the rows are put
-/// in order here. (Joining them in the database, `group_concat` or
-/// `string_agg` ordered by id, measured slower: docs/BENCHMARKS.md.)
+/// commas: the chunks holding them, found by the pieces' ids (a run of ids
+/// read as a range of the primary key, the other ids by their ids) in one
+/// query (chunked for very long lists), then their lines put in the list's
+/// order here.
 async fn joined_texts(conn: &mut Conn, pieces: Pieces, list: &str) -> Result<String, StoreError> {
     let ids = decode_ids(list)?;
     if ids.is_empty() {
@@ -500,23 +604,40 @@ async fn joined_texts(conn: &mut Conn, pieces: Pieces, list: &str) -> Result<Str
     for chunk in singles.chunks(BATCH * 2) {
         conditions.push(format!("id IN ({})", id_list(chunk)));
     }
-    let mut texts: std::collections::HashMap<i64, String> = std::collections::HashMap::with_capacity(sorted.len());
-    let mut size = 0;
-    for chunk in conditions.chunks(BATCH) {
-        let rows =
-            Q::new(format!("SELECT id, {} AS text FROM {} WHERE {}", pieces.column, pieces.table, chunk.join(" OR ")))
-                .fetch_all(conn)
-                .await?;
+    let mut bodies: Vec<(i64, String)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for batch in conditions.chunks(BATCH) {
+        let rows = Q::new(format!(
+            "SELECT id, body FROM {} WHERE id IN (SELECT chunk FROM {} WHERE {})",
+            pieces.chunks,
+            pieces.table,
+            batch.join(" OR ")
+        ))
+        .fetch_all(conn)
+        .await?;
         for row in rows {
-            let text = row.text("text")?;
-            size += text.len() + 1;
-            texts.insert(row.int("id")?, text);
+            let chunk = row.int("id")?;
+            // Another batch of conditions may have fetched it already.
+            if seen.insert(chunk) {
+                bodies.push((chunk, row.text("body")?));
+            }
         }
     }
-    let mut out = String::with_capacity(size * ids.len() / sorted.len() + 16);
+    let mut texts: std::collections::HashMap<i64, &str> = std::collections::HashMap::with_capacity(sorted.len());
+    for (chunk, body) in &bodies {
+        for line in body.split('\n') {
+            let (id, text) = line_id(pieces, *chunk, line)?;
+            texts.insert(id, text);
+        }
+    }
+    let size = ids.iter().map(|id| texts.get(id).map_or(0, |t| t.len() + 1)).sum();
+    let mut out = String::with_capacity(size);
     for (k, id) in ids.iter().enumerate() {
         let Some(text) = texts.get(id) else {
-            return Err(StoreError::Corrupt(format!("{}: an SBOM names row {id}, which is not there", pieces.table)));
+            return Err(StoreError::Corrupt(format!(
+                "{}: an SBOM names piece {id}, which is not there",
+                pieces.chunks
+            )));
         };
         if k > 0 {
             out.push(',');
