@@ -298,6 +298,67 @@ macro_rules! on_both_engines {
     };
 }
 
+/// The newest modification time of the files under `dir` (to tell a
+/// binary built before its sources changed).
+pub fn newest(dir: &std::path::Path) -> std::time::SystemTime {
+    let mut latest = std::time::SystemTime::UNIX_EPOCH;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let t =
+            if path.is_dir() { newest(&path) } else { entry.metadata().and_then(|m| m.modified()).unwrap_or(latest) };
+        latest = latest.max(t);
+    }
+    latest
+}
+
+/// A child process killed (SIGKILL) when dropped, however the test ends.
+pub struct Running(pub std::process::Child);
+
+impl Running {
+    /// SIGKILLs the process now and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A loopback port free at the time of asking.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port()
+}
+
+/// A command for Slipway binary `bin` on `db`, the api on `port`, tokens
+/// signed with `secret`, the built-in source of this repository and a 2 s
+/// heartbeat; no configuration file and no failpoint from the caller's
+/// environment.
+pub fn slipway_command(bin: &std::path::Path, db: &TestDatabase, port: u16, secret: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin);
+    cmd.env("DATABASE_URL", &db.url)
+        .env("SLIPWAY_STATE_DIR", db.path("state"))
+        .env("SLIPWAY_BIND", format!("127.0.0.1:{port}"))
+        .env("SLIPWAY_JWT_SECRET", secret)
+        .env("SLIPWAY_DEFAULT_SOURCE_DIR", repo().join("nix"))
+        .env("SLIPWAY_HEARTBEAT", "2")
+        .env_remove("SLIPWAY_CONFIG")
+        .env_remove("SLIPWAY_FAILPOINTS");
+    cmd
+}
+
+/// Starts `cmd` with no input and its stderr appended to `<test dir>/<log>`.
+pub fn start(mut cmd: std::process::Command, db: &TestDatabase, log: &str) -> Running {
+    use std::process::Stdio;
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(db.path(log)).expect("a log file");
+    Running(
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(file)).spawn().expect("the process starts"),
+    )
+}
+
 /// The repository's root folder.
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")

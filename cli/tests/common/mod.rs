@@ -6,9 +6,11 @@
 
 use serde_json::Value;
 use slipway_jobs::store::Engine;
-use slipway_jobs::test_support::TestDatabase;
+#[allow(unused_imports)]
+pub use slipway_jobs::test_support::{free_port, newest, start, Running};
+use slipway_jobs::test_support::{slipway_command, TestDatabase};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The api's token secret in these tests.
@@ -26,18 +28,6 @@ pub fn demo_file() -> PathBuf {
     repo().join("examples/demo.json")
 }
 
-/// The newest modification time of the files under `dir`.
-fn newest(dir: &Path) -> std::time::SystemTime {
-    let mut latest = std::time::SystemTime::UNIX_EPOCH;
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        let t =
-            if path.is_dir() { newest(&path) } else { entry.metadata().and_then(|m| m.modified()).unwrap_or(latest) };
-        latest = latest.max(t);
-    }
-    latest
-}
-
 /// A binary of the workspace beside `slipway`, checked to be newer than its
 /// sources (`cargo test -p slipway-cli` builds only the CLI).
 pub fn binary(name: &str) -> PathBuf {
@@ -53,38 +43,9 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// A child process killed (SIGKILL) when dropped.
-pub struct Running(pub Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// A command for `bin` on the test's database, the api on `port`.
 pub fn command(bin: &Path, db: &TestDatabase, port: u16) -> Command {
-    let mut cmd = Command::new(bin);
-    cmd.env("DATABASE_URL", &db.url)
-        .env("SLIPWAY_STATE_DIR", db.path("state"))
-        .env("SLIPWAY_BIND", format!("127.0.0.1:{port}"))
-        .env("SLIPWAY_JWT_SECRET", SECRET)
-        .env("SLIPWAY_DEFAULT_SOURCE_DIR", repo().join("nix"))
-        .env("SLIPWAY_HEARTBEAT", "2")
-        .env_remove("SLIPWAY_CONFIG")
-        .env_remove("SLIPWAY_FAILPOINTS");
-    cmd
-}
-
-/// Starts `cmd` with its stderr in `<test dir>/<log>`.
-pub fn start(mut cmd: Command, db: &TestDatabase, log: &str) -> Running {
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(db.path(log)).unwrap();
-    Running(cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(file)).spawn().unwrap())
+    slipway_command(bin, db, port, SECRET)
 }
 
 /// An api and a worker on a fresh SQLite database; the worker deploys

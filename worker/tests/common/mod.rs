@@ -4,9 +4,11 @@
 #![allow(dead_code)]
 
 use serde_json::{json, Value};
-use slipway_jobs::test_support::TestDatabase;
+#[allow(unused_imports)]
+pub use slipway_jobs::test_support::{free_port, newest, start, Running};
+use slipway_jobs::test_support::{slipway_command, TestDatabase};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub const SECRET: &str = "end-to-end-secret-at-least-32-bytes";
@@ -17,18 +19,6 @@ pub fn repo() -> PathBuf {
 
 pub fn demo() -> Value {
     serde_json::from_str(&std::fs::read_to_string(repo().join("examples/demo.json")).unwrap()).unwrap()
-}
-
-/// The newest modification time of the files under `dir`.
-fn newest(dir: &Path) -> std::time::SystemTime {
-    let mut latest = std::time::SystemTime::UNIX_EPOCH;
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        let t =
-            if path.is_dir() { newest(&path) } else { entry.metadata().and_then(|m| m.modified()).unwrap_or(latest) };
-        latest = latest.max(t);
-    }
-    latest
 }
 
 /// A binary of the workspace. `cargo test -p slipway-worker` builds only the
@@ -50,45 +40,9 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// A child process killed (SIGKILL) when dropped, however the test ends.
-pub struct Running(pub Child);
-
-impl Running {
-    /// SIGKILLs the process now.
-    pub fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// A command for `bin` on the test's database, with the api on `port`.
 pub fn command(bin: &Path, db: &TestDatabase, port: u16) -> Command {
-    let mut cmd = Command::new(bin);
-    cmd.env("DATABASE_URL", &db.url)
-        .env("SLIPWAY_STATE_DIR", db.path("state"))
-        .env("SLIPWAY_BIND", format!("127.0.0.1:{port}"))
-        .env("SLIPWAY_JWT_SECRET", SECRET)
-        .env("SLIPWAY_DEFAULT_SOURCE_DIR", repo().join("nix"))
-        .env("SLIPWAY_HEARTBEAT", "2")
-        .env_remove("SLIPWAY_CONFIG")
-        .env_remove("SLIPWAY_FAILPOINTS");
-    cmd
-}
-
-/// Starts `bin args…` with its stderr in `<test dir>/<log>`.
-pub fn start(mut cmd: Command, db: &TestDatabase, log: &str) -> Running {
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(db.path(log)).unwrap();
-    Running(cmd.stdout(Stdio::null()).stderr(Stdio::from(file)).spawn().unwrap())
+    slipway_command(bin, db, port, SECRET)
 }
 
 /// Polls `check` until it yields, backing off from 20 ms to 250 ms; `None` past `deadline`.
