@@ -135,11 +135,19 @@ async fn a_deploy_moves_every_metric_family_and_logs_its_request_and_job_spans_a
     let job_lines: Vec<&Value> = worker_lines.iter().filter(|l| l["span"]["build.id"] == build.as_str()).collect();
     assert!(job_lines.iter().any(|l| l["message"] == "build started"), "{worker_lines:#?}");
     assert!(job_lines.iter().any(|l| l["message"] == "build succeeded"), "{worker_lines:#?}");
+    // Each line of the build's jobs (its deploy, then the readiness probes
+    // of its instances, which run under the same build id) sits in the span
+    // of its job, named by kind, with the deployment and the worker.
     for line in job_lines {
-        let span = &line["span"];
-        assert_eq!(span["job.kind"], "deploy", "{line}");
-        assert_eq!(span["deployment.id"], "observed", "{line}");
-        assert!(span["worker.name"].as_str().is_some_and(|n| n.starts_with("worker@")), "{line}");
+        let job = line["spans"]
+            .as_array()
+            .and_then(|spans| spans.iter().find(|s| s["job.kind"].is_string()))
+            .unwrap_or_else(|| panic!("a line outside any job's span: {line}"));
+        let kind = job["job.kind"].as_str().unwrap();
+        let deploy_line = ["build started", "build succeeded"].contains(&line["message"].as_str().unwrap_or(""));
+        assert!(kind == "deploy" || (kind == "readiness" && !deploy_line), "{line}");
+        assert_eq!(job["deployment.id"], "observed", "{line}");
+        assert!(job["worker.name"].as_str().is_some_and(|n| n.starts_with("worker@")), "{line}");
     }
     let all = format!("{api_lines:?}{worker_lines:?}");
     assert!(!all.contains(&api.token) && !all.contains(common::SECRET), "a secret is in the logs");
