@@ -285,15 +285,47 @@ const DOCS_PAGE: &str = r##"<!DOCTYPE html>
   <div id="swagger-ui"></div>
   <script src="docs/swagger-ui-bundle.js"></script>
   <script>
-    window.ui = SwaggerUIBundle({ url: "openapi.json", dom_id: "#swagger-ui" });
+    window.ui = SwaggerUIBundle({ url: "openapi.json", dom_id: "#swagger-ui", validatorUrl: null });
   </script>
 </body>
 </html>
 "##;
 
-/// `GET /docs` (public): the documentation page.
+/// The content security policy of the documentation page: its scripts
+/// are the bundle served beside it and the page's own inline start-up
+/// script (allowed by its SHA-256), and it may fetch, show and load from this
+/// origin only (Swagger UI's inline styles and `data:` images and fonts
+/// aside). Swagger UI's online validator is switched off in the page
+/// (`validatorUrl: null`), and this policy would block its badge anyway: a
+/// browser opening the page never sends the document's address elsewhere.
+pub fn docs_content_security_policy() -> &'static str {
+    static POLICY: LazyLock<String> = LazyLock::new(|| {
+        use base64::Engine as _;
+        use sha2::Digest as _;
+        let start = DOCS_PAGE.rfind("<script>").expect("the page's inline script") + "<script>".len();
+        let end = start + DOCS_PAGE[start..].find("</script>").expect("its end");
+        let hash = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(&DOCS_PAGE[start..end]));
+        format!(
+            "default-src 'none'; script-src 'self' 'sha256-{hash}'; style-src 'self' 'unsafe-inline'; \
+             img-src 'self' data:; font-src 'self' data:; connect-src 'self'; base-uri 'none'; \
+             form-action 'none'; frame-ancestors 'none'"
+        )
+    });
+    &POLICY
+}
+
+/// `GET /docs` (public): the documentation page, with
+/// [`docs_content_security_policy`].
 pub async fn docs() -> Response {
-    ([(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"))], DOCS_PAGE).into_response()
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8")),
+            (header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(docs_content_security_policy())),
+            (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
+        ],
+        DOCS_PAGE,
+    )
+        .into_response()
 }
 
 /// `GET /docs/swagger-ui.css` and `GET /docs/swagger-ui-bundle.js`

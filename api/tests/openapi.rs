@@ -298,6 +298,15 @@ async fn the_documentation_page_and_its_files_come_from_the_binary_alone() {
     };
     let (status, media, page) = get("/docs").await;
     assert_eq!((status, media.as_str()), (StatusCode::OK, "text/html; charset=utf-8"));
+    // Swagger UI's online validator would send the document's address to
+    // a third party: it is off, and the page may load from its origin only.
+    assert!(page.contains("validatorUrl: null"), "{page}");
+    let answer = h.router.clone().oneshot(Request::get("/docs").body(Body::empty()).unwrap()).await.unwrap();
+    let policy = answer.headers()[header::CONTENT_SECURITY_POLICY].to_str().unwrap().to_owned();
+    for directive in ["default-src 'none'", "img-src 'self' data:", "connect-src 'self'"] {
+        assert!(policy.contains(directive), "{policy}");
+    }
+    assert!(!policy.contains("unsafe-eval") && !policy.contains("script-src 'self' 'unsafe-inline'"), "{policy}");
     for link in ["\"docs/swagger-ui.css\"", "\"docs/swagger-ui-bundle.js\"", "\"openapi.json\""] {
         assert!(page.contains(link), "the page does not load {link}");
     }

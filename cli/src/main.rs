@@ -121,6 +121,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A reader that stops early (`slipway logs -f | head`) ends this
+    // process quietly, as it ends `cat`, instead of a panic on the next
+    // print: Rust ignores SIGPIPE unless told otherwise.
+    // SAFETY: restores the default action of one signal before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let output = cli.output;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime starts");

@@ -162,3 +162,31 @@ async fn an_unreachable_api_is_named_and_exits_3_and_a_missing_token_exits_2() {
         assert!(help.stdout.contains(code), "--help lacks exit code {code:?}: {}", help.stdout);
     }
 }
+
+/// A reader that has gone (`slipway token | head -0`) ends `slipway`
+/// quietly by SIGPIPE, as it ends `cat`: no panic, no backtrace.
+#[test]
+fn a_closed_output_pipe_ends_slipway_quietly() {
+    use base64::Engine as _;
+    use std::os::unix::process::ExitStatusExt;
+    let part = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+    let token = format!(
+        "{}.{}.c2lnbmF0dXJl",
+        part(r#"{"alg":"HS256","typ":"JWT"}"#),
+        part(r#"{"aud":"slipway","exp":4102444800,"deployments":["*"]}"#)
+    );
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slipway"))
+        .args(["token"])
+        .env_remove("SLIPWAY_URL")
+        .env("SLIPWAY_TOKEN", &token)
+        .stdin(std::process::Stdio::null())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
