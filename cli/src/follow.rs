@@ -33,7 +33,17 @@ pub async fn follow_log(client: &Client, build_id: &str, mut on: impl FnMut(Seen
         if let Some(id) = &last_id {
             request = request.header("Last-Event-ID", id);
         }
-        let answer = client.send(request.header("Accept", "text/event-stream")).await?;
+        let answer = match client.send(request.header("Accept", "text/event-stream")).await {
+            Ok(answer) => answer,
+            // An api restarting after a cut (a rolling restart) refuses
+            // connections for a moment: try again within the resumes.
+            Err(Failure::Unreachable { .. }) if resumes > 0 && resumes < RESUMES => {
+                resumes += 1;
+                tokio::time::sleep(Duration::from_millis(500 * u64::from(resumes))).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let status = answer.status();
         if status == StatusCode::NO_CONTENT {
             // The stream had ended: the build is over.

@@ -190,3 +190,48 @@ fn a_closed_output_pipe_ends_slipway_quietly() {
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}: {stderr}", out.status);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// `slipway logs -f` follows a build across a restart of the api (as in a
+/// rolling restart): the stream is resumed with `Last-Event-ID` once the
+/// api answers again, and ends with the build (cancelled here: exit 4).
+#[tokio::test]
+async fn logs_follow_resumes_across_a_restart_of_the_api() {
+    let source = tempfile::tempdir().unwrap();
+    failing_source(source.path());
+    let mut fleet = Fleet::start(Some(source.path())).await;
+    let user = fleet.token(false);
+    let demo = demo_file();
+    let accepted = fleet.slipway(&user, &["--output", "json", "deploy", "slow", "-f", demo.to_str().unwrap()]).await;
+    assert_eq!(accepted.code, 0, "{accepted:#?}");
+    let build = accepted.json()["build_id"].as_str().unwrap().to_owned();
+    wait_for("the slow build to log its start", Duration::from_secs(60), || async {
+        let b = fleet.slipway(&user, &["--output", "json", "logs", &build]).await.json();
+        b["log"].as_str().is_some_and(|l| l.contains("a long deploy starts")).then_some(())
+    })
+    .await;
+    let follower = tokio::process::Command::new(env!("CARGO_BIN_EXE_slipway"))
+        .args(["logs", "-f", &build])
+        .env("SLIPWAY_URL", &fleet.url)
+        .env("SLIPWAY_TOKEN", &user)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // The follower has the stream open once the api counts its request.
+    // The access line (route template) is written when the stream's head is sent.
+    wait_for("the follower to open the log stream", Duration::from_secs(30), || async {
+        let log = std::fs::read_to_string(fleet.db.path("api.log")).unwrap_or_default();
+        log.contains("/builds/{id}/log").then_some(())
+    })
+    .await;
+    // Down for 3 s: the follower's first tries to resume are refused.
+    fleet.restart_api(Duration::from_secs(3)).await;
+    let cancel = fleet.slipway(&user, &["cancel", &build]).await;
+    assert_eq!(cancel.code, 0, "{cancel:#?}");
+    let out = tokio::time::timeout(Duration::from_secs(120), follower.wait_with_output()).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains(&format!("build {build} cancelled")), "{stderr}");
+}

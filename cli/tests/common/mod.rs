@@ -78,6 +78,20 @@ impl Fleet {
         fleet
     }
 
+    /// Kills the api (SIGKILL), leaves it down for `outage` (the length of
+    /// the scenario, not a wait for anything), then starts another on the
+    /// same port and database, returning once it listens.
+    pub async fn restart_api(&mut self, outage: Duration) {
+        self._api.kill();
+        tokio::time::sleep(outage).await;
+        self._api = start(command(&binary("slipway-api"), &self.db, self.port), &self.db, "api.log");
+        let port = self.port;
+        wait_for("the restarted api to listen", Duration::from_secs(60), || async move {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok().then_some(())
+        })
+        .await;
+    }
+
     /// A token from `slipway-api token`: for every deployment, with the
     /// operator claim when `operator`.
     pub fn token(&self, operator: bool) -> String {
