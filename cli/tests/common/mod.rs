@@ -7,21 +7,17 @@
 use serde_json::Value;
 use slipway_jobs::store::Engine;
 #[allow(unused_imports)]
-pub use slipway_jobs::test_support::{free_port, newest, start, Running};
+pub use slipway_jobs::test_support::{free_port, newest, repo, start, wait_for, Running};
 use slipway_jobs::test_support::{slipway_command, TestDatabase};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The api's token secret in these tests.
 pub const SECRET: &str = "cli-end-to-end-secret-of-32-bytes-or-more";
 
 /// How long one run of `slipway` may take (a real Nix deploy included).
 pub const RUN_DEADLINE: Duration = Duration::from_secs(300);
-
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// `examples/demo.json`, the demo deployment's configuration.
 pub fn demo_file() -> PathBuf {
@@ -150,25 +146,6 @@ pub async fn slipway(env: &[(&str, &str)], args: &[&str]) -> Out {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// Polls `check` until it yields, backing off from 20 ms to 250 ms;
-/// panics naming `what` past `deadline`.
-pub async fn wait_for<F, Fut, T>(what: &str, deadline: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    let mut every = Duration::from_millis(20);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
-        tokio::time::sleep(every).await;
-        every = (every * 2).min(Duration::from_millis(250));
     }
 }
 
