@@ -304,7 +304,8 @@ where
             tracing::info!(
                 target: ACCESS_LOG_TARGET,
                 status = response.status().as_u16(),
-                latency_ms = %format_args!("{:.3}", latency.as_secs_f64() * 1000.0),
+                // A number (to the microsecond) in JSON logs, not a string.
+                latency_ms = (latency.as_secs_f64() * 1e6).round() / 1e3,
                 "answered"
             );
         })
@@ -393,6 +394,9 @@ pub fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(routes::public::method_not_allowed)
         // Innermost first: each layer wraps those above it.
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        // A body that pauses longer than SLIPWAY_REQUEST_TIMEOUT between two
+        // pieces: 408 where a handler reads it (crate::extract).
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(state.config.request_timeout))
         .layer(middleware::from_fn(content_length_limit))
         .layer(middleware::from_fn(header_limit))
         .layer(middleware::from_fn_with_state(state.clone(), crate::database_health::watch))

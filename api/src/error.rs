@@ -35,7 +35,19 @@ pub struct ApiError {
     /// a [`DatabaseAway`] response extension, from which the router's
     /// [`crate::database_health`] watcher logs the outage once.
     pub database_away: Option<String>,
+    /// Seconds a client should wait before trying again, sent as
+    /// `Retry-After` (RFC 9110 §10.2.3) on the refusals that pass with time:
+    /// [`Self::queue_full`] and [`Self::nix_busy`].
+    pub retry_after: Option<u32>,
 }
+
+/// `Retry-After` of `503 queue_full`, seconds: the queue drains as workers
+/// finish builds, which take minutes, so sooner rarely helps.
+pub const QUEUE_FULL_RETRY_AFTER: u32 = 30;
+
+/// `Retry-After` of `503 nix_busy`, seconds: a schema build or names eval
+/// holds a slot for seconds.
+pub const NIX_BUSY_RETRY_AFTER: u32 = 5;
 
 /// The body of every error answer (§3), as the OpenAPI document
 /// (`GET /openapi.json`) describes it: `{"error": code, "message": text,
@@ -97,7 +109,7 @@ pub struct DatabaseAway(pub String);
 impl ApiError {
     /// A new error without details.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), details: None, database_away: None }
+        Self { status, code, message: message.into(), details: None, database_away: None, retry_after: None }
     }
 
     /// Adds details.
@@ -121,14 +133,21 @@ impl ApiError {
         Self::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
 
-    /// 503 `queue_full`.
+    /// 503 `queue_full`, with `Retry-After: 30`.
     pub fn queue_full(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "queue_full", message)
+        Self {
+            retry_after: Some(QUEUE_FULL_RETRY_AFTER),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "queue_full", message)
+        }
     }
 
-    /// 503 `nix_busy`: every fleet-wide nix slot is busy (MS-7).
+    /// 503 `nix_busy`: every fleet-wide nix slot is busy (MS-7), with
+    /// `Retry-After: 5`.
     pub fn nix_busy(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "nix_busy", message)
+        Self {
+            retry_after: Some(NIX_BUSY_RETRY_AFTER),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "nix_busy", message)
+        }
     }
 
     /// 503 `service_unavailable`.
@@ -187,6 +206,9 @@ impl IntoResponse for ApiError {
         let body = json!({ "error": self.code, "message": self.message, "details": self.details });
         let mut response = (self.status, Json(body)).into_response();
         response.extensions_mut().insert(ErrorShape);
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
         if let Some(why) = self.database_away {
             response.extensions_mut().insert(DatabaseAway(why));
         }

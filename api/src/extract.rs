@@ -88,16 +88,36 @@ fn unsupported_media_type() -> ApiError {
 
 /// The whole body, at most [`crate::app::BODY_LIMIT`] bytes (the router's
 /// `DefaultBodyLimit`): past it `413 payload_too_large`, whether the body
-/// announced its length or came in chunks; a body that broke off `400
-/// invalid_request`.
+/// announced its length or came in chunks; a body that paused longer than
+/// `SLIPWAY_REQUEST_TIMEOUT` between two pieces `408 request_timeout`; a
+/// body that broke off `400 invalid_request`.
 async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
     Bytes::from_request(req, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::payload_too_large()
+        } else if timed_out(&rejection) {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "the body stopped arriving: a pause between two pieces of it outlasted the server's read timeout",
+            )
         } else {
             ApiError::bad_request("invalid_request", format!("the body could not be read: {}", rejection.body_text()))
         }
     })
+}
+
+/// Whether reading the body failed because it paused too long (the router's
+/// `RequestBodyTimeoutLayer`), somewhere in the rejection's chain of causes.
+fn timed_out(rejection: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(rejection);
+    while let Some(error) = cause {
+        if error.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// A body as a JSON object of `T`'s shape.

@@ -71,6 +71,7 @@ fn token(config: &Config, deployments: Vec<String>, ttl: &str, sub: &str, operat
 async fn serve(config: Config) -> anyhow::Result<()> {
     let db = slipway_jobs::store::open(&config).await.context("opening the database")?;
     let bind = config.bind.clone();
+    let read_timeout = config.request_timeout;
     let state = AppState::new(config, db)?;
     let listener = tokio::net::TcpListener::bind(&bind).await.with_context(|| format!("binding {bind}"))?;
     tracing::info!(address = %listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "slipway-api serving");
@@ -83,7 +84,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             metrics.upkeep();
         }
     });
-    slipway_api::serve::serve(listener, app(state), async move {
+    slipway_api::serve::serve(listener, app(state), read_timeout, async move {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
         tokio::select! {

@@ -8,9 +8,14 @@
 //! answers in the JSON error shape of PRODUCT.md §3. Only a head past hyper's
 //! own bounds still gets hyper's bare `431` (and a URI over 64 KiB its bare
 //! `414`); those bounds keep the memory one connection can take fixed.
+//!
+//! A client gets `read_timeout` (`SLIPWAY_REQUEST_TIMEOUT`) to send a whole
+//! request head, and an idle keep-alive connection is closed after as long:
+//! a connection that never finishes its head cannot be held open. A body's
+//! pauses are timed by the router ([`crate::app::app`], `408`).
 
 use axum::Router;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
@@ -28,12 +33,18 @@ pub const HYPER_MAX_HEADERS: usize = 1024;
 
 /// Serves `router` on `listener` until `shutdown` completes, then stops
 /// accepting and waits for the connections to finish their requests
-/// (graceful shutdown: idle keep-alive connections close at once). A failed
-/// `accept` (for example too many open files) is logged and retried after a
-/// short pause; nothing else ends serving.
-pub async fn serve(listener: TcpListener, router: Router, shutdown: impl Future<Output = ()>) {
+/// (graceful shutdown: idle keep-alive connections close at once). A
+/// connection whose request head has not fully arrived `read_timeout` after
+/// hyper started reading it (or that sat idle between requests as long) is
+/// closed without an answer. A failed `accept` (for example too many open
+/// files) is logged and retried after a short pause; nothing else ends
+/// serving.
+pub async fn serve(listener: TcpListener, router: Router, read_timeout: Duration, shutdown: impl Future<Output = ()>) {
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.max_buf_size(HEAD_BUFFER_BYTES).max_headers(HYPER_MAX_HEADERS);
+    http.max_buf_size(HEAD_BUFFER_BYTES)
+        .max_headers(HYPER_MAX_HEADERS)
+        .timer(TokioTimer::new())
+        .header_read_timeout(read_timeout);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {

@@ -235,12 +235,18 @@ struct Served {
     task: JoinHandle<()>,
 }
 
-/// `router` served by [`slipway_api::serve::serve`] on a loopback port.
+/// `router` served by [`slipway_api::serve::serve`] on a loopback port,
+/// with the default read timeout.
 async fn serve(router: Router) -> Served {
+    serve_with(router, Duration::from_secs(30)).await
+}
+
+/// `router` served on a loopback port, request heads read within `read_timeout`.
+async fn serve_with(router: Router, read_timeout: Duration) -> Served {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(slipway_api::serve::serve(listener, router, async {
+    let task = tokio::spawn(slipway_api::serve::serve(listener, router, read_timeout, async {
         let _ = stopped.await;
     }));
     Served { addr, stop: Some(stop), task }
@@ -310,6 +316,77 @@ async fn a_header_section_within_the_limits_is_served() {
     assert_eq!((status, &body), (200, &json!({ "status": "ok" })));
     let fields: Vec<(String, String)> = (0..90).map(|i| (format!("X-Field-{i}"), "v".to_owned())).collect();
     assert_eq!(raw_request(served.addr, request_head(&fields)).await.0, 200);
+}
+
+/// A client that never finishes its request head cannot hold a connection
+/// open: past the read timeout the server closes it (hyper answers
+/// nothing), and the server still serves others.
+#[tokio::test]
+async fn a_request_head_that_never_finishes_is_closed_after_the_read_timeout() {
+    let h = harness(Engine::Sqlite).await;
+    let read_timeout = Duration::from_secs(1);
+    let served = serve_with(h.router.clone(), read_timeout).await;
+    let started = Instant::now();
+    let mut slow = TcpStream::connect(served.addr).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Half: ").await.unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(15), slow.read_to_end(&mut rest))
+        .await
+        .expect("the server closes a connection whose head never finishes");
+    assert!(read.is_ok() || rest.is_empty(), "{read:?}");
+    assert!(started.elapsed() >= read_timeout, "closed after {:?}, before the timeout", started.elapsed());
+    let (status, _) = raw_request(served.addr, request_head(&[])).await;
+    assert_eq!(status, 200);
+}
+
+/// A body that stops arriving gets `408 request_timeout` in the §3 shape
+/// once a pause outlasts `SLIPWAY_REQUEST_TIMEOUT`; nothing is stored.
+#[tokio::test]
+async fn a_body_that_stops_arriving_gets_408_after_the_read_timeout() {
+    for engine in [Engine::Sqlite, Engine::Postgres] {
+        let h = harness_with(engine, &[("SLIPWAY_REQUEST_TIMEOUT", "1s")]).await;
+        let served = serve(h.router.clone()).await;
+        let head = format!(
+            "PUT /deployments/demo HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"configuration\": ",
+            all()
+        );
+        let started = Instant::now();
+        let (status, body) = raw_request(served.addr, head.into_bytes()).await;
+        assert_eq!(status, 408, "{engine:?}: {body}");
+        assert_error_shape(&body, "request_timeout");
+        assert!(started.elapsed() >= Duration::from_secs(1), "{engine:?}: answered after {:?}", started.elapsed());
+        assert_eq!(h.count("builds").await, 0, "{engine:?}");
+    }
+}
+
+/// A submit refused because the queue is full tells the client when to try
+/// again (`Retry-After`, seconds), over real HTTP.
+#[tokio::test]
+async fn a_full_queue_tells_the_client_when_to_try_again() {
+    let h = harness_with(Engine::Sqlite, &[("QUEUE_SIZE", "1")]).await;
+    let (status, body) = h.put("first", &json!({ "configuration": slipway_jobs::test_support::demo() })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let served = serve(h.router.clone()).await;
+    let body = json!({ "configuration": slipway_jobs::test_support::demo() }).to_string();
+    let request = format!(
+        "PUT /deployments/second HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        all(),
+        body.len()
+    );
+    let mut stream = TcpStream::connect(served.addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_string(&mut answer)).await.unwrap().unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 503 "), "{head}");
+    let retry_after =
+        head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("retry-after: ").map(str::to_owned));
+    assert_eq!(retry_after, Some(slipway_api::error::QUEUE_FULL_RETRY_AFTER.to_string()), "{head}");
+    let body: Value = serde_json::from_str(body).unwrap();
+    assert_error_shape(&body, "queue_full");
+    assert!(body["message"].as_str().unwrap().starts_with("1 build is waiting"), "{body}");
 }
 
 /// Graceful shutdown: once asked, serving ends (an idle keep-alive

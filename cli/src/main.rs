@@ -252,13 +252,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let id = path_id("deployment id", &id)?;
             let (_, accepted) = client.json(client.request(Method::DELETE, &format!("/deployments/{id}"))?).await?;
             let build = accepted["build_id"].as_str().unwrap_or_default().to_owned();
+            // A repeated delete answers the destroy already queued, running
+            // or done; `idle` means it is done and nothing was queued now.
+            let said = match accepted["state"].as_str() {
+                Some("idle") => format!("deployment {id}: already deleted (destroy build {build} succeeded)"),
+                _ => format!("deployment {id}: destroy build {build} queued"),
+            };
             if follow {
                 if output == Output::Text {
-                    println!("deployment {id}: destroy build {build} queued");
+                    println!("{said}");
                 }
                 return follow_build(&client, &build, output).await;
             }
-            print(output, &accepted, || format!("deployment {id}: destroy build {build} queued"));
+            print(output, &accepted, || said.clone());
         }
         Command::Cancel { build_id } => {
             let path = format!("/builds/{}/cancel", path_id("build id", &build_id)?);

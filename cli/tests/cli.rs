@@ -98,6 +98,10 @@ async fn deploy_follow_of_the_demo_succeeds_and_every_command_reads_what_it_made
     assert_eq!(delete.code, 0, "{delete:#?}");
     let status = fleet.slipway(&user, &["--output", "json", "status", "demo"]).await.json();
     assert_eq!(status["state"], "idle", "{status}");
+    // Deleting it again queues nothing, and says so.
+    let again = fleet.slipway(&user, &["delete", "demo"]).await;
+    assert_eq!(again.code, 0, "{again:#?}");
+    assert!(again.stdout.contains("already deleted") && !again.stdout.contains("queued"), "{again:#?}");
 }
 
 #[tokio::test]

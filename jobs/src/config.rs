@@ -255,6 +255,13 @@ pub struct Config {
     /// worker's) answers only `Authorization: Bearer <this token>`;
     /// unset: anyone who reaches the address may scrape.
     pub metrics_token: Option<SecretString>,
+    /// `SLIPWAY_REQUEST_TIMEOUT`: the api's read timeout, default 30 s. A
+    /// client gets this long to send a request's head (request line and
+    /// header fields; past it the connection is closed unanswered, as
+    /// hyper does) and may pause this long between two pieces of a body
+    /// (past it `408 request_timeout`). An idle keep-alive connection is
+    /// closed after it too. Workers ignore it.
+    pub request_timeout: Duration,
 }
 
 /// Parses a list of queues (`SLIPWAY_QUEUES`, `--queues`): comma separated
@@ -331,6 +338,7 @@ pub const KEYS: &[&str] = &[
     "RETENTION",
     "SLIPWAY_METRICS_ADDR",
     "SLIPWAY_METRICS_TOKEN",
+    "SLIPWAY_REQUEST_TIMEOUT",
 ];
 
 impl Config {
@@ -350,9 +358,15 @@ impl Config {
             let path = path.to_path_buf();
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| ConfigError::File { path: path.clone(), reason: e.to_string() })?;
-            let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::File {
-                path: path.clone(),
-                reason: e.message().to_owned(),
+            let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+                // Where: line and column (1-based) of the error's first byte.
+                let at = e.span().map(|span| {
+                    let before = &text[..span.start.min(text.len())];
+                    let line = before.matches('\n').count() + 1;
+                    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                    format!("line {line}, column {column}: ")
+                });
+                ConfigError::File { path: path.clone(), reason: format!("{}{}", at.unwrap_or_default(), e.message()) }
             })?;
             if let Some(unknown) = table.keys().find(|k| !KEYS.contains(&k.as_str())) {
                 return Err(ConfigError::File {
@@ -455,6 +469,7 @@ impl Config {
                 .map(str::trim)
                 .filter(|t| !t.is_empty())
                 .map(|t| SecretString::from(t.to_owned())),
+            request_timeout: duration(keys, "SLIPWAY_REQUEST_TIMEOUT", 30)?,
         })
     }
 
@@ -472,7 +487,7 @@ fn number(keys: &BTreeMap<String, String>, key: &'static str, default: u32) -> R
         Some(v) => v.trim().parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| ConfigError::Invalid {
             key,
             value: v.clone(),
-            reason: "expected a whole number greater than 0",
+            reason: "expected a whole number from 1 to 4294967295",
         }),
     }
 }
@@ -547,6 +562,7 @@ mod tests {
         assert_eq!(c.deploy_timeout, Duration::from_secs(3600));
         assert_eq!(c.retention, Duration::from_secs(14 * 86400));
         assert_eq!(c.jwt_audience, "slipway");
+        assert_eq!(c.request_timeout, Duration::from_secs(30));
     }
 
     #[test]
@@ -688,6 +704,24 @@ mod tests {
         std::fs::write(&file, "DATABASE_URL = \"sqlite://x.db\"\nBUILD_SLOT = 3\n").unwrap();
         let err = Config::load_file(&file, std::iter::empty()).unwrap_err().to_string();
         assert!(err.contains("BUILD_SLOT"), "{err}");
+    }
+
+    #[test]
+    fn a_configuration_file_that_is_not_toml_is_refused_with_the_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("slipway.toml");
+        std::fs::write(&file, "BUILD_SLOTS = 3\nQUEUE_SIZE = = 7\n").unwrap();
+        let err = Config::load_file(&file, std::iter::empty()).unwrap_err().to_string();
+        assert!(err.contains("line 2, column "), "{err}");
+    }
+
+    #[test]
+    fn a_number_out_of_range_is_refused_by_its_key_with_the_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("slipway.toml");
+        std::fs::write(&file, "QUEUE_SIZE = 5000000000\n").unwrap();
+        let err = Config::load_file(&file, std::iter::empty()).unwrap_err().to_string();
+        assert!(err.starts_with("QUEUE_SIZE:") && err.contains("4294967295"), "{err}");
     }
 
     #[test]

@@ -82,7 +82,7 @@ pub enum SubmitError {
     /// `limit` builds already wait for a worker. Checked inside the
     /// submit's transaction, serialised fleet-wide, so concurrent submits
     /// through several apis never overshoot the bound.
-    #[error("{queued} builds are waiting for a worker (QUEUE_SIZE {limit}); try again later")]
+    #[error("{queued} {} waiting for a worker (QUEUE_SIZE {limit}); try again later", if *queued == 1 { "build is" } else { "builds are" })]
     QueueFull {
         /// Builds waiting when the submit was refused.
         queued: i64,

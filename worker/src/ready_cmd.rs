@@ -64,6 +64,9 @@ pub async fn run(config: Config, args: WaitReadyArgs) -> ExitCode {
             format!("--deadline {:?}: expected a duration such as 300, 90s, 5m or 1h", args.deadline),
         );
     };
+    if let Err(e) = slipway_jobs::id::DeploymentId::parse(&args.deployment) {
+        return refuse(args.output, format!("--deployment {:?}: {e}", args.deployment));
+    }
     let db = match slipway_jobs::store::open(&config).await {
         Ok(db) => db,
         Err(e) => return refuse(args.output, format!("opening the database: {e}")),

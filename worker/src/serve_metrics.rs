@@ -59,13 +59,53 @@ async fn scrape(State(state): State<Scrape>, request: Request) -> Response {
     if let Some(token) = &state.token {
         let sent = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         if !slipway_jobs::metrics::bearer_matches(sent, token.expose_secret()) {
-            return (
-                StatusCode::UNAUTHORIZED,
-                "send the metrics token: Authorization: Bearer <SLIPWAY_METRICS_TOKEN>\n",
-            )
+            // The api's error shape, so a scraper reads the same refusal
+            // from either process.
+            let body = serde_json::json!({
+                "error": "unauthorized",
+                "message": "send the metrics token: Authorization: Bearer <SLIPWAY_METRICS_TOKEN>",
+                "details": null,
+            });
+            return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], axum::Json(body))
                 .into_response();
         }
     }
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
     ([(header::CONTENT_TYPE, content_type)], state.metrics.render()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+
+    async fn scrape_with(token: Option<&str>, sent: Option<&str>) -> (StatusCode, Option<String>, Vec<u8>) {
+        let state =
+            Scrape { metrics: Metrics::new(), token: token.map(|t| Arc::new(SecretString::from(t.to_owned()))) };
+        let mut request = Request::new(Body::empty());
+        if let Some(sent) = sent {
+            request.headers_mut().insert(header::AUTHORIZATION, HeaderValue::from_str(sent).unwrap());
+        }
+        let answer = scrape(State(state), request).await;
+        let status = answer.status();
+        let content_type = answer.headers().get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap().to_owned());
+        let body = axum::body::to_bytes(answer.into_body(), usize::MAX).await.unwrap().to_vec();
+        (status, content_type, body)
+    }
+
+    #[tokio::test]
+    async fn a_scrape_without_the_metrics_token_is_refused_in_the_apis_error_shape() {
+        for sent in [None, Some("Bearer wrong")] {
+            let (status, content_type, body) = scrape_with(Some("the-token"), sent).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED);
+            assert_eq!(content_type.as_deref(), Some("application/json"));
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!((body["error"].as_str(), body["details"].is_null()), (Some("unauthorized"), true), "{body}");
+            assert!(!body.to_string().contains("the-token"), "{body}");
+        }
+        let (status, content_type, _) = scrape_with(Some("the-token"), Some("Bearer the-token")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(content_type.unwrap().starts_with("text/plain"));
+        assert_eq!(scrape_with(None, None).await.0, StatusCode::OK);
+    }
 }

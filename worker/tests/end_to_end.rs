@@ -49,6 +49,11 @@ async fn the_example_deploys_with_an_sbom_per_node_and_destroys_to_idle(engine: 
         assert_eq!(sbom["bomFormat"], "CycloneDX");
         assert!(!sbom["components"].as_array().unwrap().is_empty(), "{node} has no components");
     }
+    // A node the deployment does not have is named as such, with those it has.
+    let (status, _, body) = api.get("/sbom/demo?node=no-such-node").await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("has no node no-such-node"), "{body}");
+    assert_eq!(body["details"]["nodes"].as_array().map(Vec::len), Some(nodes.len()), "{body}");
 
     let (status, _) = api.delete("demo").await;
     assert_eq!(status, 202);

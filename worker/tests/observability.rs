@@ -131,6 +131,7 @@ async fn a_deploy_moves_every_metric_family_and_logs_its_request_and_job_spans_a
     assert_eq!(answered["span"]["http.route"], "/deployments/{id}", "{answered}");
     assert_eq!(answered["status"], 202, "{answered}");
     assert_eq!(answered["target"], "slipway_api::access", "{answered}");
+    assert!(answered["latency_ms"].as_f64().is_some_and(|ms| ms > 0.0), "latency_ms is not a number: {answered}");
     let worker_lines = json_lines(&db, "worker.log");
     let job_lines: Vec<&Value> = worker_lines.iter().filter(|l| l["span"]["build.id"] == build.as_str()).collect();
     assert!(job_lines.iter().any(|l| l["message"] == "build started"), "{worker_lines:#?}");

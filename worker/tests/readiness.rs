@@ -112,6 +112,9 @@ async fn instances_become_ready_or_not_ready_and_wait_ready_says_so(engine: Engi
     // Bad input: an unknown deployment, a deadline that is no duration.
     assert_eq!(wait_ready(&db, port, "never-deployed", "1s").await.0, 2);
     assert_eq!(wait_ready(&db, port, "ready", "soon").await.0, 2);
+    let (code, _, err) = wait_ready(&db, port, "UPPER!", "1s").await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--deployment \"UPPER!\"") && !err.contains("has no successful deploy"), "{err}");
 }
 
 slipway_jobs::on_both_engines!(instances_become_ready_or_not_ready_and_wait_ready_says_so);

@@ -113,8 +113,19 @@ pub async fn document(
             Err(ApiError::not_found(format!("the SBOM of node {node} is unavailable: {reason}"))
                 .with_details(json!({ "reason": reason })))
         }
-        None => Err(ApiError::not_found(format!(
-            "deployment {id} has no SBOM for node {node}: no successful deploy has produced one"
-        ))),
+        None => {
+            let nodes: Vec<String> = sboms::list(&mut conn, id.as_str()).await?.into_iter().map(|e| e.node).collect();
+            Err(if nodes.is_empty() {
+                ApiError::not_found(format!(
+                    "deployment {id} has no SBOM for node {node}: no successful deploy has produced one"
+                ))
+            } else {
+                ApiError::not_found(format!(
+                    "deployment {id} has no node {node}; the nodes of its last deploy are {}",
+                    nodes.join(", ")
+                ))
+                .with_details(json!({ "nodes": nodes }))
+            })
+        }
     }
 }

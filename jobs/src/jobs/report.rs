@@ -194,7 +194,12 @@ impl Report {
                 let _ = write!(s, " ({e})");
             }
             if let Some(c) = &n.change {
-                let _ = write!(s, " would {}", c.action);
+                match c.action.as_str() {
+                    "unchanged" => s.push_str(" unchanged"),
+                    action => {
+                        let _ = write!(s, " would {action}");
+                    }
+                }
                 match (&c.before, &c.after) {
                     (Some(b), Some(a)) if b != a => {
                         let _ = write!(s, ": {b} -> {a}");
@@ -228,5 +233,56 @@ impl Report {
             self.duration_ms as f64 / 1000.0
         );
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn planned(name: &str, action: &str, before: Option<&str>, after: Option<&str>) -> NodeReport {
+        NodeReport {
+            name: name.into(),
+            outcome: NodeOutcome::Planned,
+            dns_names: Vec::new(),
+            system: None,
+            sbom: None,
+            error: None,
+            change: Some(NodeChange {
+                action: action.into(),
+                before: before.map(str::to_owned),
+                after: after.map(str::to_owned),
+                add_links: Vec::new(),
+                remove_links: Vec::new(),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_dry_run_report_says_what_would_change_and_what_stays_unchanged_in_plain_words() {
+        let mut report = Report {
+            build_id: "b".into(),
+            deployment_id: "d".into(),
+            kind: BuildKind::Deploy,
+            status: BuildStatus::Succeeded,
+            reason: None,
+            error: None,
+            attempt: 1,
+            exit_code: Some(0),
+            duration_ms: 10,
+            nodes: vec![
+                planned("same", "unchanged", Some("/nix/store/a"), Some("/nix/store/a")),
+                planned("moved", "update", Some("/nix/store/a"), Some("/nix/store/b")),
+            ],
+            warnings: Vec::new(),
+            summary: Summary::default(),
+            dry_run: true,
+        };
+        report.summarise();
+        let text = report.to_text();
+        let same = text.lines().find(|l| l.contains("node same")).unwrap();
+        assert!(same.ends_with(" unchanged") && !same.contains("would"), "{text}");
+        let moved = text.lines().find(|l| l.contains("node moved")).unwrap();
+        assert!(moved.contains(" would update: /nix/store/a -> /nix/store/b"), "{text}");
     }
 }
