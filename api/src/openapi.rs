@@ -7,7 +7,8 @@
 //! success answers and the errors only it gives); [`CommonAnswers`] adds
 //! what every route can answer: `413 payload_too_large` (a body announced
 //! over the limit), `431 request_header_fields_too_large`, `500 internal`,
-//! on routes that read a body `415 unsupported_media_type`, and on
+//! on routes that read a body `415 unsupported_media_type` and `408
+//! request_timeout`, and on
 //! authenticated routes `401 unauthorized` and `503
 //! service_unavailable` (the database is away). Every error answer is the
 //! one shape of [`crate::error::ErrorBody`] (`Error` in the document).
@@ -126,6 +127,7 @@ impl Modify for CommonAnswers {
                 // Found by schemathesis: a body not sent as JSON.
                 if operation.request_body.is_some() {
                     common.push((415, "`unsupported_media_type`: the body is not sent as JSON"));
+                    common.push((408, "`request_timeout`: the body paused longer than the read timeout"));
                 }
                 if secured {
                     common.push((401, "`unauthorized`: no token, or one that is not valid"));
