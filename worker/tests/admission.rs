@@ -10,6 +10,7 @@
 mod common;
 
 use common::{binary, command, demo, free_port, start, Api};
+use futures::StreamExt;
 use slipway_jobs::store::{Engine, Q};
 use slipway_jobs::test_support::TestDatabase;
 
@@ -41,11 +42,22 @@ async fn two_apis_admit_exactly_queue_size_submits_sent_at_once(queue_size: u32,
         let (api, configuration) = (&apis[i % 2], &configuration);
         async move { api.submit(&format!("q{i}"), configuration).await.expect("the api answers") }
     });
-    let answers = futures::future::join_all(sends).await;
+    // 12 in flight per api, under its pool of 16 connections: near the
+    // bound the submits' transactions take the admission lock one after
+    // another, and a burst past the pool would wait out its 2 s acquire
+    // timeout on a loaded machine (answered 503 service_unavailable).
+    let answers: Vec<(u16, serde_json::Value)> = futures::stream::iter(sends).buffer_unordered(24).collect().await;
     let accepted = answers.iter().filter(|(status, _)| *status == 202).count();
-    for (status, body) in answers.iter().filter(|(status, _)| *status != 202) {
-        assert_eq!(*status, 503, "{body}");
-        assert_eq!(body["error"], "queue_full", "{body}");
+    let unexpected: Vec<_> =
+        answers.iter().filter(|(s, b)| *s != 202 && !(*s == 503 && b["error"] == "queue_full")).collect();
+    if !unexpected.is_empty() {
+        let logs: Vec<String> =
+            (0..2).map(|i| std::fs::read_to_string(db.path(&format!("api-{i}.log"))).unwrap_or_default()).collect();
+        panic!(
+            "{} answers neither 202 nor 503 queue_full: {unexpected:?}\napi logs:\n{}",
+            unexpected.len(),
+            logs.join("\n")
+        );
     }
     assert_eq!(
         accepted, queue_size as usize,
