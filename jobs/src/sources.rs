@@ -331,12 +331,37 @@ impl FleetSources {
     /// `Busy` when every nix slot is taken; `Computing` when no live worker
     /// serves the `nix` queue (nothing is queued) or none started the eval
     /// within [`Self::wait_limit`].
+    ///
+    /// The result is kept by (source revision, configuration): a source
+    /// pinned to a git revision fixes what the eval reads, so a submit of the
+    /// same configuration at the same revision (and provider) takes the
+    /// stored result, and one that waits while the same eval runs waits for
+    /// that job, not a new one ([`names_key`]). A source that floats (the
+    /// built-in one without a self-pin, whose files are the worker's own, or
+    /// a `path:` source) is evaluated anew each time. Results are kept as
+    /// long as the sweep keeps names rows (`NIX_RESULTS_KEPT`).
     pub async fn names(&self, stored_source: Option<&str>, configuration: &Value) -> Result<Lookup<Names>, StoreError> {
+        let input = configuration.to_string();
+        let kept = stored_source.and_then(|source| names_key(&self.provider, source, &input));
+        let mut found = false;
+        if let Some(key) = &kept {
+            let row = rows::find(&mut self.db.acquire().await?, key).await?;
+            if let Some(row) =
+                row.as_ref().filter(|r| r.status == NixStatus::Done && r.input.as_deref() == Some(&input))
+            {
+                return Ok(names_of(parse_result(row.result.as_deref())));
+            }
+            found = row.is_some();
+        }
         if !self.nix_served().await? {
             return Ok(Lookup::Computing);
         }
-        let key = format!("names {}", ulid::Ulid::generate().to_string().to_lowercase());
-        let input = configuration.to_string();
+        if !found && self.slots_full().await? {
+            // Nothing to wait for and no slot to run it: the submit goes on
+            // without opening a write transaction (its database-bound path).
+            return Ok(Lookup::Busy);
+        }
+        let key = kept.unwrap_or_else(|| format!("names {}", ulid::Ulid::generate().to_string().to_lowercase()));
         let job = NewNixJob {
             key: &key,
             kind: NixKind::NamesEval,
@@ -346,19 +371,10 @@ impl FleetSources {
         };
         match self.find_or_queue(&job, None).await? {
             Lookup::Computing => {}
+            Lookup::Ready(value) => return Ok(names_of(Lookup::Ready(value))),
             other => return Ok(other.map_never()),
         }
-        Ok(match self.wait(&key, Some(NAMES_PICKUP)).await? {
-            Lookup::Ready(value) => match serde_json::from_value(value) {
-                Ok(names) => Lookup::Ready(names),
-                Err(e) => Lookup::Failed(NixFailure {
-                    code: FailureCode::BuildFailed,
-                    output: Some("names".into()),
-                    message: format!("nodes.json is not of its documented shape: {e}"),
-                }),
-            },
-            other => other.map_never(),
-        })
+        Ok(names_of(self.wait(&key, Some(NAMES_PICKUP)).await?))
     }
 
     /// Whether a live worker serves the `nix` queue.
@@ -367,6 +383,13 @@ impl FleetSources {
         let window = (self.heartbeat * MISSED_HEARTBEATS).as_secs() as i64 + 1;
         let states = crate::store::workers::queue_states(&mut self.db.acquire().await?, &[NIX_QUEUE], window).await?;
         Ok(states.iter().any(|q| q.workers > 0))
+    }
+
+    /// Whether every fleet-wide nix slot is held now (a snapshot: one
+    /// statement, no transaction).
+    async fn slots_full(&self) -> Result<bool, StoreError> {
+        let held = rows::slots_held(&mut self.db.acquire().await?, self.slots, now_ms()).await?;
+        Ok(held >= i64::from(self.slots))
     }
 
     /// The checker and stored source of a submit (MS-6, MS-8, MG-7): the
@@ -431,6 +454,34 @@ impl FleetSources {
                 f.message
             ))),
         }
+    }
+}
+
+/// The key a names eval's result is kept under, when `source` fixes what the
+/// eval reads (a git source pinned to a revision): `names <provider>
+/// <source> <SHA-256 of the configuration>`. `None` for a source that floats.
+pub fn names_key(provider: &str, source: &str, input: &str) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    match ModuleSource::parse(source) {
+        Ok(ModuleSource::Git { pin: GitPin::Rev(_), .. }) => {
+            Some(format!("names {provider} {source} {}", hex::encode(Sha256::digest(input.as_bytes()))))
+        }
+        _ => None,
+    }
+}
+
+/// A names eval's stored result as [`Names`], or why it is not one.
+fn names_of(lookup: Lookup<Value>) -> Lookup<Names> {
+    match lookup {
+        Lookup::Ready(value) => match serde_json::from_value(value) {
+            Ok(names) => Lookup::Ready(names),
+            Err(e) => Lookup::Failed(NixFailure {
+                code: FailureCode::BuildFailed,
+                output: Some("names".into()),
+                message: format!("nodes.json is not of its documented shape: {e}"),
+            }),
+        },
+        other => other.map_never(),
     }
 }
 

@@ -117,10 +117,6 @@ pub struct Queueing {
     pub limit: Option<u32>,
 }
 
-/// The advisory lock that serialises the Q-3 count of queued builds with
-/// the commit of the build it admits.
-const ADMISSION_LOCK: &str = "slipway.admission";
-
 /// A submit or delete that was accepted: its build and the state it implies.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Accepted {
@@ -392,18 +388,18 @@ pub async fn preview(
 /// already wait for a worker. A snapshot: [`submit`] counts again, exactly,
 /// in its own transaction.
 pub async fn admit(db: &Db, limit: u32) -> Result<(), SubmitError> {
-    let queued = builds::queued_up_to(&mut db.acquire().await?, i64::from(limit)).await?;
+    let queued = crate::store::submit::admission_count(&mut db.acquire().await?, i64::from(limit)).await?;
     if queued >= i64::from(limit) {
         return Err(SubmitError::QueueFull { queued, limit });
     }
     Ok(())
 }
 
-/// How a submit's transaction takes [`ADMISSION_LOCK`].
+/// How a submit's transaction takes [`crate::store::submit::ADMISSION_LOCK`].
 ///
 /// A submit commits under the shared lock when the queued builds it sees,
 /// plus every transaction that could be writing unseen beside it (one per
-/// database connection, [`builds::queued_up_to_and_unseen`]), stay within
+/// database connection), stay within
 /// `QUEUE_SIZE`: far from the bound, submits do not wait for each other.
 /// Otherwise it runs again under the exclusive lock, which waits for every
 /// shared holder to commit, so its count is complete. The bound is exact
@@ -545,7 +541,9 @@ async fn place_secrets(
 
 /// One submit transaction (MG-7, Q-1): the deployment row, the build row and
 /// its job, committed together, within the Q-3 bound `limit`. `Ok(None)`:
-/// rolled back, to be run again under [`Admission::Exclusive`].
+/// rolled back, to be run again under [`Admission::Exclusive`]. Four round
+/// trips on PostgreSQL (`BEGIN`, two statements, `COMMIT`; see
+/// [`crate::store::submit`]).
 async fn store(
     db: &Db,
     id: &DeploymentId,
@@ -554,9 +552,9 @@ async fn store(
     limit: Option<u32>,
     admission: Admission,
 ) -> Result<Option<String>, SubmitError> {
+    use crate::store::submit::{lock_and_upsert, write_build, AdmissionLock};
     let Stored { checked, module_source, names, operator_secrets, dry_run } = stored;
     let mut tx = db.begin_write().await?;
-    tx.lock_deployment(id.as_str()).await?;
     let snapshot = deployments::Snapshot {
         id: id.as_str(),
         configuration: &checked.configuration,
@@ -565,11 +563,14 @@ async fn store(
         instances: &checked.instances,
         names,
     };
+    let lock = match (limit, admission) {
+        (None, _) => AdmissionLock::None,
+        (Some(_), Admission::Shared) => AdmissionLock::Shared,
+        (Some(_), Admission::Exclusive) => AdmissionLock::Exclusive,
+    };
     // The first submits of a new deployment have no row to lock yet: they
     // wait for each other here, on its key. A dry run changes nothing of it.
-    if !dry_run {
-        deployments::upsert(&mut tx, snapshot, now_ms()).await?;
-    }
+    lock_and_upsert(&mut tx, id.as_str(), (!dry_run).then_some(snapshot), lock, now_ms()).await?;
     // The time is read holding the deployment's lock, so a deployment's
     // builds are in the same order by submit (`seq`), id and `queued_at`.
     let now = now_ms();
@@ -585,27 +586,16 @@ async fn store(
         readiness: Some(&checked.readiness),
         dry_run,
     };
-    if kind == BuildKind::Deploy && !dry_run {
-        builds::supersede_queued_deploys(&mut tx, id.as_str(), &build_id, now).await?;
-    }
-    builds::insert(&mut tx, new, now).await?;
-    crate::failpoint::hit("build_inserted");
-    builds::dispatch_next(&mut tx, id.as_str()).await?;
-    events::record(&mut tx, id.as_str(), now).await?;
+    // A real submit's build decides the deployment's state from now on (ST-1,
+    // DL-3); a dry run never counts.
+    let event = (!dry_run).then(|| DeploymentState::derive(Some((kind, BuildStatus::Queued))));
+    let supersede = kind == BuildKind::Deploy && !dry_run;
+    // Other queued builds are counted up to the bound: this one makes one more.
+    let cap = limit.map_or(0, i64::from);
+    let written = write_build(&mut tx, new, supersede, event, cap, now).await?;
     if let Some(limit) = limit {
-        // The count includes this build; the api also checked before it
-        // read the body.
-        let cap = i64::from(limit) + 1;
-        let (queued, unseen) = match admission {
-            Admission::Shared => {
-                tx.lock_name_shared(ADMISSION_LOCK).await?;
-                builds::queued_up_to_and_unseen(&mut tx, cap).await?
-            }
-            Admission::Exclusive => {
-                tx.lock_name(ADMISSION_LOCK).await?;
-                (builds::queued_up_to(&mut tx, cap).await?, 0)
-            }
-        };
+        let queued = written.queued;
+        let unseen = if admission == Admission::Exclusive { 0 } else { written.unseen };
         if queued > i64::from(limit) {
             tx.rollback().await?;
             return Err(SubmitError::QueueFull { queued: queued - 1, limit });

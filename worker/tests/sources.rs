@@ -405,7 +405,55 @@ async fn a_configuration_for_the_first_revision_is_deployed_from_the_second(engi
     );
 }
 
+/// EV-1's result is kept by (source revision, configuration): a second
+/// submit of the same configuration at the same pinned revision, to another
+/// deployment, queues no `names_eval` job and answers the same names; a
+/// changed configuration, or the same one at another revision, is
+/// evaluated again.
+async fn a_repeated_configuration_at_the_same_revision_is_not_evaluated_again(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
+    let dir = db.path("repo");
+    let first = reference_repository(&dir);
+    std::fs::write(dir.join("NOTES"), "a second revision, the same module\n").unwrap();
+    let second = commit(&dir, "a second revision");
+    let url = format!("file://{}", dir.display());
+    let fleet = fleet(&db, &[("SLIPWAY_TRUSTED_SOURCES", url.as_str())], &["--queues", "nix"]).await;
+    wait_serving(&fleet.api, "nix").await;
+    let submit = |id: &'static str, configuration: Value, rev: &str| {
+        let body = json!({ "configuration": configuration, "module_source": format!("git+{url}?rev={rev}") });
+        let api = &fleet.api;
+        async move {
+            let (status, accepted) = api.call(Method::PUT, &format!("/deployments/{id}"), Some(&body)).await.unwrap();
+            assert_eq!(status, 202, "{accepted}");
+            assert!(accepted.get("names_skipped").is_none(), "the names eval did not run: {accepted}");
+            accepted
+        }
+    };
+    let names_evals = || {
+        let sql = "SELECT COUNT(*) AS n FROM nix_results WHERE kind = 'names_eval'";
+        count(&db, sql, sql)
+    };
+    let first_submit = submit("kept-1", demo(), &first).await;
+    let jobs = nix_jobs(&db).await;
+    assert_eq!((jobs, names_evals().await), (2, 1), "the schema build and one names eval");
+
+    let repeated = submit("kept-2", demo(), &first).await;
+    assert_eq!(nix_jobs(&db).await, jobs, "a repeated configuration was evaluated again");
+    assert_eq!(repeated["names"], first_submit["names"]);
+
+    let mut changed = demo();
+    changed["applications"]["mastodon"]["subdomain"] = json!("toots");
+    let changed = submit("kept-3", changed, &first).await;
+    assert_eq!(nix_jobs(&db).await, jobs + 1, "a changed configuration was not evaluated");
+    assert_ne!(changed["names"], first_submit["names"]);
+
+    submit("kept-4", demo(), &second).await;
+    assert_eq!(nix_jobs(&db).await, jobs + 3, "another revision: its schema build and its names eval");
+    assert_eq!(names_evals().await, 3);
+}
+
 slipway_jobs::on_both_engines!(
     a_cold_source_answers_computing_then_its_outputs,
     a_configuration_for_the_first_revision_is_deployed_from_the_second,
+    a_repeated_configuration_at_the_same_revision_is_not_evaluated_again,
 );

@@ -18,6 +18,7 @@ pub mod nodelay;
 pub mod queue;
 pub mod readiness;
 pub mod sboms;
+pub mod submit;
 pub mod workers;
 
 pub use db::{ping, Conn, Db, Engine, Row, Q};

@@ -45,6 +45,13 @@ pub async fn push_build_job(conn: &mut Conn, build_id: &str, delay: Option<Durat
     push(conn, BUILDS_QUEUE, &job, BUILD_JOB_ATTEMPTS, delay).await
 }
 
+/// The payload of `build_id`'s [`BuildJob`] as apalis stores it (JSON
+/// text), for a push folded into another statement
+/// ([`super::submit::write_build`] on PostgreSQL).
+pub fn build_job_payload(build_id: &str) -> String {
+    serde_json::to_string(&BuildJob { build_id: build_id.to_owned() }).expect("job payload serialises")
+}
+
 /// Pushes `payload` into `queue` in `conn`'s transaction, under a new ULID,
 /// to be handed out at most `attempts` times, at once or after `delay`.
 async fn push<J: Serialize>(

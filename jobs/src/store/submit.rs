@@ -1,0 +1,323 @@
+//! A submit's transaction in the fewest round trips (MG-7, Q-1, Q-3, ST-2,
+//! Q-7, DL-3): what [`crate::submit`] stores, written as few statements as
+//! keep every guarantee.
+//!
+//! On PostgreSQL, inside `BEGIN … COMMIT`, two statements:
+//! 1. [`lock_and_upsert`]: the deployment's snapshot, inserted or replaced
+//!    (`INSERT … ON CONFLICT DO UPDATE`, whose row lock serialises the
+//!    deployment's writers, ST-2, ST-3), and in its `RETURNING` the
+//!    `slipway.admission` advisory lock (shared or exclusive, Q-3), so the
+//!    two locks are always taken in that order;
+//! 2. [`write_build`]: one statement of data-modifying CTEs that supersedes
+//!    the deployment's queued deploys (Q-7), inserts the build, pushes its
+//!    apalis job when its turn has come (ST-2, Q-1: same transaction),
+//!    records the channel event and its `NOTIFY` (DL-3), and counts the
+//!    queued builds for the admission (Q-3). Its snapshot is taken after
+//!    statement 1 holds both locks, so it sees every build of the deployment
+//!    and, under the exclusive lock, every queued build.
+//!
+//! On SQLite, whose `BEGIN IMMEDIATE` already holds the one write lock and
+//! whose statements make no network round trip, the same steps run as a few
+//! plain statements (it has no data-modifying CTEs); the job is pushed by
+//! apalis's own query.
+
+use super::queue::{BUILDS_QUEUE, BUILD_JOB_ATTEMPTS};
+use super::{builds, deployments, events, Conn, Engine, StoreError, Q};
+
+/// The advisory lock that serialises the Q-3 count of queued builds with
+/// the commit of the build it admits (PostgreSQL; a no-op on SQLite).
+pub const ADMISSION_LOCK: &str = "slipway.admission";
+
+/// How a submit's transaction takes [`ADMISSION_LOCK`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdmissionLock {
+    /// No bound (a local run): no lock.
+    None,
+    /// Shared: submits far from the bound run side by side.
+    Shared,
+    /// Exclusive: waits for every shared holder, so the count is complete.
+    Exclusive,
+}
+
+/// Statement 1: takes the deployment's lock, writing its snapshot unless it
+/// is `None` (a dry run changes nothing of it: the row is only locked), then
+/// the admission lock. The first submits of a new deployment wait for each
+/// other here, on its key.
+pub async fn lock_and_upsert(
+    conn: &mut Conn,
+    id: &str,
+    snapshot: Option<deployments::Snapshot<'_>>,
+    admission: AdmissionLock,
+    now: i64,
+) -> Result<(), StoreError> {
+    match (conn.engine(), snapshot) {
+        (Engine::Postgres, Some(s)) => {
+            let lock = match admission {
+                AdmissionLock::None => "NULL",
+                AdmissionLock::Shared => "pg_advisory_xact_lock_shared(hashtext($8))::text",
+                AdmissionLock::Exclusive => "pg_advisory_xact_lock(hashtext($8))::text",
+            };
+            upsert_query(s, now, &format!("RETURNING version, {lock} AS admission"))
+                .text(ADMISSION_LOCK)
+                .fetch_one(conn)
+                .await?;
+        }
+        (Engine::Sqlite, Some(s)) => {
+            upsert_query(s, now, "").execute(conn).await?;
+        }
+        (_, None) => {
+            conn.lock_deployment(id).await?;
+            match admission {
+                AdmissionLock::None => {}
+                AdmissionLock::Shared => conn.lock_name_shared(ADMISSION_LOCK).await?,
+                AdmissionLock::Exclusive => conn.lock_name(ADMISSION_LOCK).await?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The deployment's insert-or-replace (ST-3: the version grows by one with
+/// each change, under the row lock the statement itself takes), `$1`–`$7`
+/// bound, `tail` appended.
+fn upsert_query(s: deployments::Snapshot<'_>, now: i64, tail: &str) -> Q {
+    Q::new(format!(
+        "INSERT INTO deployments (id, configuration, module_source, domain, instances, names, version, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7)
+         ON CONFLICT (id) DO UPDATE SET configuration = excluded.configuration,
+             module_source = excluded.module_source, domain = excluded.domain, instances = excluded.instances,
+             names = excluded.names, version = deployments.version + 1,
+             updated_at = CASE WHEN excluded.updated_at > deployments.updated_at
+                               THEN excluded.updated_at ELSE deployments.updated_at END
+         {tail}"
+    ))
+    .text(s.id)
+    .text(s.configuration.to_string())
+    .opt_text(s.module_source)
+    .opt_text(s.domain)
+    .text(serde_json::to_string(s.instances).expect("instances serialise"))
+    .opt_text(s.names.map(serde_json::Value::to_string))
+    .int(now)
+}
+
+/// What statement 2 wrote and counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Queued builds, this one included, counted up to the cap (+1).
+    pub queued: i64,
+    /// At most how many other transactions may be writing unseen beside
+    /// this one: PostgreSQL's `max_connections`; 0 on SQLite.
+    pub unseen: i64,
+    /// Whether this build's job was pushed (its turn has come, ST-2).
+    pub dispatched: bool,
+}
+
+/// Statement 2 (see the module doc): supersedes `build`'s deployment's queued
+/// deploys when `supersede` (Q-7), inserts `build` queued, pushes its job
+/// when no other build of its deployment is queued or running (ST-2),
+/// records `event` (the deployment's state from this build on, DL-3; `None`
+/// for a dry run, which changes no state) and counts the queued builds up to
+/// `cap` others. Call holding the deployment's lock ([`lock_and_upsert`]),
+/// with `now` read under it. Should the deployment hold an earlier waiting
+/// build and none dispatched (a state no transaction leaves), that build is
+/// dispatched instead, as [`builds::dispatch_next`] does.
+pub async fn write_build(
+    conn: &mut Conn,
+    build: builds::NewBuild<'_>,
+    supersede: bool,
+    event: Option<crate::state::DeploymentState>,
+    cap: i64,
+    now: i64,
+) -> Result<Written, StoreError> {
+    let written = match conn.engine() {
+        Engine::Postgres => write_build_postgres(conn, build, supersede, event, cap, now).await?,
+        Engine::Sqlite => write_build_sqlite(conn, build, supersede, event, cap, now).await?,
+    };
+    Ok(written)
+}
+
+/// An upper bound `b` on the queued builds a statement's snapshot holds, in
+/// two index lookups whatever the number of builds: queued builds have
+/// distinct `seq`s between the oldest queued one's and the newest build's.
+/// Admission counts them (up to the bound) only when `b` comes near
+/// `QUEUE_SIZE`; far from it, `b` suffices (Q-3 stays exact: the count is
+/// never more than `b`). Tight while the queue flows; loose when an old
+/// build waits behind many that ran.
+const SPAN: &str = "(SELECT COALESCE((SELECT MAX(seq) FROM builds)
+                                   - (SELECT MIN(seq) FROM builds WHERE status = 'queued') + 1, 0) AS b) AS span";
+
+/// Q-3 before a submit's body is read: the builds waiting for a worker
+/// when that is `limit` or more (counted up to `limit`), otherwise a number
+/// below `limit` that is at least that many (the [`SPAN`] bound, or the
+/// count). One statement.
+pub async fn admission_count(conn: &mut Conn, limit: i64) -> Result<i64, StoreError> {
+    Q::new(format!(
+        "SELECT CASE WHEN b < $1 THEN b
+                     ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM builds WHERE status = 'queued' LIMIT $1) AS q)
+                END AS n
+         FROM {SPAN}"
+    ))
+    .int(limit)
+    .fetch_one(conn)
+    .await?
+    .int("n")
+}
+
+/// Q-7 on PostgreSQL, inside statement 2: `$2` deployment, `$7` now,
+/// `$11` the error the superseded builds get, `$12` whether to supersede.
+const SUPERSEDE: &str = "UPDATE builds SET status = 'superseded', reason = 'superseded', error = $11, finished_at = $7,
+           version = version + 1
+    WHERE $12 = 1 AND deployment_id = $2 AND kind = 'deploy' AND status = 'queued' AND dry_run = 0
+      AND seq > COALESCE((SELECT MAX(seq) FROM builds WHERE deployment_id = $2 AND kind = 'destroy'), 0)";
+
+/// `$1`–`$10`: the build's columns.
+fn build_args(q: Q, b: &builds::NewBuild<'_>, now: i64) -> Q {
+    q.text(b.id)
+        .text(b.deployment_id)
+        .text(b.kind.as_str())
+        .text(b.configuration.to_string())
+        .opt_text(b.module_source)
+        .text(serde_json::to_string(b.instances).expect("instances serialise"))
+        .int(now)
+        .opt_text(
+            b.operator_secrets
+                .filter(|p| !p.is_empty())
+                .map(|p| serde_json::to_string(p).expect("pins serialise"))
+                .as_deref(),
+        )
+        .opt_text(b.readiness.map(|r| serde_json::to_string(r).expect("readiness settings serialise")).as_deref())
+        .int(i64::from(b.dry_run))
+}
+
+async fn write_build_postgres(
+    conn: &mut Conn,
+    b: builds::NewBuild<'_>,
+    supersede: bool,
+    event: Option<crate::state::DeploymentState>,
+    cap: i64,
+    now: i64,
+) -> Result<Written, StoreError> {
+    // `blocked`: a build of the deployment is queued (waiting or
+    // dispatched) or running, other than those superseded now; with none,
+    // this build's turn has come (ST-2). `busy`: one of them is dispatched.
+    // The job row is what apalis's own push writes (`push_tasks`; the test
+    // `the_folded_job_push_writes_the_row_apalis_writes` compares them).
+    let sql = format!(
+        "WITH sup AS ({SUPERSEDE} RETURNING id),
+         st AS (
+           SELECT EXISTS (SELECT 1 FROM builds WHERE deployment_id = $2 AND status IN ('queued', 'running')
+                            AND id NOT IN (SELECT id FROM sup)) AS blocked,
+                  EXISTS (SELECT 1 FROM builds WHERE deployment_id = $2 AND status IN ('queued', 'running')
+                            AND dispatched = 1 AND id NOT IN (SELECT id FROM sup)) AS busy
+         ),
+         ins AS (
+           INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
+                               operator_secrets, readiness, dry_run, dispatched, version)
+           SELECT $1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10,
+                  CASE WHEN blocked THEN 0 ELSE 1 END, CASE WHEN blocked THEN 0 ELSE 1 END
+           FROM st
+           RETURNING dispatched
+         ),
+         job AS (
+           INSERT INTO apalis.jobs (id, job_type, job, status, attempts, max_attempts, run_at, priority, metadata,
+                                    idempotency_key)
+           SELECT $13, $14, convert_to($15, 'UTF8'), 'Pending', 0, $16::integer, to_timestamp($17), 0, ''::hstore,
+                  NULL
+           FROM st WHERE NOT blocked
+           RETURNING id
+         ),
+         ev AS (
+           INSERT INTO deployment_events (deployment_id, n, state, build_id, at)
+           SELECT $2, COALESCE(MAX(n), 0) + 1, $18::text, $1, $7 FROM deployment_events WHERE deployment_id = $2
+           HAVING $18::text IS NOT NULL
+           RETURNING n
+         )
+         SELECT CASE WHEN (SELECT b FROM {SPAN}) + 1 + current_setting('max_connections')::bigint <= $19
+                     THEN (SELECT b FROM {SPAN}) + 1
+                     ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM builds WHERE status = 'queued'
+                                                   AND id NOT IN (SELECT id FROM sup) LIMIT $19) AS others) + 1
+                END AS queued,
+                current_setting('max_connections')::bigint AS unseen,
+                (SELECT dispatched FROM ins) AS dispatched,
+                (SELECT CASE WHEN busy THEN 1 ELSE 0 END FROM st)::bigint AS busy,
+                (SELECT pg_notify($20, $2)::text FROM ev) AS notified"
+    );
+    let row = build_args(Q::new(sql), &b, now)
+        .text(format!("superseded by build {}, submitted before this one ran", b.id))
+        .int(i64::from(supersede))
+        .text(ulid::Ulid::generate().to_string())
+        .text(BUILDS_QUEUE)
+        .text(super::queue::build_job_payload(b.id))
+        .int(BUILD_JOB_ATTEMPTS as i64)
+        .int(now.div_euclid(1000))
+        .opt_text(event.map(|e| e.as_str()))
+        .int(cap)
+        .text(events::NOTIFY_CHANNEL)
+        .fetch_one(conn)
+        .await?;
+    crate::failpoint::hit("build_inserted");
+    let dispatched = row.int("dispatched")? == 1;
+    if dispatched {
+        crate::failpoint::hit("job_pushed");
+    } else if row.int("busy")? == 0 {
+        // An earlier build waits with none dispatched: its turn, not ours.
+        builds::dispatch_next(conn, b.deployment_id).await?;
+    }
+    Ok(Written { queued: row.int("queued")?, unseen: row.int("unseen")?, dispatched })
+}
+
+async fn write_build_sqlite(
+    conn: &mut Conn,
+    b: builds::NewBuild<'_>,
+    supersede: bool,
+    event: Option<crate::state::DeploymentState>,
+    cap: i64,
+    now: i64,
+) -> Result<Written, StoreError> {
+    if supersede {
+        builds::supersede_queued_deploys(conn, b.deployment_id, b.id, now).await?;
+    }
+    // The build's turn has come when no other build of the deployment is
+    // queued or running (ST-2).
+    let sql = "INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
+                                   operator_secrets, readiness, dry_run, dispatched, version)
+               SELECT $1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, turn, turn
+               FROM (SELECT CASE WHEN EXISTS (SELECT 1 FROM builds WHERE deployment_id = $2
+                                                AND status IN ('queued', 'running'))
+                                 THEN 0 ELSE 1 END AS turn) AS t
+               RETURNING dispatched";
+    let dispatched = build_args(Q::new(sql), &b, now).fetch_one(conn).await?.int("dispatched")? == 1;
+    crate::failpoint::hit("build_inserted");
+    if dispatched {
+        super::queue::push_build_job(conn, b.id, None).await?;
+        crate::failpoint::hit("job_pushed");
+    } else {
+        // Usually a build ahead is dispatched and this one waits; otherwise
+        // an earlier waiting build's turn has come.
+        builds::dispatch_next(conn, b.deployment_id).await?;
+    }
+    if let Some(state) = event {
+        Q::new(
+            "INSERT INTO deployment_events (deployment_id, n, state, build_id, at)
+             SELECT $1, COALESCE(MAX(n), 0) + 1, $2, $3, $4 FROM deployment_events WHERE deployment_id = $1",
+        )
+        .text(b.deployment_id)
+        .text(state.as_str())
+        .text(b.id)
+        .int(now)
+        .execute(conn)
+        .await?;
+    }
+    // This build is counted, being visible here.
+    let queued = Q::new(format!(
+        "SELECT CASE WHEN b <= $1 THEN b
+                     ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM builds WHERE status = 'queued' LIMIT $1 + 1) AS q)
+                END AS n
+         FROM {SPAN}"
+    ))
+    .int(cap)
+    .fetch_one(conn)
+    .await?
+    .int("n")?;
+    Ok(Written { queued, unseen: 0, dispatched })
+}

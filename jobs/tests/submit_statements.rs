@@ -1,0 +1,81 @@
+//! How many statements a submit sends, counted from sqlx's own statement
+//! events (`sqlx::query`). Alone in its test binary: tracing caches whether
+//! a call site is wanted, so another test's thread without a subscriber
+//! could hide this thread's events.
+
+use slipway_jobs::store::{Db, Engine, Q};
+use slipway_jobs::test_support::{checker, submit_demo, world, AnySource};
+use std::sync::{Arc, Mutex};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::Layer;
+
+/// Collects the first words of every statement sqlx sends (its
+/// `sqlx::query` events) on this thread while it is the default subscriber.
+#[derive(Clone, Default)]
+struct Statements(Arc<Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> Layer<S> for Statements {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        if event.metadata().target() != "sqlx::query" {
+            return;
+        }
+        struct Summary(String);
+        impl tracing::field::Visit for Summary {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "summary" || (field.name() == "message" && self.0.is_empty()) {
+                    self.0 = format!("{value:?}");
+                }
+            }
+            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                if field.name() == "summary" || (field.name() == "message" && self.0.is_empty()) {
+                    self.0 = value.to_owned();
+                }
+            }
+        }
+        let mut summary = Summary(String::new());
+        event.record(&mut summary);
+        self.0.lock().unwrap().push(summary.0);
+    }
+}
+
+/// The statements `submit_demo` of deployment `id` sends (PostgreSQL runs
+/// them on the calling thread, so a thread's subscriber sees them all).
+async fn statements_of_a_submit(db: &Db, sources: &AnySource, id: &str) -> Vec<String> {
+    let seen = Statements::default();
+    let subscriber = tracing_subscriber::registry().with(
+        seen.clone()
+            .with_filter(tracing_subscriber::filter::Targets::new().with_target("sqlx::query", tracing::Level::TRACE)),
+    );
+    let accepted = {
+        let _default = tracing::subscriber::set_default(subscriber);
+        submit_demo(db, sources, id, 1000).await
+    };
+    accepted.expect("the submit is accepted");
+    let statements = seen.0.lock().unwrap().clone();
+    statements
+}
+
+/// A submit's transaction is four round trips on PostgreSQL: `BEGIN` (which
+/// sqlx does not log), the deployment's upsert (which takes its lock and the
+/// admission lock), one statement that supersedes, inserts the build, pushes
+/// its job, records the event and counts the queue, and `COMMIT`; for a new
+/// deployment and for one whose queued deploy it supersedes alike (it was
+/// seventeen). Before it, without OpenBao, one read of the deployment's
+/// secret pins, as the demo configuration has secret fields.
+#[tokio::test]
+async fn a_submit_on_postgres_is_four_round_trips() {
+    let w = world(Engine::Postgres, &[]).await;
+    let sources = AnySource(checker());
+    for (what, id) in [("a new deployment", "fresh"), ("a deployment with a queued deploy", "fresh")] {
+        let statements = statements_of_a_submit(&w.ctx.db, &sources, id).await;
+        println!("{what}: {} statements: {statements:#?}", statements.len());
+        let starts: Vec<&str> = statements.iter().map(|s| s.split_whitespace().next().unwrap_or("")).collect();
+        assert_eq!(starts, ["SELECT", "INSERT", "WITH", "COMMIT"], "{what}: {statements:#?}");
+        assert!(statements[0].contains("operator_secrets"), "{what}: {statements:#?}");
+    }
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let rows = Q::new("SELECT status, dispatched FROM builds ORDER BY seq").fetch_all(&mut conn).await.unwrap();
+    let rows: Vec<(String, i64)> =
+        rows.iter().map(|r| (r.text("status").unwrap(), r.int("dispatched").unwrap())).collect();
+    assert_eq!(rows, [("superseded".to_owned(), 1), ("queued".to_owned(), 1)], "Q-7 and ST-2");
+}
