@@ -73,13 +73,22 @@ pub enum Ran {
 /// Runs one `builds` job.
 pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
     let picked_us = now_us();
-    if let Some((owner, wait)) = live_owner(&job.build_id, ctx).await? {
-        tracing::info!(build.id = %job.build_id, worker.name = %owner, "the build runs on a live worker; looking again later");
-        builds::push_recheck(&mut ctx.db.acquire().await?, &job.build_id, wait).await?;
-        return Ok(Ran::Deferred);
-    }
-    let Some(build) = claim(ctx, &job.build_id).await? else {
-        return Ok(Ran::AlreadyFinished);
+    let build = match claim(ctx, &job.build_id, false).await? {
+        Claim::Claimed(build) => build,
+        Claim::Finished => return Ok(Ran::AlreadyFinished),
+        // Started by a worker: taken over only when that worker is gone.
+        Claim::Running => {
+            if let Some((owner, wait)) = live_owner(&job.build_id, ctx).await? {
+                tracing::info!(build.id = %job.build_id, worker.name = %owner, "the build runs on a live worker; looking again later");
+                builds::push_recheck(&mut ctx.db.acquire().await?, &job.build_id, wait).await?;
+                return Ok(Ran::Deferred);
+            }
+            match claim(ctx, &job.build_id, true).await? {
+                Claim::Claimed(build) => build,
+                Claim::Finished => return Ok(Ran::AlreadyFinished),
+                Claim::Running => return Err(StoreError::Conflict("build").into()),
+            }
+        }
     };
     let marks = Marks { queued_us: build.queued_at * 1000, picked_us, claimed_us: now_us(), ..Marks::default() };
     // The job's span: every line of the run carries its build, deployment,
@@ -132,24 +141,47 @@ async fn live_owner(id: &str, ctx: &Ctx) -> Result<Option<(String, Duration)>, J
     }
 }
 
+/// What [`claim`] found.
+enum Claim {
+    /// The build is this worker's next attempt (the row as claimed).
+    Claimed(BuildRow),
+    /// The build has already ended: nothing to do.
+    Finished,
+    /// The build runs (a worker started it) and a takeover was not asked for.
+    Running,
+}
+
 /// Makes build `id` this worker's next attempt, in a write transaction of
 /// its own (a conditional update on the version read, ST-3; a lost race
-/// reads again). A build found `running` was started by a worker that is
-/// gone: it is taken over and its effect re-run. `None` when the
-/// build is already finished (nothing to do).
-async fn claim(ctx: &Ctx, id: &str) -> Result<Option<BuildRow>, StoreError> {
+/// reads again). A build found `running` was started by another worker: it
+/// is taken over and its effect re-run only with `takeover` (once
+/// [`live_owner`] found that worker gone); otherwise [`Claim::Running`].
+/// The claimed row is the one read with the claim's changes, not read
+/// again (the update changes nothing else).
+async fn claim(ctx: &Ctx, id: &str, takeover: bool) -> Result<Claim, StoreError> {
     for _ in 0..5 {
         let mut tx = ctx.db.begin_write().await?;
         let Some(row) = builds::get(&mut tx, id).await? else {
             return Err(StoreError::Corrupt(format!("job for unknown build {id}")));
         };
         if row.status.is_terminal() {
-            return Ok(None);
+            tx.rollback().await?;
+            return Ok(Claim::Finished);
         }
-        if builds::claim(&mut tx, &row, &ctx.worker, now_ms()).await? {
-            let claimed = builds::get(&mut tx, id).await?;
+        if row.status == BuildStatus::Running && !takeover {
+            tx.rollback().await?;
+            return Ok(Claim::Running);
+        }
+        let now = now_ms();
+        if builds::claim(&mut tx, &row, &ctx.worker, now).await? {
             tx.commit().await?;
-            return Ok(claimed);
+            let mut claimed = row;
+            claimed.status = BuildStatus::Running;
+            claimed.attempts += 1;
+            claimed.worker = Some(ctx.worker.clone());
+            claimed.started_at = Some(now);
+            claimed.version += 1;
+            return Ok(Claim::Claimed(claimed));
         }
         tx.rollback().await?;
     }

@@ -37,8 +37,15 @@ pub(crate) struct DbLog {
 
 impl DbLog {
     pub(crate) async fn open(db: Db, build: &BuildRow, echo: bool, paths: Vec<(String, String)>) -> Self {
-        let end = async { builds::log_end(&mut db.acquire().await?, &build.id, build.attempts).await };
-        let end = end.await.unwrap_or((builds::log_base(build.attempts) + 1, 0));
+        let start = (builds::log_base(build.attempts) + 1, 0);
+        // A first attempt's log is empty: only the claim holder appends, and
+        // the build had no holder before it (one round trip less per build).
+        let end = if build.attempts <= 1 {
+            start
+        } else {
+            let end = async { builds::log_end(&mut db.acquire().await?, &build.id, build.attempts).await };
+            end.await.unwrap_or(start)
+        };
         let mut paths = paths;
         paths.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
         Self { db, build: build.clone(), echo, paths, end: std::sync::Mutex::new(end), unsent: Default::default() }
@@ -173,11 +180,14 @@ pub(crate) async fn run_effect(
     let state = ctx.provider_state_dir(&build.deployment_id);
     // A worker that died (or was taken for dead) on this host may have left
     // an older attempt's effect running: stop it before running again (Q-1;
-    // one build of a deployment at a time).
-    let (id, attempt) = (build.id.clone(), build.attempts);
-    let stale = tokio::task::spawn_blocking(move || crate::effect::kill_stale(&id, attempt)).await.unwrap_or(0);
-    if stale > 0 {
-        tracing::warn!(processes = stale, "stopped an older attempt's effect left running on this host");
+    // one build of a deployment at a time). A first attempt has no older
+    // one, and the scan of every process's environment is skipped.
+    if build.attempts > 1 {
+        let (id, attempt) = (build.id.clone(), build.attempts);
+        let stale = tokio::task::spawn_blocking(move || crate::effect::kill_stale(&id, attempt)).await.unwrap_or(0);
+        if stale > 0 {
+            tracing::warn!(processes = stale, "stopped an older attempt's effect left running on this host");
+        }
     }
     // A database that does not answer now is no reason to give up: the
     // claim is watched while the effect runs, and the lock keeps a late
