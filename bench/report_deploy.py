@@ -51,6 +51,7 @@ def render(results, command, git, quiet):
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `{command}` (code at {git}); "
         f"{cpu}, {cores} cores; {rustc}; machine quiet before the run: {quiet}.",
         "",
+        f"Binaries: {', '.join(sorted({r.get('binaries', 'release') for r in results}))}. "
         "A release `slipway-api` and 1 or 4 release `slipway-worker`s (`--queues builds`, default `BUILD_SLOTS` 4 "
         "each) on a fresh database; the module source is `bench/deploy/noop-source` (pure Nix), whose deploy effect "
         "writes a one-node `nodes.json` and exits 0. No worker serves the `nix` queue while measuring, so a submit "
@@ -58,13 +59,17 @@ def render(results, command, git, quiet):
         "then follows the deployment on `GET /deployments/{id}/events` until `active`. *Overhead* is submit → "
         "`active` as the client saw it, less the effect's run as the build's own `report.timings` has it (Nix "
         "evaluation + Nix builds + the effect's own work, its process start-up and containment included). The "
-        "Slipway parts are the builds' own timings (p50).",
+        "Slipway parts are the builds' own timings (p50); *submit → stored* is from the client's request to the "
+        "build's `queued_at` (the submit's checks and its transaction up to the build's insert), *end written → "
+        "client* from the build's `finished_at` to the client reading `active` (the rest of the recording "
+        "transaction and its commit, the deployment's event and NOTIFY, the api's stream). The queue wait starts "
+        "at `queued_at`, so it holds the rest of the submit's transaction and its commit too.",
         "",
         "| engine | workers | case | deployments | submit answer p50 ms | submit → active p50 / p99 ms | "
-        "effect p50 ms | **overhead p50 / p99 ms** | "
+        "effect p50 ms | **overhead p50 / p99 ms** | submit → stored p50 | "
         + " | ".join(f"{label} p50" for _, label in PARTS)
-        + " |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | " + " | ".join("---" for _ in PARTS) + " |",
+        + " | end written → client p50 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | " + " | ".join("---" for _ in PARTS) + " | --- |",
     ]
     for r in cases:
         parts = r["build_parts_p50_ms"]
@@ -72,8 +77,9 @@ def render(results, command, git, quiet):
             f"| {r['engine']} | {r['workers']} | {r['mode']} | {r['runs']} | {f(r['submit_ms']['p50'])} | "
             f"{f(r['to_active_ms']['p50'])} / {f(r['to_active_ms']['p99'])} | {f(r['effect_ms']['p50'])} | "
             f"**{f(r['overhead_ms']['p50'])} / {f(r['overhead_ms']['p99'])}** | "
+            f"{f(r.get('before_stored_ms', {}).get('p50'))} | "
             + " | ".join(f(parts.get(key)) for key, _ in PARTS)
-            + " |"
+            + f" | {f(r.get('after_written_ms', {}).get('p50'))} |"
         )
     bursts = {(r["engine"], r["workers"]): r for r in cases if r["mode"] == "burst"}
     singles = {(r["engine"], r["workers"]): r for r in cases if r["mode"] == "single"}

@@ -18,6 +18,7 @@ effect's run time is taken out. `reference`: the configuration in FILE
 has never built (cold: every node's system and SBOM is built), then the same
 again (warm); prints both builds' timings.
 """
+import datetime
 import http.client
 import json
 import sys
@@ -43,6 +44,7 @@ def deploy(base, token, source, dep_id, configuration=NOOP):
     auth = {"Authorization": f"Bearer {token}"}
     conn = connect(base)
     t0 = time.perf_counter()
+    e0 = time.time()
     retries = 0
     while True:
         conn.request("PUT", f"/deployments/{dep_id}", body, {**auth, "Content-Type": "application/json"})
@@ -73,6 +75,7 @@ def deploy(base, token, source, dep_id, configuration=NOOP):
             if event.get("build_id") == build_id and state in ("active", "failed"):
                 break
     t_end = time.perf_counter()
+    e_end = time.time()
     conn.close()
     conn = connect(base)
     conn.request("GET", f"/builds/{build_id}", headers=auth)
@@ -81,7 +84,14 @@ def deploy(base, token, source, dep_id, configuration=NOOP):
     timings = (build.get("report") or {}).get("timings") or {}
     effect = timings.get("nix_eval_ms", 0) + timings.get("nix_build_ms", 0) + timings.get("effect_ms", 0)
     to_active = (t_end - t0) * 1000
+    epoch = lambda text: datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    # Around the build's wall time (same host, same clock): the submit up to
+    # the build stored, and from its end written to `active` at the client.
+    before = (epoch(build["queued_at"]) - e0) * 1000 if build.get("queued_at") else None
+    after = (e_end - epoch(build["finished_at"])) * 1000 if build.get("finished_at") else None
     return {
+        "before_stored_ms": before,
+        "after_written_ms": after,
         "state": state,
         "retries": retries,
         "t0": t0,
@@ -117,6 +127,8 @@ def summary(runs):
         "to_active_ms": of("to_active_ms"),
         "effect_ms": of("effect_ms"),
         "overhead_ms": of("overhead_ms"),
+        "before_stored_ms": of("before_stored_ms"),
+        "after_written_ms": of("after_written_ms"),
         "build_parts_p50_ms": build_parts,
     }
 

@@ -59,7 +59,7 @@ pub enum Ran {
     /// The build was already finished (a repeated delivery): nothing ran.
     AlreadyFinished,
     /// The build ran and ended with this report.
-    Finished(Report),
+    Finished(Box<Report>),
     /// Another worker took the build over while it ran; its outcome was discarded.
     LostRace,
     /// The build runs on a live worker (its job was handed out again after
@@ -74,7 +74,7 @@ pub enum Ran {
 pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
     let picked_us = now_us();
     let build = match claim(ctx, &job.build_id, false).await? {
-        Claim::Claimed(build) => build,
+        Claim::Claimed(build) => *build,
         Claim::Finished => return Ok(Ran::AlreadyFinished),
         // Started by a worker: taken over only when that worker is gone.
         Claim::Running => {
@@ -84,7 +84,7 @@ pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
                 return Ok(Ran::Deferred);
             }
             match claim(ctx, &job.build_id, true).await? {
-                Claim::Claimed(build) => build,
+                Claim::Claimed(build) => *build,
                 Claim::Finished => return Ok(Ran::AlreadyFinished),
                 Claim::Running => return Err(StoreError::Conflict("build").into()),
             }
@@ -144,7 +144,7 @@ async fn live_owner(id: &str, ctx: &Ctx) -> Result<Option<(String, Duration)>, J
 /// What [`claim`] found.
 enum Claim {
     /// The build is this worker's next attempt (the row as claimed).
-    Claimed(BuildRow),
+    Claimed(Box<BuildRow>),
     /// The build has already ended: nothing to do.
     Finished,
     /// The build runs (a worker started it) and a takeover was not asked for.
@@ -181,7 +181,7 @@ async fn claim(ctx: &Ctx, id: &str, takeover: bool) -> Result<Claim, StoreError>
             claimed.worker = Some(ctx.worker.clone());
             claimed.started_at = Some(now);
             claimed.version += 1;
-            return Ok(Claim::Claimed(claimed));
+            return Ok(Claim::Claimed(Box::new(claimed)));
         }
         tx.rollback().await?;
     }
@@ -228,7 +228,7 @@ async fn run_claimed(build: BuildRow, mut marks: Marks, ctx: &Ctx) -> Result<Ran
             "build failed"
         ),
     }
-    Ok(Ran::Finished(report))
+    Ok(Ran::Finished(Box::new(report)))
 }
 
 /// How long a finished build keeps trying to record its end while the
