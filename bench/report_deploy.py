@@ -103,6 +103,11 @@ def render(results, command, git, quiet):
                 f"| {engine} | {workers} | {r['runs']} | {r['drain_ms'] / 1000:.2f} | {f(r['deploys_per_s'])} | "
                 f"{f(speedup, 2) + '×' if speedup else '–'} | {f(linear, 2) + '×' if linear else '–'} |"
             )
+        retried = [f"{r['engine']}, {r['workers']} worker(s): {r['retries_503']}" for r in bursts.values()
+                   if r.get("retries_503")]
+        if retried:
+            lines += ["", "Answers `503` (the api out of database connections within its 2 s budget) the client "
+                      "tried again after 50 ms, counted in the figures above: " + "; ".join(retried) + "."]
         lines += [
             "",
             f"This machine has {cores} cores, shared by the api, every worker, PostgreSQL and the client: four "

@@ -60,8 +60,14 @@ def deploy(base, token, source, dep_id, configuration=NOOP):
     if answer.status != 202:
         raise RuntimeError(f"submit of {dep_id} answered {answer.status}: {accepted}")
     build_id = accepted["build_id"]
-    conn.request("GET", f"/deployments/{dep_id}/events", headers={**auth, "Accept": "text/event-stream"})
-    stream = conn.getresponse()
+    while True:
+        conn.request("GET", f"/deployments/{dep_id}/events", headers={**auth, "Accept": "text/event-stream"})
+        stream = conn.getresponse()
+        if stream.status != 503 or retries >= 400:
+            break
+        stream.read()
+        retries += 1
+        time.sleep(0.05)
     if stream.status != 200:
         raise RuntimeError(f"events of {dep_id} answered {stream.status}")
     state = None
@@ -122,7 +128,7 @@ def summary(runs):
     return {
         "runs": len(runs),
         "failed": sum(1 for r in runs if r["state"] != "active"),
-        "submit_retries": sum(r["retries"] for r in runs),
+        "retries_503": sum(r["retries"] for r in runs),
         "submit_ms": of("submit_ms"),
         "to_active_ms": of("to_active_ms"),
         "effect_ms": of("effect_ms"),
