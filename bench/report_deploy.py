@@ -103,6 +103,20 @@ def render(results, command, git, quiet):
                 f"| {engine} | {workers} | {r['runs']} | {r['drain_ms'] / 1000:.2f} | {f(r['deploys_per_s'])} | "
                 f"{f(speedup, 2) + '×' if speedup else '–'} | {f(linear, 2) + '×' if linear else '–'} |"
             )
+        for (engine, workers), r in sorted(bursts.items()):
+            parts = {k: v for k, v in r["build_parts_p50_ms"].items() if k != "effect_ms" and v is not None}
+            if parts:
+                key = max(parts, key=parts.get)
+                label = dict(PARTS).get(key, key)
+                lines += ["", f"Largest Slipway part of the {engine} burst with {workers} worker(s), after the queue "
+                          f"wait: " + ", ".join(f"{dict(PARTS)[k]} {parts[k]:,.1f} ms" for k in sorted(
+                              (k for k in parts if k != "queue_wait_ms"), key=parts.get, reverse=True)[:2])
+                          + " (p50)." if key else ""]
+        lines += ["", "The SBOM store takes a fleet-wide advisory lock for its writes (`store/sboms.rs`), held to the "
+                  "commit of the transaction that records the build's end: the ends of builds that finish together "
+                  "wait for each other there, whichever worker runs them, and more workers mean more of them waiting. "
+                  "Where the SBOM store is the largest Slipway part above, that lock, not PostgreSQL, is what the "
+                  "drain saturates on."]
         retried = [f"{r['engine']}, {r['workers']} worker(s): {r['retries_503']}" for r in bursts.values()
                    if r.get("retries_503")]
         if retried:
