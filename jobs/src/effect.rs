@@ -378,7 +378,17 @@ pub async fn run(
     let code = match exited {
         Some(code) => code,
         None => {
-            // Killed above (or the output closed first): make sure, and reap.
+            // The output closed first: every process of the effect let go of
+            // it, so the holder is exiting. Its status follows within moments;
+            // waiting for it (up to the drain grace) spares the kill below a
+            // scan of every process on the host.
+            if !over {
+                let until = std::time::Instant::now() + DRAIN_GRACE;
+                while !matches!(reader.try_wait(), Ok(Some(_))) && std::time::Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            // Killed above (or it did not end after its output): make sure, and reap.
             if !matches!(reader.try_wait(), Ok(Some(_))) {
                 kill_holder(holder);
                 reader.kill().ok();

@@ -471,7 +471,7 @@ impl World {
     pub async fn run(&self, build_id: &str) -> crate::jobs::report::Report {
         let job = crate::store::queue::BuildJob { build_id: build_id.into() };
         match crate::jobs::build::run(job, &self.ctx).await.expect("the build job runs") {
-            crate::jobs::build::Ran::Finished(r) => r,
+            crate::jobs::build::Ran::Finished(r) => *r,
             other => panic!("the build did not run: {other:?}"),
         }
     }

@@ -32,6 +32,11 @@ fn a_local_deploy_and_destroy_report_every_node_as_json() {
     let nodes = report["nodes"].as_array().unwrap();
     assert!(!nodes.is_empty());
     assert!(nodes.iter().all(|n| n["outcome"] == "deployed" && n["sbom"] == "ready"), "{report}");
+    // Where its time went: the effect's Nix evaluation and builds apart from Slipway's share.
+    let t = &report["timings"];
+    for part in ["nix_eval_ms", "nix_build_ms", "slipway_ms", "wall_ms"] {
+        assert!(t[part].as_f64().is_some_and(|ms| ms > 0.0), "{part} in {report}");
+    }
     let deployed: Vec<&str> = nodes.iter().map(|n| n["name"].as_str().unwrap()).collect();
     let (code, report, out) =
         run(dir.path(), &["destroy", "--source", &source, "--config", config, "--output", "json"]);

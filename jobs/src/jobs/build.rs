@@ -7,10 +7,12 @@
 //!    run the effect in the attempt's workspace ([`super::workspace`]) and
 //!    give back the run report and the SBOM change it implies.
 //! 3. [`record`] opens one transaction holding the deployment's lock:
-//!    the build's end (conditional on the claim) → the SBOM change → the
-//!    dispatch of the deployment's next build (ST-2) → commit.
+//!    the SBOM change → the build's end with its report and `timings`
+//!    (conditional on the claim; rolled back whole when it no longer holds)
+//!    → the dispatch of the deployment's next build (ST-2) → commit.
 
 use super::report::{Reason, Report};
+use super::timing::{now_us, EffectSpan, Marks};
 use super::{deploy, destroy, Ctx, JobError};
 use crate::source::ModuleSource;
 use crate::state::{BuildKind, BuildStatus};
@@ -40,12 +42,14 @@ pub struct Outcome {
     pub report: Report,
     /// SBOM change to store with the build's end.
     pub sboms: SbomChange,
+    /// When the effect ran, if it did (for the report's `timings`).
+    pub effect: Option<EffectSpan>,
 }
 
 impl Outcome {
     /// An outcome that changes no SBOM.
     pub(crate) fn unchanged(report: Report) -> Self {
-        Self { report, sboms: SbomChange::None }
+        Self { report, sboms: SbomChange::None, effect: None }
     }
 }
 
@@ -55,7 +59,7 @@ pub enum Ran {
     /// The build was already finished (a repeated delivery): nothing ran.
     AlreadyFinished,
     /// The build ran and ended with this report.
-    Finished(Report),
+    Finished(Box<Report>),
     /// Another worker took the build over while it ran; its outcome was discarded.
     LostRace,
     /// The build runs on a live worker (its job was handed out again after
@@ -68,14 +72,25 @@ pub enum Ran {
 
 /// Runs one `builds` job.
 pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
-    if let Some((owner, wait)) = live_owner(&job.build_id, ctx).await? {
-        tracing::info!(build.id = %job.build_id, worker.name = %owner, "the build runs on a live worker; looking again later");
-        builds::push_recheck(&mut ctx.db.acquire().await?, &job.build_id, wait).await?;
-        return Ok(Ran::Deferred);
-    }
-    let Some(build) = claim(ctx, &job.build_id).await? else {
-        return Ok(Ran::AlreadyFinished);
+    let picked_us = now_us();
+    let build = match claim(ctx, &job.build_id, false).await? {
+        Claim::Claimed(build) => *build,
+        Claim::Finished => return Ok(Ran::AlreadyFinished),
+        // Started by a worker: taken over only when that worker is gone.
+        Claim::Running => {
+            if let Some((owner, wait)) = live_owner(&job.build_id, ctx).await? {
+                tracing::info!(build.id = %job.build_id, worker.name = %owner, "the build runs on a live worker; looking again later");
+                builds::push_recheck(&mut ctx.db.acquire().await?, &job.build_id, wait).await?;
+                return Ok(Ran::Deferred);
+            }
+            match claim(ctx, &job.build_id, true).await? {
+                Claim::Claimed(build) => *build,
+                Claim::Finished => return Ok(Ran::AlreadyFinished),
+                Claim::Running => return Err(StoreError::Conflict("build").into()),
+            }
+        }
     };
+    let marks = Marks { queued_us: build.queued_at * 1000, picked_us, claimed_us: now_us(), ..Marks::default() };
     // The job's span: every line of the run carries its build, deployment,
     // worker and kind (`deploy` or `destroy`).
     let span = tracing::info_span!(
@@ -86,7 +101,7 @@ pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
         job.kind = build.kind.as_str(),
         build.attempt = build.attempts
     );
-    run_claimed(build, ctx).instrument(span).await
+    run_claimed(build, marks, ctx).instrument(span).await
 }
 
 /// How stale a worker's heartbeat must be before its builds are taken over.
@@ -126,31 +141,54 @@ async fn live_owner(id: &str, ctx: &Ctx) -> Result<Option<(String, Duration)>, J
     }
 }
 
+/// What [`claim`] found.
+enum Claim {
+    /// The build is this worker's next attempt (the row as claimed).
+    Claimed(Box<BuildRow>),
+    /// The build has already ended: nothing to do.
+    Finished,
+    /// The build runs (a worker started it) and a takeover was not asked for.
+    Running,
+}
+
 /// Makes build `id` this worker's next attempt, in a write transaction of
 /// its own (a conditional update on the version read, ST-3; a lost race
-/// reads again). A build found `running` was started by a worker that is
-/// gone: it is taken over and its effect re-run. `None` when the
-/// build is already finished (nothing to do).
-async fn claim(ctx: &Ctx, id: &str) -> Result<Option<BuildRow>, StoreError> {
+/// reads again). A build found `running` was started by another worker: it
+/// is taken over and its effect re-run only with `takeover` (once
+/// [`live_owner`] found that worker gone); otherwise [`Claim::Running`].
+/// The claimed row is the one read with the claim's changes, not read
+/// again (the update changes nothing else).
+async fn claim(ctx: &Ctx, id: &str, takeover: bool) -> Result<Claim, StoreError> {
     for _ in 0..5 {
         let mut tx = ctx.db.begin_write().await?;
         let Some(row) = builds::get(&mut tx, id).await? else {
             return Err(StoreError::Corrupt(format!("job for unknown build {id}")));
         };
         if row.status.is_terminal() {
-            return Ok(None);
+            tx.rollback().await?;
+            return Ok(Claim::Finished);
         }
-        if builds::claim(&mut tx, &row, &ctx.worker, now_ms()).await? {
-            let claimed = builds::get(&mut tx, id).await?;
+        if row.status == BuildStatus::Running && !takeover {
+            tx.rollback().await?;
+            return Ok(Claim::Running);
+        }
+        let now = now_ms();
+        if builds::claim(&mut tx, &row, &ctx.worker, now).await? {
             tx.commit().await?;
-            return Ok(claimed);
+            let mut claimed = row;
+            claimed.status = BuildStatus::Running;
+            claimed.attempts += 1;
+            claimed.worker = Some(ctx.worker.clone());
+            claimed.started_at = Some(now);
+            claimed.version += 1;
+            return Ok(Claim::Claimed(Box::new(claimed)));
         }
         tx.rollback().await?;
     }
     Err(StoreError::Conflict("build"))
 }
 
-async fn run_claimed(build: BuildRow, ctx: &Ctx) -> Result<Ran, JobError> {
+async fn run_claimed(build: BuildRow, mut marks: Marks, ctx: &Ctx) -> Result<Ran, JobError> {
     let _here = ctx.here.enter(&build.id);
     tracing::info!("build started");
     crate::failpoint::hit_between_statements("build_claimed", &ctx.db).await;
@@ -172,26 +210,25 @@ async fn run_claimed(build: BuildRow, ctx: &Ctx) -> Result<Ran, JobError> {
     crate::failpoint::hit_between_statements("effect_ended", &ctx.db).await;
     outcome.report.duration_ms = started.elapsed().as_millis() as i64;
     outcome.report.summarise();
-    let report = outcome.report;
-    let finish = Finish {
-        status: report.status,
-        reason: report.reason.map(|r| r.as_str().to_owned()),
-        error: report.error.clone(),
-        report: serde_json::to_value(&report).expect("report serialises"),
-    };
-    if !record(ctx, &build, &finish, &outcome.sboms).await? {
+    marks.effect = outcome.effect;
+    let mut report = outcome.report;
+    if !record(ctx, &build, &mut report, &mut marks, &outcome.sboms).await? {
         tracing::warn!("build was taken over by another worker; this run's outcome is discarded");
         return Ok(Ran::LostRace);
     }
     match report.status {
-        BuildStatus::Succeeded => tracing::info!(duration_ms = report.duration_ms, "build succeeded"),
+        BuildStatus::Succeeded => tracing::info!(
+            duration_ms = report.duration_ms,
+            slipway_ms = report.timings.map_or(0.0, |t| t.slipway_ms),
+            "build succeeded"
+        ),
         _ => tracing::warn!(
             reason = report.reason.map_or("", Reason::as_str),
             error = report.error.as_deref().unwrap_or(""),
             "build failed"
         ),
     }
-    Ok(Ran::Finished(report))
+    Ok(Ran::Finished(Box::new(report)))
 }
 
 /// How long a finished build keeps trying to record its end while the
@@ -205,17 +242,27 @@ const RECORD_RETRY: Duration = Duration::from_millis(250);
 const RECORD_RETRY_MOST: Duration = Duration::from_secs(4);
 
 /// Records a build's end: in one transaction holding the deployment's lock,
-/// the build's end (conditional on this worker's claim) → its SBOM change →
-/// the dispatch of the deployment's next build (ST-2) → commit. The effect
+/// its SBOM change → the build's end with its report (conditional on this
+/// worker's claim: when it no longer holds, the whole transaction is rolled
+/// back) → the dispatch of the deployment's next build (ST-2) → commit. The
+/// report's `timings` are completed here (`marks`: the recording, the SBOM
+/// store, the end written). The effect
 /// has already run, so a database outage (a restart, a failover) is waited
 /// out, trying again every few seconds, for up to [`RECORD_PATIENCE`]
 /// rather than re-running the effect. `Ok(false)`: another worker holds the
 /// build now, and nothing was written.
-async fn record(ctx: &Ctx, build: &BuildRow, finish: &Finish, change: &SbomChange) -> Result<bool, JobError> {
+async fn record(
+    ctx: &Ctx,
+    build: &BuildRow,
+    report: &mut Report,
+    marks: &mut Marks,
+    change: &SbomChange,
+) -> Result<bool, JobError> {
     let started = Instant::now();
+    marks.recording_us = now_us();
     let mut attempt = 0;
     loop {
-        match record_once(ctx, build, finish, change).await {
+        match record_once(ctx, build, report, marks, change).await {
             Ok(stored) => return Ok(stored),
             Err(e @ StoreError::Database(_)) if started.elapsed() < RECORD_PATIENCE => {
                 let wait = RECORD_RETRY.saturating_mul(1 << attempt.min(4)).min(RECORD_RETRY_MOST);
@@ -228,20 +275,38 @@ async fn record(ctx: &Ctx, build: &BuildRow, finish: &Finish, change: &SbomChang
     }
 }
 
-async fn record_once(ctx: &Ctx, build: &BuildRow, finish: &Finish, change: &SbomChange) -> Result<bool, StoreError> {
-    let now = now_ms();
+async fn record_once(
+    ctx: &Ctx,
+    build: &BuildRow,
+    report: &mut Report,
+    marks: &mut Marks,
+    change: &SbomChange,
+) -> Result<bool, StoreError> {
     let mut tx = ctx.db.begin_write().await?;
     tx.lock_deployment(&build.deployment_id).await?;
-    if !builds::finish(&mut tx, build, finish, now).await? {
-        tx.rollback().await?;
-        return Ok(false);
-    }
-    crate::failpoint::hit("build_finishing");
+    let now = now_ms();
+    // The SBOM change first, so that its time is in the report the end
+    // carries; a claim that no longer holds rolls it back with the rest.
+    marks.sbom_started_us = now_us();
     match change {
         SbomChange::None => {}
         SbomChange::Replace(nodes) => sboms::replace(&mut tx, &build.deployment_id, &build.id, nodes, now).await?,
         SbomChange::RemoveAll => sboms::remove_all(&mut tx, &build.deployment_id).await?,
     }
+    marks.sbom_ended_us = now_us();
+    marks.written_us = now_us();
+    report.timings = Some(marks.timings());
+    let finish = Finish {
+        status: report.status,
+        reason: report.reason.map(|r| r.as_str().to_owned()),
+        error: report.error.clone(),
+        report: serde_json::to_value(&*report).expect("report serialises"),
+    };
+    if !builds::finish(&mut tx, build, &finish, marks.written_us / 1000).await? {
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    crate::failpoint::hit("build_finishing");
     if finish.status == BuildStatus::Succeeded {
         match build.kind {
             // §10: its instances are probed until ready or the deadline.
@@ -287,6 +352,7 @@ pub(crate) fn blank_report(build: &BuildRow) -> Report {
         warnings: Vec::new(),
         summary: Default::default(),
         dry_run: build.dry_run,
+        timings: None,
     }
 }
 

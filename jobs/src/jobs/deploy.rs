@@ -11,7 +11,7 @@
 //!    names each failed node.
 
 use super::build::{blank_report, cancelled, claim_lost, fail, resolve_source, Outcome, SbomChange};
-use super::report::{NodeOutcome, NodeReport, Reason};
+use super::report::{NodeOutcome, NodeReport, Reason, Report};
 use super::workspace::run_effect;
 use super::Ctx;
 use crate::effect::{EffectOutcome, Stop};
@@ -53,10 +53,19 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
         Ok(dir) => dir,
         Err(e) => return no_change(fail(report, Reason::SourceUnavailable, e)),
     };
-    let (outcome, work) = match run_effect(build, ctx, &source, "deploy", ctx.config.deploy_timeout).await {
+    let (outcome, work, span) = match run_effect(build, ctx, &source, "deploy", ctx.config.deploy_timeout).await {
         Ok(o) => o,
         Err(e) => return no_change(fail(report, Reason::WorkerError, e)),
     };
+    let mut judged = judge(build, ctx, report, outcome, &work);
+    judged.effect = Some(span);
+    judged
+}
+
+/// The outcome of the deploy whose effect ended as `outcome`, from what it
+/// left in the attempt's work folder `work`.
+fn judge(build: &BuildRow, ctx: &Ctx, report: Report, outcome: EffectOutcome, work: &Path) -> Outcome {
+    let no_change = Outcome::unchanged;
     let sbom_dir = work.join("sbom");
     let mut report = report;
     report.dry_run = build.dry_run;
@@ -107,7 +116,7 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
                 no_change(report)
             } else {
                 report.status = BuildStatus::Succeeded;
-                Outcome { report, sboms: SbomChange::Replace(sboms) }
+                Outcome { report, sboms: SbomChange::Replace(sboms), effect: None }
             }
         }
     }

@@ -9,12 +9,13 @@
 
 use super::build::{blank_report, cancelled, claim_lost, fail, resolve_source, Outcome, SbomChange};
 use super::deploy::read_nodes;
-use super::report::{NodeOutcome, NodeReport, Reason};
+use super::report::{NodeOutcome, NodeReport, Reason, Report};
 use super::workspace::run_effect;
 use super::Ctx;
 use crate::effect::{EffectOutcome, Stop};
 use crate::state::BuildStatus;
 use crate::store::builds::BuildRow;
+use std::path::Path;
 
 /// Runs a claimed destroy build.
 pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
@@ -24,10 +25,19 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
         Ok(dir) => dir,
         Err(e) => return no_change(fail(report, Reason::SourceUnavailable, e)),
     };
-    let (outcome, work) = match run_effect(build, ctx, &source, "destroy", ctx.config.destroy_timeout).await {
+    let (outcome, work, span) = match run_effect(build, ctx, &source, "destroy", ctx.config.destroy_timeout).await {
         Ok(o) => o,
         Err(e) => return no_change(fail(report, Reason::WorkerError, e)),
     };
+    let mut judged = judge(ctx, report, outcome, &work);
+    judged.effect = Some(span);
+    judged
+}
+
+/// The outcome of the destroy whose effect ended as `outcome`, from what it
+/// left in the attempt's work folder `work`.
+fn judge(ctx: &Ctx, report: Report, outcome: EffectOutcome, work: &Path) -> Outcome {
+    let no_change = Outcome::unchanged;
     let mut report = report;
     // The nodes the effect removed, when it says (`nodes.json`, optional).
     if let Some(nodes) = read_nodes(&work.join("sbom"), &mut report.warnings) {
@@ -58,7 +68,7 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
         EffectOutcome::Exited(0) => {
             report.exit_code = Some(0);
             report.status = BuildStatus::Succeeded;
-            Outcome { report, sboms: SbomChange::RemoveAll }
+            Outcome { report, sboms: SbomChange::RemoveAll, effect: None }
         }
         EffectOutcome::Exited(code) => {
             report.exit_code = Some(code);

@@ -15,6 +15,7 @@ pub mod nix;
 pub mod readiness;
 pub mod report;
 pub mod sweep;
+pub mod timing;
 pub mod workspace;
 
 use crate::config::Config;

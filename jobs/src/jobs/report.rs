@@ -101,6 +101,11 @@ pub struct Report {
     /// A dry run (§11): nothing was activated or stored.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// Where the build's wall time went (Slipway's parts, Nix evaluation,
+    /// Nix builds, the effect's own work), from the moments the worker took
+    /// while it ran ([`super::timing`]); absent in reports stored before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<super::timing::Timings>,
 }
 
 /// One node's outcome.
@@ -232,6 +237,9 @@ impl Report {
             self.summary.sboms_ready,
             self.duration_ms as f64 / 1000.0
         );
+        if let Some(t) = &self.timings {
+            let _ = writeln!(s, "  {}", t.to_text());
+        }
         s
     }
 }
@@ -277,6 +285,7 @@ mod tests {
             warnings: Vec::new(),
             summary: Summary::default(),
             dry_run: true,
+            timings: None,
         };
         report.summarise();
         let text = report.to_text();

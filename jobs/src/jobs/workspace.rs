@@ -3,6 +3,7 @@
 //! its claim and on cancel requests. Deploy and destroy run their effects
 //! through [`run_effect`].
 
+use super::timing::{now_us, EffectSpan, EffectTimes};
 use super::Ctx;
 use crate::effect::{EffectOutcome, EffectSpec, LogSink, Stop};
 use crate::store::builds::{self, BuildRow};
@@ -36,8 +37,15 @@ pub(crate) struct DbLog {
 
 impl DbLog {
     pub(crate) async fn open(db: Db, build: &BuildRow, echo: bool, paths: Vec<(String, String)>) -> Self {
-        let end = async { builds::log_end(&mut db.acquire().await?, &build.id, build.attempts).await };
-        let end = end.await.unwrap_or((builds::log_base(build.attempts) + 1, 0));
+        let start = (builds::log_base(build.attempts) + 1, 0);
+        // A first attempt's log is empty: only the claim holder appends, and
+        // the build had no holder before it (one round trip less per build).
+        let end = if build.attempts <= 1 {
+            start
+        } else {
+            let end = async { builds::log_end(&mut db.acquire().await?, &build.id, build.attempts).await };
+            end.await.unwrap_or(start)
+        };
         let mut paths = paths;
         paths.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
         Self { db, build: build.clone(), echo, paths, end: std::sync::Mutex::new(end), unsent: Default::default() }
@@ -151,7 +159,9 @@ impl LogSink for DbLog {
 
 /// Prepares the attempt's work folder (with an empty `sbom/` folder, the
 /// effect's `SBOM_OUT_DIR`) and runs one of the source's effects with the
-/// environment of Q-4. Returns how it ended and the attempt's work folder.
+/// environment of Q-4. Returns how it ended, the attempt's work folder, and
+/// when it started and was gone, with what it said of its Nix time
+/// (`timings.json`, [`EffectTimes`]).
 ///
 /// Everything here is scoped to this attempt: it stops only older attempts'
 /// effects on this host, removes only older attempts' folders, and runs the
@@ -165,23 +175,28 @@ pub(crate) async fn run_effect(
     source: &std::path::Path,
     effect: &str,
     deadline: std::time::Duration,
-) -> Result<(EffectOutcome, PathBuf), String> {
+) -> Result<(EffectOutcome, PathBuf, EffectSpan), String> {
     let work = ctx.attempt_dir(&build.id, build.attempts);
     let state = ctx.provider_state_dir(&build.deployment_id);
     // A worker that died (or was taken for dead) on this host may have left
     // an older attempt's effect running: stop it before running again (Q-1;
-    // one build of a deployment at a time).
-    let (id, attempt) = (build.id.clone(), build.attempts);
-    let stale = tokio::task::spawn_blocking(move || crate::effect::kill_stale(&id, attempt)).await.unwrap_or(0);
-    if stale > 0 {
-        tracing::warn!(processes = stale, "stopped an older attempt's effect left running on this host");
+    // one build of a deployment at a time). A first attempt has no older
+    // one, and the scan of every process's environment is skipped.
+    if build.attempts > 1 {
+        let (id, attempt) = (build.id.clone(), build.attempts);
+        let stale = tokio::task::spawn_blocking(move || crate::effect::kill_stale(&id, attempt)).await.unwrap_or(0);
+        if stale > 0 {
+            tracing::warn!(processes = stale, "stopped an older attempt's effect left running on this host");
+        }
     }
     // A database that does not answer now is no reason to give up: the
     // claim is watched while the effect runs, and the lock keeps a late
     // start from running beside the attempt that took over.
     let status = async { builds::claim_status(&mut ctx.db.acquire().await?, build).await };
     if status.await.is_ok_and(|status| !status.held) {
-        return Ok((EffectOutcome::Stopped(Stop::ClaimLost), work));
+        let now = now_us();
+        let span = EffectSpan { spawned_us: now, ended_us: now, times: None };
+        return Ok((EffectOutcome::Stopped(Stop::ClaimLost), work, span));
     }
     let prepare = || -> std::io::Result<PathBuf> {
         // Older attempts' folders go; this attempt starts from a clean one.
@@ -253,12 +268,15 @@ pub(crate) async fn run_effect(
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(build.cancel_requested.then_some(Stop::Cancel));
     let watcher = tokio::spawn(watch_claim(ctx.db.clone(), build.clone(), stop_tx));
+    let spawned_us = now_us();
     let outcome = crate::effect::run(&spec, &log, stop_rx).await;
+    let ended_us = now_us();
     watcher.abort();
+    let span = EffectSpan { spawned_us, ended_us, times: EffectTimes::read(&work.join("sbom")) };
     // Output written while the database was away is stored before the end
     // is recorded (which waits for the database as long).
     log.flush(super::build::RECORD_PATIENCE).await;
-    Ok((outcome.map_err(|e| e.to_string())?, work))
+    Ok((outcome.map_err(|e| e.to_string())?, work, span))
 }
 
 /// The name of the file, in the attempt's work folder, that lists the

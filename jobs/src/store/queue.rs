@@ -69,8 +69,11 @@ async fn push<J: Serialize>(
     conn.push_job(queue, task.build()).await
 }
 
-/// How long an idle SQLite worker waits before it looks for jobs again.
-pub const SQLITE_POLL: Duration = Duration::from_millis(250);
+/// How long an idle SQLite worker waits before it looks for jobs again: a
+/// submit's build waits half of it on average (SQLite tells no other
+/// process of an insert), so it is the largest part of a deploy's overhead
+/// on SQLite; a look is one indexed read (docs/DECISIONS.md).
+pub const SQLITE_POLL: Duration = Duration::from_millis(100);
 /// How long an idle PostgreSQL worker waits, besides LISTEN/NOTIFY.
 pub const POSTGRES_POLL: Duration = Duration::from_secs(1);
 
