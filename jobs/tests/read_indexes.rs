@@ -1,0 +1,124 @@
+//! The indexes the reads at scale need (docs/BENCHMARKS.md "Reads at
+//! scale"): migration 0016 keeps the builds stored before it and lets a
+//! deployment's latest succeeded build be found among its own builds.
+
+use slipway_jobs::store::builds;
+use slipway_jobs::store::{Db, Engine, Q};
+use slipway_jobs::test_support::TestDatabase;
+use std::borrow::Cow;
+
+/// `store::builds::latest_succeeded`'s statement (its columns left out:
+/// they do not change the plan).
+const LATEST_SUCCEEDED: &str =
+    "SELECT id FROM builds WHERE deployment_id = $1 AND status = 'succeeded' AND dry_run = 0 ORDER BY seq DESC LIMIT 1";
+
+/// A database at migration 0015 with builds of two deployments, then
+/// migrated: the builds are all there, the latest succeeded one of each is
+/// found, and the index that finds it is `(deployment_id, status, seq)`,
+/// which SQLite uses (it scanned every succeeded build through
+/// `builds_by_status` before) and which replaced `builds_waiting`.
+async fn builds_stored_before_migration_0016_are_read_by_deployment_and_status_after_it(engine: Engine) {
+    let test_db = TestDatabase::new(engine).await;
+    let before_0016 = |mut m: sqlx::migrate::Migrator| {
+        m.migrations = Cow::Owned(m.migrations.iter().filter(|x| x.version < 16).cloned().collect());
+        m.dangerous_set_table_name("_slipway_migrations");
+        m
+    };
+    {
+        let db = match engine {
+            Engine::Sqlite => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(test_db.dir.path().join("slipway.db"))
+                    .create_if_missing(true)
+                    .foreign_keys(true);
+                let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+                before_0016(sqlx::migrate!("../migrations/sqlite")).run(&pool).await.unwrap();
+                Db::Sqlite(pool)
+            }
+            Engine::Postgres => {
+                let pool = sqlx::PgPool::connect(&test_db.url).await.unwrap();
+                before_0016(sqlx::migrate!("../migrations/postgres")).run(&pool).await.unwrap();
+                Db::Postgres(pool)
+            }
+        };
+        let mut conn = db.acquire().await.unwrap();
+        for d in ["a", "b"] {
+            Q::new(
+                "INSERT INTO deployments (id, configuration, instances, version, created_at, updated_at)
+                 VALUES ($1, '{}', '[]', 1, 0, 0)",
+            )
+            .text(d)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        // Interleaved as submits are; a's last succeeded build is a-2, b's b-3.
+        for (id, deployment, status) in [
+            ("a-1", "a", "succeeded"),
+            ("b-1", "b", "failed"),
+            ("a-2", "a", "succeeded"),
+            ("b-2", "b", "failed"),
+            ("a-3", "a", "failed"),
+            ("b-3", "b", "succeeded"),
+            ("a-4", "a", "queued"),
+        ] {
+            Q::new(
+                "INSERT INTO builds (id, deployment_id, kind, status, configuration, instances, queued_at)
+                 VALUES ($1, $2, 'deploy', $3, '{}', '[]', 0)",
+            )
+            .text(id)
+            .text(deployment)
+            .text(status)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        drop(conn);
+        db.close().await;
+    }
+
+    let db = match engine {
+        Engine::Sqlite => slipway_jobs::store::open_sqlite(&test_db.dir.path().join("slipway.db")).await.unwrap(),
+        Engine::Postgres => slipway_jobs::store::open_postgres(&test_db.url).await.unwrap(),
+    };
+    let mut conn = db.acquire().await.unwrap();
+    let n = Q::new("SELECT COUNT(*) AS n FROM builds").fetch_one(&mut conn).await.unwrap().int("n").unwrap();
+    assert_eq!(n, 7);
+    for (deployment, latest) in [("a", "a-2"), ("b", "b-3")] {
+        let found = builds::latest_succeeded(&mut conn, deployment).await.unwrap().map(|b| b.id);
+        assert_eq!(found.as_deref(), Some(latest), "{deployment}");
+    }
+    let indexes: Vec<String> = match engine {
+        Engine::Sqlite => Q::new("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'builds'"),
+        Engine::Postgres => Q::new("SELECT indexname AS name FROM pg_indexes WHERE tablename = 'builds'"),
+    }
+    .fetch_all(&mut conn)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.text("name").unwrap())
+    .collect();
+    assert!(indexes.iter().any(|i| i == "builds_by_deployment_status"), "{indexes:?}");
+    assert!(!indexes.iter().any(|i| i == "builds_waiting"), "{indexes:?}");
+    if let Db::Sqlite(pool) = &db {
+        assert_eq!(
+            explain(pool).await,
+            ["SEARCH builds USING INDEX builds_by_deployment_status (deployment_id=? AND status=?)"]
+        );
+    }
+}
+
+/// SQLite's `EXPLAIN QUERY PLAN` rows' details.
+async fn explain(pool: &sqlx::SqlitePool) -> Vec<String> {
+    use sqlx::Row as _;
+    sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {LATEST_SUCCEEDED}")))
+        .bind("a")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<String, _>(3))
+        .collect()
+}
+
+slipway_jobs::on_both_engines!(builds_stored_before_migration_0016_are_read_by_deployment_and_status_after_it);
