@@ -584,22 +584,21 @@ pub async fn document_text(conn: &mut Conn, deployment: &str, node: &str) -> Res
         return Ok(Some(SbomText::Unavailable(reason.unwrap_or_else(|| "unavailable".into()))));
     }
     let rest: Value = json_col(&row.opt_text("document")?.unwrap_or_default(), "sboms.document")?;
-    let mut spliced: Vec<(&str, String)> = Vec::new();
+    let mut spliced: Vec<(&str, Pieces, String)> = Vec::new();
     for (key, pieces, list) in [
         ("components", COMPONENTS, row.opt_text("components")?),
         ("dependencies", DEPENDENCIES, row.opt_text("dependencies")?),
     ] {
         if let Some(list) = list {
-            spliced.push((key, joined_texts(conn, pieces, &list).await?));
+            spliced.push((key, pieces, list));
         }
     }
     let Value::Object(rest) = rest else {
         return Ok(Some(SbomText::Ready(canonical_text(&rest))));
     };
-    let mut keys: Vec<&str> = rest.keys().map(String::as_str).chain(spliced.iter().map(|(k, _)| *k)).collect();
+    let mut keys: Vec<&str> = rest.keys().map(String::as_str).chain(spliced.iter().map(|(k, _, _)| *k)).collect();
     keys.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-    let size = spliced.iter().map(|(_, t)| t.len() + 20).sum::<usize>() + 1024;
-    let mut out = String::with_capacity(size);
+    let mut out = String::with_capacity(1024);
     out.push('{');
     for (i, key) in keys.into_iter().enumerate() {
         if i > 0 {
@@ -607,10 +606,10 @@ pub async fn document_text(conn: &mut Conn, deployment: &str, node: &str) -> Res
         }
         out.push_str(&Value::String(key.to_owned()).to_string());
         out.push(':');
-        match spliced.iter().find(|(k, _)| *k == key) {
-            Some((_, text)) => {
+        match spliced.iter().find(|(k, _, _)| *k == key) {
+            Some((_, pieces, list)) => {
                 out.push('[');
-                out.push_str(text);
+                append_texts(conn, *pieces, list, &mut out).await?;
                 out.push(']');
             }
             None => write_canonical(&rest[key], &mut out),
@@ -620,15 +619,15 @@ pub async fn document_text(conn: &mut Conn, deployment: &str, node: &str) -> Res
     Ok(Some(SbomText::Ready(out)))
 }
 
-/// The stored texts of the pieces a list names, in its order, joined by
-/// commas: the chunks holding them, found by the pieces' ids (a run of ids
-/// read as a range of the primary key, the other ids by their ids) in one
-/// query (chunked for very long lists), then their lines put in the list's
-/// order here.
-async fn joined_texts(conn: &mut Conn, pieces: Pieces, list: &str) -> Result<String, StoreError> {
+/// Appends to `out` the stored texts of the pieces a list names, in its
+/// order, joined by commas: the chunks holding them, found by the pieces'
+/// ids (a run of ids read as a range of the primary key, the other ids by
+/// their ids) in one query (chunked for very long lists), decompressed,
+/// then their lines put in the list's order here.
+async fn append_texts(conn: &mut Conn, pieces: Pieces, list: &str, out: &mut String) -> Result<(), StoreError> {
     let ids = decode_ids(list)?;
     if ids.is_empty() {
-        return Ok(String::new());
+        return Ok(());
     }
     let mut sorted = ids.clone();
     sorted.sort_unstable();
@@ -670,17 +669,31 @@ async fn joined_texts(conn: &mut Conn, pieces: Pieces, list: &str) -> Result<Str
             }
         }
     }
-    let mut texts: std::collections::HashMap<i64, &str> = std::collections::HashMap::with_capacity(sorted.len());
+    // Each wanted piece's text by its place in `sorted`: its offset from
+    // the first id when the ids are one run (the usual case), else found by
+    // binary search. Lines of pieces the list does not name are left out.
+    let one_run = sorted[sorted.len() - 1] - sorted[0] + 1 == sorted.len() as i64;
+    let place = |id: i64| -> Option<usize> {
+        if one_run {
+            usize::try_from(id - sorted[0]).ok().filter(|&i| i < sorted.len())
+        } else {
+            sorted.binary_search(&id).ok()
+        }
+    };
+    let mut texts: Vec<Option<&str>> = vec![None; sorted.len()];
+    let mut size = 0;
     for (chunk, body) in &bodies {
         for line in body.split('\n') {
             let (id, text) = line_id(pieces, *chunk, line)?;
-            texts.insert(id, text);
+            if let Some(i) = place(id) {
+                texts[i] = Some(text);
+                size += text.len() + 1;
+            }
         }
     }
-    let size = ids.iter().map(|id| texts.get(id).map_or(0, |t| t.len() + 1)).sum();
-    let mut out = String::with_capacity(size);
+    out.reserve(size);
     for (k, id) in ids.iter().enumerate() {
-        let Some(text) = texts.get(id) else {
+        let Some(text) = place(*id).and_then(|i| texts[i]) else {
             return Err(StoreError::Corrupt(format!(
                 "{}: an SBOM names piece {id}, which is not there",
                 pieces.chunks
@@ -691,7 +704,7 @@ async fn joined_texts(conn: &mut Conn, pieces: Pieces, list: &str) -> Result<Str
         }
         out.push_str(text);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// How many distinct components are stored (for tests and metrics).
