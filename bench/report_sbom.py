@@ -152,9 +152,9 @@ def section(meta, quiet, r):
     if not time_ok:
         w("- **Still over 10 ms**: the fetch is half of it on PostgreSQL (a body of ~12 KB is kept out of "
           "line in ~2 KB TOAST rows, about 950 for this document) and the rest is copying 4 MB of lines in "
-          "Rust (decompress, check UTF-8, index the lines by id, join, splice: five passes). Not tried yet: "
-          "bodies small enough compressed to stay in the row (`STORAGE MAIN`, chunks of ~8 KB), and joining "
-          "the lines straight into the document without the map and the per-list copy. A figure from a run "
+          "Rust (decompress, check UTF-8, index the lines by id, splice). Since this run the lines go straight "
+          "into the document (no per-list copy, no hash map), not yet measured on a quiet machine. Not tried "
+          "yet: bodies small enough compressed to stay in the row (`STORAGE MAIN`, chunks of ~8 KB). A figure from a run "
           "that was not quiet is an upper bound: SQLite's 9.07 ms before this change was a quiet run's.")
     w("- **A chunk may hold pieces a node does not use**: the pieces a write adds are packed in document "
       "order, so a node whose shared packages were first stored by another node reads that node's chunks, "
