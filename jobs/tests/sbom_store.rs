@@ -2,7 +2,9 @@
 //! both engines: a document comes back as the JSON value accepted, keys in
 //! ascending order; components and dependency entries shared by nodes and
 //! deployments are stored once; what no SBOM uses any more is deleted; and
-//! migrations 0013 and 0014 move SBOMs stored in the layouts before them.
+//! migrations 0013 and 0014 move SBOMs stored in the layouts before them, and
+//! chunks written as text before migration 0017 are read beside compressed
+//! ones.
 
 use serde_json::{json, Value};
 use slipway_jobs::store::db::Conn;
@@ -46,8 +48,11 @@ async fn stored_component_names(conn: &mut Conn) -> Vec<String> {
         .collect();
     let mut names = Vec::new();
     let mut listed = std::collections::BTreeSet::new();
-    for row in Q::new("SELECT body FROM sbom_component_chunks").fetch_all(conn).await.unwrap() {
-        for line in row.text("body").unwrap().split('\n') {
+    for row in
+        Q::new("SELECT CAST(codec AS BIGINT) AS codec, body FROM sbom_component_chunks").fetch_all(conn).await.unwrap()
+    {
+        let lines = sboms::chunk_text(row.int("codec").unwrap(), row.bytes("body").unwrap()).unwrap();
+        for line in lines.split('\n') {
             let (id, text) = line.split_once(' ').unwrap();
             listed.insert(id.parse::<i64>().unwrap());
             names.push(serde_json::from_str::<Value>(text).unwrap()["name"].as_str().unwrap().to_owned());
@@ -469,3 +474,171 @@ async fn a_document_spread_over_many_chunks_comes_back_as_accepted(engine: Engin
 }
 
 slipway_jobs::on_both_engines!(a_document_spread_over_many_chunks_comes_back_as_accepted);
+
+/// A database whose migrations stop before `version` (the tables as they
+/// were then), for storing rows in an old layout.
+async fn migrated_before(engine: Engine, test_db: &TestDatabase, version: i64) -> Db {
+    use std::borrow::Cow;
+    let before = |mut m: sqlx::migrate::Migrator| {
+        m.migrations = Cow::Owned(m.migrations.iter().filter(|x| x.version < version).cloned().collect());
+        m.dangerous_set_table_name("_slipway_migrations");
+        m
+    };
+    match engine {
+        Engine::Sqlite => {
+            let options = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(test_db.dir.path().join("slipway.db"))
+                .create_if_missing(true)
+                .foreign_keys(true);
+            let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+            before(sqlx::migrate!("../migrations/sqlite")).run(&pool).await.unwrap();
+            Db::Sqlite(pool)
+        }
+        Engine::Postgres => {
+            let pool = sqlx::PgPool::connect(&test_db.url).await.unwrap();
+            before(sqlx::migrate!("../migrations/postgres")).run(&pool).await.unwrap();
+            Db::Postgres(pool)
+        }
+    }
+}
+
+/// Each chunk of `table` by id: its codec and its lines.
+async fn chunks(conn: &mut Conn, table: &str) -> std::collections::BTreeMap<i64, (i64, String)> {
+    Q::new(format!("SELECT id, CAST(codec AS BIGINT) AS codec, body FROM {table}"))
+        .fetch_all(conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| {
+            let codec = row.int("codec").unwrap();
+            (row.int("id").unwrap(), (codec, sboms::chunk_text(codec, row.bytes("body").unwrap()).unwrap()))
+        })
+        .collect()
+}
+
+/// A database at migration 0014 with a node's SBOM in chunks of text, then
+/// migrated: the old chunks keep their text (codec 0) and are read as they
+/// are, beside the compressed chunks (codec 1) that pieces stored after
+/// the migration get, in one document; a text chunk that loses a piece is
+/// written again compressed.
+async fn chunks_written_as_text_before_migration_0017_are_read_beside_compressed_ones(engine: Engine) {
+    use sha2::Digest;
+    let test_db = TestDatabase::new(engine).await;
+    let names: Vec<String> = (0..150).map(|i| format!("pkg{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let a = node_document("a", &names[..100]);
+    let mut old_lines: std::collections::BTreeMap<(&str, i64), String> = std::collections::BTreeMap::new();
+    {
+        // What 0014's writer stored for `a`: pieces 1-100 and 1-101, 64 to a
+        // chunk, each chunk's lines as text.
+        let db = migrated_before(engine, &test_db, 17).await;
+        let mut conn = db.acquire().await.unwrap();
+        add_deployments(&mut conn, &["one"]).await;
+        for (key, table, chunks) in [
+            ("components", "sbom_components", "sbom_component_chunks"),
+            ("dependencies", "sbom_dependencies", "sbom_dependency_chunks"),
+        ] {
+            for (i, piece) in a[key].as_array().unwrap().iter().enumerate() {
+                let (id, text) = (i as i64 + 1, sboms::canonical_text(piece));
+                let chunk = (id - 1) / 64 + 1;
+                Q::new(format!("INSERT INTO {table} (id, hash, chunk) VALUES ($1, $2, $3)"))
+                    .int(id)
+                    .text(hex::encode(sha2::Sha256::digest(text.as_bytes())))
+                    .int(chunk)
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                let lines = old_lines.entry((chunks, chunk)).or_default();
+                if !lines.is_empty() {
+                    lines.push('\n');
+                }
+                lines.push_str(&format!("{id} {text}"));
+            }
+        }
+        for ((table, chunk), lines) in &old_lines {
+            Q::new(format!("INSERT INTO {table} (id, body) VALUES ($1, $2)"))
+                .int(*chunk)
+                .text(lines.as_str())
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        let mut rest = a.clone();
+        rest.as_object_mut().unwrap().remove("components");
+        rest.as_object_mut().unwrap().remove("dependencies");
+        Q::new(
+            "INSERT INTO sboms (deployment_id, node, build_id, status, reason, document, components, dependencies,
+                                created_at)
+             VALUES ('one', 'a', 'old', 'ready', NULL, $1, '1-100', '1-101', 1)",
+        )
+        .text(sboms::canonical_text(&rest))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        drop(conn);
+        db.close().await;
+    }
+
+    let db = open(engine, &test_db).await;
+    let mut conn = db.acquire().await.unwrap();
+    add_deployments(&mut conn, &["two"]).await;
+    let old_components = chunks(&mut conn, "sbom_component_chunks").await;
+    assert_eq!(old_components.len(), 2);
+    for (chunk, (codec, lines)) in &old_components {
+        assert_eq!((*codec, lines), (sboms::CODEC_TEXT, &old_lines[&("sbom_component_chunks", *chunk)]));
+    }
+    assert_eq!(chunks(&mut conn, "sbom_dependency_chunks").await.values().map(|c| c.0).collect::<Vec<_>>(), [0, 0]);
+    assert_eq!(text_of(&mut conn, "one", "a").await, sboms::canonical_text(&a));
+
+    // b shares a's last 50 packages (in text chunks 1 and 2) and adds 50:
+    // its document comes from chunks of both codecs.
+    let b = node_document("b", &names[50..150]);
+    sboms::replace(&mut conn, "two", "new", &[("b".to_owned(), NodeSbom::Ready(b.clone()))], 2).await.unwrap();
+    let after_b = chunks(&mut conn, "sbom_component_chunks").await;
+    assert_eq!(after_b.len(), 3);
+    let (codec, lines) = &after_b[&3];
+    assert_eq!(*codec, sboms::CODEC_LZ4, "a new chunk is compressed");
+    assert_eq!(lines.lines().count(), 50);
+    assert_eq!(text_of(&mut conn, "two", "b").await, sboms::canonical_text(&b));
+    assert_eq!(text_of(&mut conn, "one", "a").await, sboms::canonical_text(&a));
+
+    // a keeps pkg0-31: pkg32-49 leave text chunk 1, which is written again
+    // compressed; chunk 2 (pkg64-99, all b's) stays as it was.
+    let a2 = node_document("a", &names[..32]);
+    sboms::replace(&mut conn, "one", "new", &[("a".to_owned(), NodeSbom::Ready(a2.clone()))], 3).await.unwrap();
+    let after_a2 = chunks(&mut conn, "sbom_component_chunks").await;
+    assert_eq!(after_a2.values().map(|c| c.0).collect::<Vec<_>>(), [1, 0, 1]);
+    assert_eq!(after_a2[&1].1.lines().count(), 32 + 14, "pkg0-31, and pkg50-63 that b names");
+    assert_eq!(after_a2[&2], old_components[&2]);
+    assert_eq!(text_of(&mut conn, "one", "a").await, sboms::canonical_text(&a2));
+    assert_eq!(text_of(&mut conn, "two", "b").await, sboms::canonical_text(&b));
+    let Some(NodeSbom::Ready(value)) = sboms::document(&mut conn, "two", "b").await.unwrap() else { panic!() };
+    assert_eq!(value, b);
+}
+
+slipway_jobs::on_both_engines!(chunks_written_as_text_before_migration_0017_are_read_beside_compressed_ones);
+
+/// The writer's chunks are compressed: the bytes stored are a fraction of
+/// the lines they hold.
+async fn new_chunks_are_stored_compressed(engine: Engine) {
+    let test_db = TestDatabase::new(engine).await;
+    let db = open(engine, &test_db).await;
+    let mut conn = db.acquire().await.unwrap();
+    add_deployments(&mut conn, &["d"]).await;
+    let names: Vec<String> = (0..64).map(|i| format!("pkg{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let doc = node_document("n", &names);
+    sboms::replace(&mut conn, "d", "build", &[("n".to_owned(), NodeSbom::Ready(doc.clone()))], 1).await.unwrap();
+    let row = Q::new("SELECT CAST(codec AS BIGINT) AS codec, body FROM sbom_component_chunks")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    let (codec, body) = (row.int("codec").unwrap(), row.bytes("body").unwrap());
+    assert_eq!(codec, sboms::CODEC_LZ4);
+    let lines = sboms::chunk_text(codec, body.clone()).unwrap();
+    assert_eq!(lines.lines().count(), 64);
+    assert!(body.len() * 3 < lines.len(), "{} bytes stored for {} bytes of lines", body.len(), lines.len());
+    assert_eq!(text_of(&mut conn, "d", "n").await, sboms::canonical_text(&doc));
+}
+
+slipway_jobs::on_both_engines!(new_chunks_are_stored_compressed);

@@ -28,12 +28,14 @@
 //!   `sbom_component_chunks`, `sbom_dependency_chunks`) with their indexes
 //!   as the engine counts them (PostgreSQL: `pg_total_relation_size`; SQLite: the
 //!   `dbstat` pages), less the same tables empty; *logical* adds up the
-//!   bytes of every stored value (text columns' bytes, 8 per integer), by
-//!   table, to show where they go.
+//!   bytes of every stored value (text and byte columns' bytes, the chunks'
+//!   compressed bodies as stored, 8 per integer), by table, to show where
+//!   they go.
 //! - **Reassembly**: one node whose document has `--big` components, stored
 //!   the same way; `sboms::document_text` (the node's row, then the chunks
-//!   holding the texts of its components and of its dependency entries, the
-//!   texts joined in the lists' order and spliced into the rest: the text
+//!   holding the texts of its components and of its dependency entries,
+//!   decompressed, the texts joined in the lists' order and spliced into the
+//!   rest: the text
 //!   `GET /sbom` sends) timed per
 //!   call, repeated for `--seconds` (at least 30, at most 1,000 calls) after
 //!   3 warm-up calls. Also timed: `sboms::document`, the same parsed into a
@@ -248,6 +250,7 @@ async fn measure(cli: &Cli, db: &Db, fleet: &[Value], raw_bytes: usize, big: &Va
             break;
         }
     }
+    let phases = reassembly_phases(&mut conn, &big_deployment, budget).await?;
     // For comparison: the same document parsed into a JSON value
     // (`sboms::document`), which `GET /sbom` no longer does.
     let mut as_value = Vec::new();
@@ -277,6 +280,64 @@ async fn measure(cli: &Cli, db: &Db, fleet: &[Value], raw_bytes: usize, big: &Va
         "replace_ms_per_deployment": summary(store_ms),
         "big_replace_ms": round(big_store_ms),
         "reassembly_ms": summary(reassembly),
+        "reassembly_phases": phases,
+    }))
+}
+
+/// Where reassembly's time goes: the same chunk queries `document_text`
+/// sends for the big node (its ids are one run per list), timed up to the
+/// bodies read out of the rows (*fetch*), then their decompression into
+/// lines (*decompress*); the rest of a call is putting the lines in order
+/// and splicing them into the document.
+async fn reassembly_phases(conn: &mut store::Conn, deployment: &str, budget: Duration) -> anyhow::Result<Value> {
+    let row = Q::new("SELECT components, dependencies FROM sboms WHERE deployment_id = $1 AND node = 'big'")
+        .text(deployment)
+        .fetch_one(conn)
+        .await?;
+    let mut queries = Vec::new();
+    for (list, table, chunks) in [
+        ("components", "sbom_components", "sbom_component_chunks"),
+        ("dependencies", "sbom_dependencies", "sbom_dependency_chunks"),
+    ] {
+        let ids = sboms::decode_ids(&row.text(list)?)?;
+        let (first, last) = (ids.iter().min().copied().unwrap_or(0), ids.iter().max().copied().unwrap_or(0));
+        ensure!(last - first + 1 == ids.len() as i64, "the big node's {list} are not one run");
+        queries.push(format!(
+            "SELECT id, CAST(codec AS BIGINT) AS codec, body FROM {chunks}
+             WHERE id IN (SELECT chunk FROM {table} WHERE id BETWEEN {first} AND {last})"
+        ));
+    }
+    let (mut fetch, mut decompress) = (Vec::new(), Vec::new());
+    let (mut rows_read, mut stored, mut lines) = (0, 0, 0);
+    let started = Instant::now();
+    for i in 0.. {
+        let t = Instant::now();
+        let mut bodies = Vec::new();
+        for sql in &queries {
+            for row in Q::new(sql.as_str()).fetch_all(conn).await? {
+                bodies.push((row.int("codec")?, row.bytes("body")?));
+            }
+        }
+        let fetched = t.elapsed();
+        let (n, bytes) = (bodies.len(), bodies.iter().map(|(_, b)| b.len()).sum::<usize>());
+        let t = Instant::now();
+        let text: usize = bodies
+            .into_iter()
+            .map(|(codec, body)| sboms::chunk_text(codec, body).map(|t| t.len()))
+            .sum::<Result<usize, _>>()?;
+        let decompressed = t.elapsed();
+        (rows_read, stored, lines) = (n, bytes, text);
+        if i >= WARM_UP {
+            fetch.push(ms(fetched));
+            decompress.push(ms(decompressed));
+        }
+        if fetch.len() >= MAX_REPS || (fetch.len() >= MIN_REPS && started.elapsed() >= budget) {
+            break;
+        }
+    }
+    Ok(json!({
+        "chunks": rows_read, "stored_bytes": stored, "text_bytes": lines,
+        "fetch_ms": summary(fetch), "decompress_ms": summary(decompress),
     }))
 }
 
@@ -307,9 +368,9 @@ async fn logical_bytes(db: &Db) -> anyhow::Result<Vec<(String, Value)>> {
     };
     let queries = [
         ("sbom_components", format!("{} + 16", len("hash"))),
-        ("sbom_component_chunks", format!("{} + 8", len("body"))),
+        ("sbom_component_chunks", format!("{} + 16", len("body"))),
         ("sbom_dependencies", format!("{} + 16", len("hash"))),
-        ("sbom_dependency_chunks", format!("{} + 8", len("body"))),
+        ("sbom_dependency_chunks", format!("{} + 16", len("body"))),
         (
             "sboms",
             format!(

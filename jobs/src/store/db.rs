@@ -236,6 +236,7 @@ impl Conn {
 enum Arg {
     I64(Option<i64>),
     Text(Option<String>),
+    Bytes(Option<Vec<u8>>),
 }
 
 /// A query written once for both engines: `$n` placeholders, values bound in order.
@@ -252,6 +253,7 @@ macro_rules! bind_all {
             q = match a {
                 Arg::I64(v) => q.bind(v),
                 Arg::Text(v) => q.bind(v),
+                Arg::Bytes(v) => q.bind(v),
             };
         }
         q
@@ -273,6 +275,12 @@ impl Q {
     /// Binds text or NULL.
     pub fn opt_text(mut self, v: Option<impl Into<String>>) -> Self {
         self.args.push(Arg::Text(v.map(Into::into)));
+        self
+    }
+
+    /// Binds bytes (PostgreSQL `BYTEA`, SQLite `BLOB`).
+    pub fn bytes(mut self, v: impl Into<Vec<u8>>) -> Self {
+        self.args.push(Arg::Bytes(Some(v.into())));
         self
     }
 
@@ -372,6 +380,11 @@ impl Row {
     /// A nullable text column.
     pub fn opt_text(&self, col: &str) -> Result<Option<String>, StoreError> {
         get!(self, col, Option<String>)
+    }
+
+    /// A bytes column (PostgreSQL `BYTEA`, SQLite `BLOB`).
+    pub fn bytes(&self, col: &str) -> Result<Vec<u8>, StoreError> {
+        get!(self, col, Vec<u8>)
     }
 }
 

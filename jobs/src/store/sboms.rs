@@ -5,7 +5,8 @@
 //! text ([`canonical_text`]), in `sbom_components` and `sbom_dependencies`,
 //! each with a small integer id and the chunk that holds its text. A chunk
 //! (`sbom_component_chunks`, `sbom_dependency_chunks`) holds the texts of a
-//! few dozen pieces stored together, one `<id> <text>` line each. A node
+//! few dozen pieces stored together, one `<id> <text>` line each, the lines
+//! compressed here as one LZ4 block ([`chunk_text`] reads a body). A node
 //! keeps the rest of its document and two compact lists of piece ids, in
 //! document order ([`encode_ids`]). A document is put together again as
 //! text from the chunks its lists name (a hundred rows or so for 5,000
@@ -71,6 +72,51 @@ const CHUNK_BYTES: usize = 32 * 1024;
 
 /// Chunks per multi-row insert.
 const CHUNK_BATCH: usize = 16;
+
+/// A chunk's `codec`: its body is the lines as UTF-8 text (chunks written
+/// before migration 0017).
+pub const CODEC_TEXT: i64 = 0;
+
+/// A chunk's `codec`: its body is the lines compressed as one LZ4 block
+/// (<https://github.com/lz4/lz4/blob/dev/doc/lz4_Block_format.md>), the
+/// uncompressed length in front as 4 bytes, little-endian. What the writer
+/// writes.
+pub const CODEC_LZ4: i64 = 1;
+
+/// A chunk's body as the writer stores it: `lines` compressed
+/// ([`CODEC_LZ4`]).
+fn compress_body(lines: &str) -> Vec<u8> {
+    lz4_flex::block::compress_prepend_size(lines.as_bytes())
+}
+
+/// A chunk's lines (`<id> <canonical text>`, joined by newlines) from its
+/// stored `codec` and `body` ([`CODEC_TEXT`] or [`CODEC_LZ4`]).
+///
+/// # Errors
+/// [`StoreError::Corrupt`] for another codec, a body that does not
+/// decompress, or lines that are not UTF-8.
+pub fn chunk_text(codec: i64, body: Vec<u8>) -> Result<String, StoreError> {
+    let bytes = match codec {
+        CODEC_TEXT => body,
+        CODEC_LZ4 => lz4_flex::block::decompress_size_prepended(&body)
+            .map_err(|e| StoreError::Corrupt(format!("an SBOM chunk does not decompress: {e}")))?,
+        other => return Err(StoreError::Corrupt(format!("an SBOM chunk has codec {other}, which is not 0 or 1"))),
+    };
+    String::from_utf8(bytes).map_err(|_| StoreError::Corrupt("an SBOM chunk's lines are not UTF-8".into()))
+}
+
+/// A fetched chunk row's id and lines (its columns `id`, `codec`, `body`).
+fn chunk_row(pieces: Pieces, row: &super::Row) -> Result<(i64, String), StoreError> {
+    let chunk = row.int("id")?;
+    let text = chunk_text(row.int("codec")?, row.bytes("body")?).map_err(|e| match e {
+        StoreError::Corrupt(why) => StoreError::Corrupt(format!("{} row {chunk}: {why}", pieces.chunks)),
+        other => other,
+    })?;
+    Ok((chunk, text))
+}
+
+/// The columns [`chunk_row`] reads (the codec as a 64-bit integer on both engines).
+const CHUNK_COLUMNS: &str = "id, CAST(codec AS BIGINT) AS codec, body";
 
 /// Serialises SBOM writers on PostgreSQL (SQLite's writers are serialised
 /// anyway): a writer deletes the pieces no node names, which must not race
@@ -218,10 +264,11 @@ async fn store_pieces(conn: &mut Conn, pieces: Pieces, items: &[Value]) -> Resul
         }
         bodies.push(body);
         for (n, batch) in bodies.chunks(CHUNK_BATCH).enumerate() {
-            let values: Vec<String> = (0..batch.len()).map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2)).collect();
-            let mut q = Q::new(format!("INSERT INTO {} (id, body) VALUES {}", pieces.chunks, values.join(", ")));
+            let values: Vec<String> =
+                (0..batch.len()).map(|i| format!("(${}, {CODEC_LZ4}, ${})", 2 * i + 1, 2 * i + 2)).collect();
+            let mut q = Q::new(format!("INSERT INTO {} (id, codec, body) VALUES {}", pieces.chunks, values.join(", ")));
             for (i, body) in batch.iter().enumerate() {
-                q = q.int(first_chunk + (n * CHUNK_BATCH + i) as i64).text(body.as_str());
+                q = q.int(first_chunk + (n * CHUNK_BATCH + i) as i64).bytes(compress_body(body));
             }
             q.execute(conn).await?;
         }
@@ -432,7 +479,8 @@ async fn collect_garbage(conn: &mut Conn, released: &Released) -> Result<(), Sto
 
 /// Takes the lines of the `unused` pieces out of the chunks that hold them:
 /// a chunk left with no line is deleted, any other is written again with
-/// the lines that stay (the only update of a stored SBOM piece).
+/// the lines that stay, compressed ([`CODEC_LZ4`], whatever its codec was;
+/// the only update of a stored SBOM piece).
 async fn remove_from_chunks(
     conn: &mut Conn,
     pieces: Pieces,
@@ -442,11 +490,11 @@ async fn remove_from_chunks(
     let chunks: Vec<i64> = chunks.iter().copied().collect();
     let mut emptied = Vec::new();
     for batch in chunks.chunks(BATCH * 2) {
-        let rows = Q::new(format!("SELECT id, body FROM {} WHERE id IN ({})", pieces.chunks, id_list(batch)))
+        let rows = Q::new(format!("SELECT {CHUNK_COLUMNS} FROM {} WHERE id IN ({})", pieces.chunks, id_list(batch)))
             .fetch_all(conn)
             .await?;
         for row in rows {
-            let (chunk, body) = (row.int("id")?, row.text("body")?);
+            let (chunk, body) = chunk_row(pieces, &row)?;
             let mut kept = Vec::new();
             for line in body.split('\n') {
                 if !unused.contains(&line_id(pieces, chunk, line)?.0) {
@@ -456,8 +504,8 @@ async fn remove_from_chunks(
             if kept.is_empty() {
                 emptied.push(chunk);
             } else {
-                Q::new(format!("UPDATE {} SET body = $1 WHERE id = $2", pieces.chunks))
-                    .text(kept.join("\n"))
+                Q::new(format!("UPDATE {} SET codec = {CODEC_LZ4}, body = $1 WHERE id = $2", pieces.chunks))
+                    .bytes(compress_body(&kept.join("\n")))
                     .int(chunk)
                     .execute(conn)
                     .await?;
@@ -536,22 +584,21 @@ pub async fn document_text(conn: &mut Conn, deployment: &str, node: &str) -> Res
         return Ok(Some(SbomText::Unavailable(reason.unwrap_or_else(|| "unavailable".into()))));
     }
     let rest: Value = json_col(&row.opt_text("document")?.unwrap_or_default(), "sboms.document")?;
-    let mut spliced: Vec<(&str, String)> = Vec::new();
+    let mut spliced: Vec<(&str, Pieces, String)> = Vec::new();
     for (key, pieces, list) in [
         ("components", COMPONENTS, row.opt_text("components")?),
         ("dependencies", DEPENDENCIES, row.opt_text("dependencies")?),
     ] {
         if let Some(list) = list {
-            spliced.push((key, joined_texts(conn, pieces, &list).await?));
+            spliced.push((key, pieces, list));
         }
     }
     let Value::Object(rest) = rest else {
         return Ok(Some(SbomText::Ready(canonical_text(&rest))));
     };
-    let mut keys: Vec<&str> = rest.keys().map(String::as_str).chain(spliced.iter().map(|(k, _)| *k)).collect();
+    let mut keys: Vec<&str> = rest.keys().map(String::as_str).chain(spliced.iter().map(|(k, _, _)| *k)).collect();
     keys.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-    let size = spliced.iter().map(|(_, t)| t.len() + 20).sum::<usize>() + 1024;
-    let mut out = String::with_capacity(size);
+    let mut out = String::with_capacity(1024);
     out.push('{');
     for (i, key) in keys.into_iter().enumerate() {
         if i > 0 {
@@ -559,10 +606,10 @@ pub async fn document_text(conn: &mut Conn, deployment: &str, node: &str) -> Res
         }
         out.push_str(&Value::String(key.to_owned()).to_string());
         out.push(':');
-        match spliced.iter().find(|(k, _)| *k == key) {
-            Some((_, text)) => {
+        match spliced.iter().find(|(k, _, _)| *k == key) {
+            Some((_, pieces, list)) => {
                 out.push('[');
-                out.push_str(text);
+                append_texts(conn, *pieces, list, &mut out).await?;
                 out.push(']');
             }
             None => write_canonical(&rest[key], &mut out),
@@ -572,15 +619,15 @@ pub async fn document_text(conn: &mut Conn, deployment: &str, node: &str) -> Res
     Ok(Some(SbomText::Ready(out)))
 }
 
-/// The stored texts of the pieces a list names, in its order, joined by
-/// commas: the chunks holding them, found by the pieces' ids (a run of ids
-/// read as a range of the primary key, the other ids by their ids) in one
-/// query (chunked for very long lists), then their lines put in the list's
-/// order here.
-async fn joined_texts(conn: &mut Conn, pieces: Pieces, list: &str) -> Result<String, StoreError> {
+/// Appends to `out` the stored texts of the pieces a list names, in its
+/// order, joined by commas: the chunks holding them, found by the pieces'
+/// ids (a run of ids read as a range of the primary key, the other ids by
+/// their ids) in one query (chunked for very long lists), decompressed,
+/// then their lines put in the list's order here.
+async fn append_texts(conn: &mut Conn, pieces: Pieces, list: &str, out: &mut String) -> Result<(), StoreError> {
     let ids = decode_ids(list)?;
     if ids.is_empty() {
-        return Ok(String::new());
+        return Ok(());
     }
     let mut sorted = ids.clone();
     sorted.sort_unstable();
@@ -608,7 +655,7 @@ async fn joined_texts(conn: &mut Conn, pieces: Pieces, list: &str) -> Result<Str
     let mut seen = std::collections::HashSet::new();
     for batch in conditions.chunks(BATCH) {
         let rows = Q::new(format!(
-            "SELECT id, body FROM {} WHERE id IN (SELECT chunk FROM {} WHERE {})",
+            "SELECT {CHUNK_COLUMNS} FROM {} WHERE id IN (SELECT chunk FROM {} WHERE {})",
             pieces.chunks,
             pieces.table,
             batch.join(" OR ")
@@ -616,24 +663,37 @@ async fn joined_texts(conn: &mut Conn, pieces: Pieces, list: &str) -> Result<Str
         .fetch_all(conn)
         .await?;
         for row in rows {
-            let chunk = row.int("id")?;
             // Another batch of conditions may have fetched it already.
-            if seen.insert(chunk) {
-                bodies.push((chunk, row.text("body")?));
+            if seen.insert(row.int("id")?) {
+                bodies.push(chunk_row(pieces, &row)?);
             }
         }
     }
-    let mut texts: std::collections::HashMap<i64, &str> = std::collections::HashMap::with_capacity(sorted.len());
+    // Each wanted piece's text by its place in `sorted`: its offset from
+    // the first id when the ids are one run (the usual case), else found by
+    // binary search. Lines of pieces the list does not name are left out.
+    let one_run = sorted[sorted.len() - 1] - sorted[0] + 1 == sorted.len() as i64;
+    let place = |id: i64| -> Option<usize> {
+        if one_run {
+            usize::try_from(id - sorted[0]).ok().filter(|&i| i < sorted.len())
+        } else {
+            sorted.binary_search(&id).ok()
+        }
+    };
+    let mut texts: Vec<Option<&str>> = vec![None; sorted.len()];
+    let mut size = 0;
     for (chunk, body) in &bodies {
         for line in body.split('\n') {
             let (id, text) = line_id(pieces, *chunk, line)?;
-            texts.insert(id, text);
+            if let Some(i) = place(id) {
+                texts[i] = Some(text);
+                size += text.len() + 1;
+            }
         }
     }
-    let size = ids.iter().map(|id| texts.get(id).map_or(0, |t| t.len() + 1)).sum();
-    let mut out = String::with_capacity(size);
+    out.reserve(size);
     for (k, id) in ids.iter().enumerate() {
-        let Some(text) = texts.get(id) else {
+        let Some(text) = place(*id).and_then(|i| texts[i]) else {
             return Err(StoreError::Corrupt(format!(
                 "{}: an SBOM names piece {id}, which is not there",
                 pieces.chunks
@@ -644,7 +704,7 @@ async fn joined_texts(conn: &mut Conn, pieces: Pieces, list: &str) -> Result<Str
         }
         out.push_str(text);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// How many distinct components are stored (for tests and metrics).
