@@ -133,40 +133,33 @@ async fn one_engine(args: &Args, bin: &Path, engine: Engine, scratch: &Path) -> 
     let demo = std::fs::read_to_string(source.join("../examples/demo.json")).context("examples/demo.json")?;
     let body = format!("{{\"configuration\": {demo}}}");
     let started = Instant::now();
-    let per_thread = args.deploys.div_ceil(8);
+    let mut c = Client::connect(&addr)?;
+    for n in 0..args.deploys {
+        let (status, answer) = c.send("PUT", &format!("/deployments/footprint-{n}"), Some(&token), Some(&body))?;
+        ensure!(status == 202, "submit: {status} {}", String::from_utf8_lossy(&answer));
+    }
+    drop(c);
     let mut threads = Vec::new();
-    for t in 0..8 {
-        let (addr, token, body) = (addr.clone(), token.clone(), body.clone());
-        let reads = args.reads;
-        let deploys = args.deploys;
-        threads.push(std::thread::spawn(move || -> anyhow::Result<Vec<String>> {
+    for _ in 0..8 {
+        let (addr, token) = (addr.clone(), token.clone());
+        let (reads, deploys) = (args.reads, args.deploys.max(1));
+        threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
             let mut c = Client::connect(&addr)?;
-            let mut ids = Vec::new();
-            for k in 0..per_thread {
-                let n = t * per_thread + k;
-                if n >= deploys {
-                    break;
-                }
-                let id = format!("footprint-{n}");
-                let (status, answer) = c.send("PUT", &format!("/deployments/{id}"), Some(&token), Some(&body))?;
-                ensure!(status == 202, "submit: {status} {}", String::from_utf8_lossy(&answer));
-                ids.push(id);
-            }
             let list = format!(
                 "/deployments?ids={}",
                 (0..deploys).map(|n| format!("footprint-{n}")).collect::<Vec<_>>().join(",")
             );
             for r in 0..reads {
                 let path = match r % 4 {
-                    0 => format!("/deployments/footprint-{}", r % deploys.max(1)),
+                    0 => format!("/deployments/footprint-{}", r % deploys),
                     1 => list.clone(),
-                    2 => format!("/deployments/footprint-{}/builds", r % deploys.max(1)),
+                    2 => format!("/deployments/footprint-{}/builds", r % deploys),
                     _ => "/readyz".to_owned(),
                 };
                 let (status, answer) = c.get(&path, Some(&token))?;
                 ensure!(status == 200, "{path}: {status} {}", String::from_utf8_lossy(&answer));
             }
-            Ok(ids)
+            Ok(())
         }));
     }
     for t in threads {
