@@ -80,8 +80,9 @@ def render(r, command, git, quiet):
         ratio = cb["p50_us"] / cs["p50_us"]
         lines += [
             "",
-            f"The Q-3 admission count (`store::builds::queued_up_to_and_unseen`, what admission and a submit's "
-            f"transaction run), {cs['runs']:,} times on one pooled connection with {cs['queued']} builds queued: "
+            f"The Q-3 admission count (`store::submit::admission_count`, what admission runs before a submit's "
+            f"body is read: the span bound, counted near `QUEUE_SIZE`), {cs['runs']:,} times on one pooled "
+            f"connection (its answer: {cs['queued']}): "
             f"p50 {us(cs['p50_us'])} (p99 {us(cs['p99_us'])}) over {e['small']['rows']['builds']:,} builds, "
             f"p50 {us(cb['p50_us'])} (p99 {us(cb['p99_us'])}) over {e['big']['rows']['builds']:,}: "
             f"{ratio:.2f}×.",

@@ -7,7 +7,7 @@ use crate::proc::{bin_dir, free_port, percentile, wait_ready, Client, Process};
 use crate::seed;
 use anyhow::{ensure, Context as _};
 use serde_json::{json, Value};
-use slipway_jobs::store::{self, builds, Db, Engine};
+use slipway_jobs::store::{self, Db, Engine};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Row as _};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -165,17 +165,6 @@ fn statements(s: &Samples) -> Vec<(&'static str, &'static str, String, Vec<Strin
             one(&s.logged),
         ),
     ]
-}
-
-/// The admission count's statement (`builds::queued_up_to_and_unseen`).
-fn count_sql(engine: Engine) -> String {
-    let unseen = match engine {
-        Engine::Sqlite => "0",
-        Engine::Postgres => "current_setting('max_connections')::bigint",
-    };
-    format!(
-        "SELECT COUNT(*) AS n, {unseen} AS unseen FROM (SELECT 1 FROM builds WHERE status = 'queued' LIMIT $1) AS queued"
-    )
 }
 
 /// Runs the reads part: one JSON object.
@@ -440,8 +429,12 @@ async fn samples(db: &Db) -> anyhow::Result<Samples> {
 /// the bundled SQLite the binaries link.
 async fn explain(db: &Db, s: &Samples) -> anyhow::Result<Vec<Value>> {
     let mut stmts = statements(s);
-    let engine = db.engine();
-    stmts.push(("admission (Q-3)", "builds::queued_up_to_and_unseen", count_sql(engine), vec![QUEUE_SIZE.to_string()]));
+    stmts.push((
+        "admission (Q-3)",
+        "store::submit::admission_count",
+        slipway_jobs::store::submit::admission_count_sql(),
+        vec![QUEUE_SIZE.to_string()],
+    ));
     let mut out = Vec::new();
     let mut conn = db.acquire().await?;
     for (read, function, sql, params) in stmts {
@@ -500,15 +493,15 @@ async fn explain(db: &Db, s: &Samples) -> anyhow::Result<Vec<Value>> {
     Ok(out)
 }
 
-/// Times `builds::queued_up_to_and_unseen` (what admission and the submit's
-/// transaction run) `n` times on one pooled connection.
+/// Times `store::submit::admission_count` (what admission runs before a
+/// submit's body is read) `n` times on one pooled connection.
 async fn time_count(db: &Db, n: usize) -> anyhow::Result<Value> {
     let mut conn = db.acquire().await?;
     let mut times = Vec::with_capacity(n);
     let mut queued = 0;
     for i in 0..n + 20 {
         let t = Instant::now();
-        let (q, _) = builds::queued_up_to_and_unseen(&mut conn, QUEUE_SIZE).await?;
+        let q = slipway_jobs::store::submit::admission_count(&mut conn, QUEUE_SIZE).await?;
         if i >= 20 {
             times.push(t.elapsed().as_secs_f64() * 1e6);
         }

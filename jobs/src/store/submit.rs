@@ -146,18 +146,23 @@ pub async fn write_build(
 const SPAN: &str = "(SELECT COALESCE((SELECT MAX(seq) FROM builds)
                                    - (SELECT MIN(seq) FROM builds WHERE status = 'queued') + 1, 0) AS b) AS span";
 
+/// The statement of [`admission_count`] (`$1`: `QUEUE_SIZE`), as the
+/// benchmarks explain it.
+pub fn admission_count_sql() -> String {
+    format!(
+        "SELECT CASE WHEN b < $1 THEN b
+                     ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM builds WHERE status = 'queued' LIMIT $1) AS q)
+                END AS n
+         FROM {SPAN}"
+    )
+}
+
 /// Q-3 before a submit's body is read: the builds waiting for a worker
 /// when that is `limit` or more (counted up to `limit`), otherwise a number
 /// below `limit` that is at least that many (the [`SPAN`] bound, or the
 /// count). One statement.
 pub async fn admission_count(conn: &mut Conn, limit: i64) -> Result<i64, StoreError> {
-    Q::new(format!(
-        "SELECT CASE WHEN b < $1 THEN b
-                     ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM builds WHERE status = 'queued' LIMIT $1) AS q)
-                END AS n
-         FROM {SPAN}"
-    ))
-    .int(limit)
+    Q::new(admission_count_sql()).int(limit)
     .fetch_one(conn)
     .await?
     .int("n")
