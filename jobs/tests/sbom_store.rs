@@ -11,6 +11,7 @@ use slipway_jobs::store::db::Conn;
 use slipway_jobs::store::sboms::{self, NodeSbom, SbomText};
 use slipway_jobs::store::{Db, Engine, Q};
 use slipway_jobs::test_support::TestDatabase;
+use std::time::Duration;
 
 async fn open(engine: Engine, test_db: &TestDatabase) -> Db {
     match engine {
@@ -642,3 +643,50 @@ async fn new_chunks_are_stored_compressed(engine: Engine) {
 }
 
 slipway_jobs::on_both_engines!(new_chunks_are_stored_compressed);
+
+/// The fleet-wide SBOM lock guards the shared pieces only: a deploy whose
+/// nodes have no SBOM, replacing nodes that had none, records its end while
+/// another writer holds the lock; one with a document still waits for it.
+#[tokio::test]
+async fn nodes_without_an_sbom_are_recorded_while_another_writer_holds_the_sbom_lock() {
+    let test_db = TestDatabase::new(Engine::Postgres).await;
+    let db = open(Engine::Postgres, &test_db).await;
+    add_deployments(&mut db.acquire().await.unwrap(), &["bare", "full"]).await;
+    let mut holder = db.begin_write().await.unwrap();
+    holder.lock_name("slipway:sboms").await.unwrap();
+
+    let unavailable = [("noop".to_owned(), NodeSbom::Unavailable("no SBOM written".into()))];
+    for build in ["build-1", "build-2"] {
+        let mut tx = db.begin_write().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), sboms::replace(&mut tx, "bare", build, &unavailable, 1))
+            .await
+            .expect("a replace touching no shared piece does not wait for the SBOM lock")
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    let ready = [("web".to_owned(), NodeSbom::Ready(node_document("web", &["glibc"])))];
+    let db2 = db.clone();
+    let waiting = tokio::spawn(async move {
+        let mut tx = db2.begin_write().await.unwrap();
+        sboms::replace(&mut tx, "full", "build-3", &ready, 1).await.unwrap();
+        tx.commit().await.unwrap();
+    });
+    // The writer of a document waits on the lock: seen by PostgreSQL as a
+    // backend waiting on an advisory lock.
+    slipway_jobs::test_support::wait_for("the document's writer to wait on the lock", Duration::from_secs(10), || {
+        let db = db.clone();
+        async move {
+            let mut conn = db.acquire().await.unwrap();
+            let q = Q::new("SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted");
+            (q.fetch_one(&mut conn).await.unwrap().int("n").unwrap() > 0).then_some(())
+        }
+    })
+    .await;
+    assert!(!waiting.is_finished());
+    holder.commit().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("it goes on once the lock is free").unwrap();
+    let mut conn = db.acquire().await.unwrap();
+    assert_eq!(sboms::list(&mut conn, "bare").await.unwrap()[0].build_id, "build-2");
+    assert_eq!(sboms::list(&mut conn, "full").await.unwrap()[0].status, "ready");
+}

@@ -132,7 +132,24 @@ pub async fn replace(
     nodes: &[(String, NodeSbom)],
     now: i64,
 ) -> Result<(), StoreError> {
-    conn.lock_name(WRITE_LOCK).await?;
+    // The shared pieces are touched only by a ready document, or by a
+    // stored one that names pieces and is replaced. Otherwise (nodes
+    // without an SBOM replacing nodes without one) the fleet-wide lock is
+    // not needed: this transaction neither names nor releases a piece, and
+    // the deployment's own rows are its caller's, under the deployment's
+    // lock (ST-2).
+    let names_pieces = Q::new(
+        "SELECT COUNT(*) AS n FROM sboms
+         WHERE deployment_id = $1 AND (components IS NOT NULL OR dependencies IS NOT NULL)",
+    )
+    .text(deployment)
+    .fetch_one(conn)
+    .await?
+    .int("n")?
+        > 0;
+    if names_pieces || nodes.iter().any(|(_, sbom)| matches!(sbom, NodeSbom::Ready(_))) {
+        conn.lock_name(WRITE_LOCK).await?;
+    }
     let mut released = Released::default();
     let keep: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
     let existing = Q::new("SELECT node FROM sboms WHERE deployment_id = $1").text(deployment).fetch_all(conn).await?;

@@ -162,10 +162,7 @@ pub fn admission_count_sql() -> String {
 /// below `limit` that is at least that many (the [`SPAN`] bound, or the
 /// count). One statement.
 pub async fn admission_count(conn: &mut Conn, limit: i64) -> Result<i64, StoreError> {
-    Q::new(admission_count_sql()).int(limit)
-    .fetch_one(conn)
-    .await?
-    .int("n")
+    Q::new(admission_count_sql()).int(limit).fetch_one(conn).await?.int("n")
 }
 
 /// Q-7 on PostgreSQL, inside statement 2: `$2` deployment, `$7` now,
