@@ -515,6 +515,36 @@ impl World {
     }
 }
 
+/// A database of `engine` in `test_db` with only Slipway's migrations
+/// numbered below `version` applied (as an older release left it), for
+/// tests of a migration: write rows in the old layout, then open it with
+/// [`crate::store::open_sqlite`] or [`crate::store::open_postgres`], which
+/// runs the rest.
+pub async fn migrated_before(engine: Engine, test_db: &TestDatabase, version: i64) -> crate::store::Db {
+    use std::borrow::Cow;
+    let before = |mut m: sqlx::migrate::Migrator| {
+        m.migrations = Cow::Owned(m.migrations.iter().filter(|x| x.version < version).cloned().collect());
+        m.dangerous_set_table_name("_slipway_migrations");
+        m
+    };
+    match engine {
+        Engine::Sqlite => {
+            let options = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(test_db.dir.path().join("slipway.db"))
+                .create_if_missing(true)
+                .foreign_keys(true);
+            let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+            before(sqlx::migrate!("../migrations/sqlite")).run(&pool).await.unwrap();
+            crate::store::Db::Sqlite(pool)
+        }
+        Engine::Postgres => {
+            let pool = sqlx::PgPool::connect(&test_db.url).await.unwrap();
+            before(sqlx::migrate!("../migrations/postgres")).run(&pool).await.unwrap();
+            crate::store::Db::Postgres(pool)
+        }
+    }
+}
+
 /// Polls `check` until it yields, backing off from 20 ms to 250 ms; panics
 /// naming `what` past `deadline`. What tests wait with instead of sleeping.
 pub async fn wait_for<F, Fut, T>(what: &str, deadline: std::time::Duration, mut check: F) -> T

@@ -5,7 +5,6 @@
 use slipway_jobs::store::builds;
 use slipway_jobs::store::{Db, Engine, Q};
 use slipway_jobs::test_support::TestDatabase;
-use std::borrow::Cow;
 
 /// `store::builds::latest_succeeded`'s statement (its columns left out:
 /// they do not change the plan).
@@ -19,28 +18,8 @@ const LATEST_SUCCEEDED: &str =
 /// `builds_by_status` before) and which replaced `builds_waiting`.
 async fn builds_stored_before_migration_0016_are_read_by_deployment_and_status_after_it(engine: Engine) {
     let test_db = TestDatabase::new(engine).await;
-    let before_0016 = |mut m: sqlx::migrate::Migrator| {
-        m.migrations = Cow::Owned(m.migrations.iter().filter(|x| x.version < 16).cloned().collect());
-        m.dangerous_set_table_name("_slipway_migrations");
-        m
-    };
     {
-        let db = match engine {
-            Engine::Sqlite => {
-                let options = sqlx::sqlite::SqliteConnectOptions::new()
-                    .filename(test_db.dir.path().join("slipway.db"))
-                    .create_if_missing(true)
-                    .foreign_keys(true);
-                let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
-                before_0016(sqlx::migrate!("../migrations/sqlite")).run(&pool).await.unwrap();
-                Db::Sqlite(pool)
-            }
-            Engine::Postgres => {
-                let pool = sqlx::PgPool::connect(&test_db.url).await.unwrap();
-                before_0016(sqlx::migrate!("../migrations/postgres")).run(&pool).await.unwrap();
-                Db::Postgres(pool)
-            }
-        };
+        let db = slipway_jobs::test_support::migrated_before(engine, &test_db, 16).await;
         let mut conn = db.acquire().await.unwrap();
         for d in ["a", "b"] {
             Q::new(

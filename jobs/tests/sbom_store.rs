@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use slipway_jobs::store::db::Conn;
 use slipway_jobs::store::sboms::{self, NodeSbom, SbomText};
 use slipway_jobs::store::{Db, Engine, Q};
-use slipway_jobs::test_support::TestDatabase;
+use slipway_jobs::test_support::{migrated_before, TestDatabase};
 use std::time::Duration;
 
 async fn open(engine: Engine, test_db: &TestDatabase) -> Db {
@@ -216,15 +216,9 @@ slipway_jobs::on_both_engines!(what_no_sbom_uses_any_more_is_deleted_after_repla
 /// component of each node; the rest, `dependencies` included, in
 /// `sboms.document`), then migrated to the current one.
 async fn sboms_stored_before_migration_0013_come_back_unchanged_after_it(engine: Engine) {
-    use std::borrow::Cow;
     let test_db = TestDatabase::new(engine).await;
     let a = node_document("a", &["glibc", "openssl", "a-only"]);
     let b = node_document("b", &["openssl", "glibc", "b-only"]);
-    let before_0013 = |mut m: sqlx::migrate::Migrator| {
-        m.migrations = Cow::Owned(m.migrations.iter().filter(|x| x.version < 13).cloned().collect());
-        m.dangerous_set_table_name("_slipway_migrations");
-        m
-    };
     let old_rows = |doc: &Value| {
         let mut rest = doc.clone();
         let components = rest.as_object_mut().unwrap().remove("components").unwrap();
@@ -241,22 +235,7 @@ async fn sboms_stored_before_migration_0013_come_back_unchanged_after_it(engine:
         (rest.to_string(), rows)
     };
     {
-        let db = match engine {
-            Engine::Sqlite => {
-                let options = sqlx::sqlite::SqliteConnectOptions::new()
-                    .filename(test_db.dir.path().join("slipway.db"))
-                    .create_if_missing(true)
-                    .foreign_keys(true);
-                let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
-                before_0013(sqlx::migrate!("../migrations/sqlite")).run(&pool).await.unwrap();
-                Db::Sqlite(pool)
-            }
-            Engine::Postgres => {
-                let pool = sqlx::PgPool::connect(&test_db.url).await.unwrap();
-                before_0013(sqlx::migrate!("../migrations/postgres")).run(&pool).await.unwrap();
-                Db::Postgres(pool)
-            }
-        };
+        let db = migrated_before(engine, &test_db, 13).await;
         let mut conn = db.acquire().await.unwrap();
         add_deployments(&mut conn, &["d"]).await;
         for (node, doc) in [("a", &a), ("b", &b)] {
@@ -314,7 +293,6 @@ slipway_jobs::on_both_engines!(sboms_stored_before_migration_0013_come_back_unch
 /// dependencies still in its rest), then migrated to the chunked layout.
 async fn sboms_stored_before_migration_0014_come_back_unchanged_after_it(engine: Engine) {
     use sha2::Digest;
-    use std::borrow::Cow;
     let test_db = TestDatabase::new(engine).await;
     let names: Vec<String> = (0..150).map(|i| format!("pkg{i}")).collect();
     let a_names: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -336,27 +314,7 @@ async fn sboms_stored_before_migration_0014_come_back_unchanged_after_it(engine:
         (hex::encode(sha2::Sha256::digest(text.as_bytes())), text)
     };
     {
-        let before_0014 = |mut m: sqlx::migrate::Migrator| {
-            m.migrations = Cow::Owned(m.migrations.iter().filter(|x| x.version < 14).cloned().collect());
-            m.dangerous_set_table_name("_slipway_migrations");
-            m
-        };
-        let db = match engine {
-            Engine::Sqlite => {
-                let options = sqlx::sqlite::SqliteConnectOptions::new()
-                    .filename(test_db.dir.path().join("slipway.db"))
-                    .create_if_missing(true)
-                    .foreign_keys(true);
-                let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
-                before_0014(sqlx::migrate!("../migrations/sqlite")).run(&pool).await.unwrap();
-                Db::Sqlite(pool)
-            }
-            Engine::Postgres => {
-                let pool = sqlx::PgPool::connect(&test_db.url).await.unwrap();
-                before_0014(sqlx::migrate!("../migrations/postgres")).run(&pool).await.unwrap();
-                Db::Postgres(pool)
-            }
-        };
+        let db = migrated_before(engine, &test_db, 14).await;
         let mut conn = db.acquire().await.unwrap();
         add_deployments(&mut conn, &["d"]).await;
         let mut stored = std::collections::BTreeSet::new();
@@ -475,33 +433,6 @@ async fn a_document_spread_over_many_chunks_comes_back_as_accepted(engine: Engin
 }
 
 slipway_jobs::on_both_engines!(a_document_spread_over_many_chunks_comes_back_as_accepted);
-
-/// A database whose migrations stop before `version` (the tables as they
-/// were then), for storing rows in an old layout.
-async fn migrated_before(engine: Engine, test_db: &TestDatabase, version: i64) -> Db {
-    use std::borrow::Cow;
-    let before = |mut m: sqlx::migrate::Migrator| {
-        m.migrations = Cow::Owned(m.migrations.iter().filter(|x| x.version < version).cloned().collect());
-        m.dangerous_set_table_name("_slipway_migrations");
-        m
-    };
-    match engine {
-        Engine::Sqlite => {
-            let options = sqlx::sqlite::SqliteConnectOptions::new()
-                .filename(test_db.dir.path().join("slipway.db"))
-                .create_if_missing(true)
-                .foreign_keys(true);
-            let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
-            before(sqlx::migrate!("../migrations/sqlite")).run(&pool).await.unwrap();
-            Db::Sqlite(pool)
-        }
-        Engine::Postgres => {
-            let pool = sqlx::PgPool::connect(&test_db.url).await.unwrap();
-            before(sqlx::migrate!("../migrations/postgres")).run(&pool).await.unwrap();
-            Db::Postgres(pool)
-        }
-    }
-}
 
 /// Each chunk of `table` by id: its codec and its lines.
 async fn chunks(conn: &mut Conn, table: &str) -> std::collections::BTreeMap<i64, (i64, String)> {
