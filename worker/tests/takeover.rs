@@ -14,6 +14,12 @@ use slipway_jobs::store::Engine;
 use slipway_jobs::test_support::{processes_with, sleepy_nix_source, TestDatabase};
 use std::time::{Duration, Instant};
 
+/// How long another worker may take to take a build over once its worker
+/// stopped beating: about 10 s alone; the whole suite's fourteen takeovers,
+/// each with its api, two workers and Nix on a 2-core machine, have taken
+/// over 60 s (a failure bound, not a wait).
+const TAKEOVER_DEADLINE: Duration = Duration::from_secs(180);
+
 /// Where a worker is paused, as `kill -STOP` would pause it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {
@@ -96,7 +102,7 @@ async fn a_paused_worker_that_resumes_harms_nothing_of_the_new_attempt(engine: E
         })
         .await;
     } else {
-        wait_for("B to take the build over and start its effect", Duration::from_secs(60), || async {
+        wait_for("B to take the build over and start its effect", TAKEOVER_DEADLINE, || async {
             runs(&db).contains("start 2 ").then_some(())
         })
         .await;
@@ -188,7 +194,7 @@ async fn a_killed_workers_build_is_taken_over_within_the_documented_bound(engine
     let killed_at = now_ms();
     fleet.workers[fleet.running].kill();
     let (api, build_path) = (&fleet.api, &fleet.build_path);
-    let taken = wait_for("another worker to take the build over", Duration::from_secs(60), || async {
+    let taken = wait_for("another worker to take the build over", TAKEOVER_DEADLINE, || async {
         let (_, _, b) = api.get(build_path).await;
         (b["attempts"] == 2).then_some(b)
     })
@@ -209,7 +215,7 @@ async fn a_worker_stopped_at_once_hands_its_build_back_at_once(engine: Engine) {
     let stopped_at = now_ms();
     assert_eq!(exit.code(), Some(1), "{exit:?}");
     let (api, build_path) = (&fleet.api, &fleet.build_path);
-    let taken = wait_for("another worker to take the build over", Duration::from_secs(60), || async {
+    let taken = wait_for("another worker to take the build over", TAKEOVER_DEADLINE, || async {
         let (_, _, b) = api.get(build_path).await;
         (b["attempts"] == 2).then_some(b)
     })
