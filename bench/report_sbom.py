@@ -133,7 +133,7 @@ def section(meta, quiet, r):
       "entry measured 21.87 ms (SQLite) and 23.08 ms (PostgreSQL) p50 for the same document: the time went "
       "into decoding 10,000 rows. The parsed column is the same document built as a `serde_json::Value`, as "
       "`GET /sbom` did before it sent text.")
-    w("- **Chunk bodies are compressed by Slipway** (LZ4 block, `lz4_flex`; migration 0015), stored as bytes "
+    w("- **Chunk bodies are compressed by Slipway** (LZ4 block, `lz4_flex`; migration 0017), stored as bytes "
       "(PostgreSQL `BYTEA` with `STORAGE EXTERNAL`, so the server neither compresses them again nor "
       "decompresses them on read; SQLite `BLOB`). The chunks' text compresses about 2:1 "
       "(the store paths and SHA-256 sums in it are random), so PostgreSQL's "
