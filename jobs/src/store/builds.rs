@@ -307,29 +307,41 @@ pub async fn secrets_set_after(
 /// Inserts a queued build (its job is pushed by [`dispatch_next`]). Call
 /// inside the transaction that caused it, after [`Conn::lock_deployment`].
 pub async fn insert(conn: &mut Conn, b: NewBuild<'_>, now: i64) -> Result<(), StoreError> {
-    Q::new(
-        "INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
-                             operator_secrets, readiness, dry_run)
-         VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10)",
+    bind_new_build(
+        Q::new(
+            "INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
+                                 operator_secrets, readiness, dry_run)
+             VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10)",
+        ),
+        &b,
+        now,
     )
-    .text(b.id)
-    .text(b.deployment_id)
-    .text(b.kind.as_str())
-    .text(b.configuration.to_string())
-    .opt_text(b.module_source)
-    .text(serde_json::to_string(b.instances).expect("instances serialise"))
-    .int(now)
-    .opt_text(
-        b.operator_secrets
-            .filter(|p| !p.is_empty())
-            .map(|p| serde_json::to_string(p).expect("pins serialise"))
-            .as_deref(),
-    )
-    .opt_text(b.readiness.map(|r| serde_json::to_string(r).expect("readiness settings serialise")).as_deref())
-    .int(i64::from(b.dry_run))
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Binds a new build's columns as `$1`–`$10`: id, deployment, kind,
+/// configuration, module source, instances, `now` (its `queued_at`), its
+/// secret pins (absent when none), readiness settings, dry run. Every
+/// statement that inserts a build ([`insert`], the submit's folded
+/// statements in `store::submit`) binds them so.
+pub(crate) fn bind_new_build(q: Q, b: &NewBuild<'_>, now: i64) -> Q {
+    q.text(b.id)
+        .text(b.deployment_id)
+        .text(b.kind.as_str())
+        .text(b.configuration.to_string())
+        .opt_text(b.module_source)
+        .text(serde_json::to_string(b.instances).expect("instances serialise"))
+        .int(now)
+        .opt_text(
+            b.operator_secrets
+                .filter(|p| !p.is_empty())
+                .map(|p| serde_json::to_string(p).expect("pins serialise"))
+                .as_deref(),
+        )
+        .opt_text(b.readiness.map(|r| serde_json::to_string(r).expect("readiness settings serialise")).as_deref())
+        .int(i64::from(b.dry_run))
 }
 
 /// ST-2: when no build of `deployment` is dispatched and unfinished, pushes

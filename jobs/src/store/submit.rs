@@ -172,25 +172,6 @@ const SUPERSEDE: &str = "UPDATE builds SET status = 'superseded', reason = 'supe
     WHERE $12 = 1 AND deployment_id = $2 AND kind = 'deploy' AND status = 'queued' AND dry_run = 0
       AND seq > COALESCE((SELECT MAX(seq) FROM builds WHERE deployment_id = $2 AND kind = 'destroy'), 0)";
 
-/// `$1`–`$10`: the build's columns.
-fn build_args(q: Q, b: &builds::NewBuild<'_>, now: i64) -> Q {
-    q.text(b.id)
-        .text(b.deployment_id)
-        .text(b.kind.as_str())
-        .text(b.configuration.to_string())
-        .opt_text(b.module_source)
-        .text(serde_json::to_string(b.instances).expect("instances serialise"))
-        .int(now)
-        .opt_text(
-            b.operator_secrets
-                .filter(|p| !p.is_empty())
-                .map(|p| serde_json::to_string(p).expect("pins serialise"))
-                .as_deref(),
-        )
-        .opt_text(b.readiness.map(|r| serde_json::to_string(r).expect("readiness settings serialise")).as_deref())
-        .int(i64::from(b.dry_run))
-}
-
 async fn write_build_postgres(
     conn: &mut Conn,
     b: builds::NewBuild<'_>,
@@ -244,7 +225,7 @@ async fn write_build_postgres(
                 (SELECT CASE WHEN busy THEN 1 ELSE 0 END FROM st)::bigint AS busy,
                 (SELECT pg_notify($20, $2)::text FROM ev) AS notified"
     );
-    let row = build_args(Q::new(sql), &b, now)
+    let row = builds::bind_new_build(Q::new(sql), &b, now)
         .text(format!("superseded by build {}, submitted before this one ran", b.id))
         .int(i64::from(supersede))
         .text(ulid::Ulid::generate().to_string())
@@ -288,7 +269,7 @@ async fn write_build_sqlite(
                                                 AND status IN ('queued', 'running'))
                                  THEN 0 ELSE 1 END AS turn) AS t
                RETURNING dispatched";
-    let dispatched = build_args(Q::new(sql), &b, now).fetch_one(conn).await?.int("dispatched")? == 1;
+    let dispatched = builds::bind_new_build(Q::new(sql), &b, now).fetch_one(conn).await?.int("dispatched")? == 1;
     crate::failpoint::hit("build_inserted");
     if dispatched {
         super::queue::push_build_job(conn, b.id, None).await?;
