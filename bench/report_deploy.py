@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+from splice import splice as splice_section
+
 BEGIN = "<!-- scripts/bench: deploy section; `scripts/bench --only deploy` rewrites it -->"
 END = "<!-- scripts/bench: end of the deploy section -->"
 BAR_P50_MS = 50
@@ -180,15 +182,8 @@ def render(results, command, git, quiet):
 
 
 def splice(doc, lines):
-    text = open(doc).read()
-    section = "\n".join(lines)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    open(doc, "w").write(text)
+    splice_section(doc, BEGIN, END, "\n".join(lines))
+
 
 
 def main(argv):

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+from splice import splice as splice_section
+
 BEGIN = "<!-- scripts/bench: get_for section; `scripts/bench --only get_for` rewrites it -->"
 END = "<!-- scripts/bench: end of the get_for section -->"
 TARGET_P99_US = 1000
@@ -55,15 +57,8 @@ def render(result, command, git):
 
 
 def splice(doc, lines):
-    text = open(doc).read()
-    section = "\n".join(lines)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    open(doc, "w").write(text)
+    splice_section(doc, BEGIN, END, "\n".join(lines))
+
 
 
 def main(argv):

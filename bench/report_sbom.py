@@ -9,6 +9,8 @@ Usage: report_sbom.py META_JSON RESULTS_TSV [--splice DOC]
 import json
 import sys
 
+from splice import splice as splice_section
+
 LABEL = "sbom storage"
 BEGIN = "<!-- scripts/bench: sbom section; `scripts/bench --only sbom` rewrites it -->"
 END = "<!-- scripts/bench: end of the sbom section -->"
@@ -182,18 +184,8 @@ def section(meta, quiet, r):
 
 
 def splice(doc, lines):
-    text = open(doc).read()
-    section_text = "\n".join(lines)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + section_text + tail
-    elif "## Raw results" in text:
-        head, tail = text.split("## Raw results", 1)
-        text = head + section_text + "\n\n## Raw results" + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section_text + "\n"
-    open(doc, "w").write(text)
+    splice_section(doc, BEGIN, END, "\n".join(lines), before="## Raw results")
+
 
 
 def main(argv):

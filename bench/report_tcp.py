@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+from splice import splice as splice_section
+
 BEGIN = "<!-- scripts/bench: tcp section; `scripts/bench --only tcp` rewrites it -->"
 END = "<!-- scripts/bench: end of the tcp section -->"
 
@@ -73,15 +75,7 @@ def main():
     section = render(result, sys.argv[2], sys.argv[3])
     if "--splice" in sys.argv:
         doc = sys.argv[sys.argv.index("--splice") + 1]
-        try:
-            old = open(doc).read()
-        except FileNotFoundError:
-            old = ""
-        if BEGIN in old and END in old:
-            new = old.split(BEGIN, 1)[0] + section + old.split(END, 1)[1]
-        else:
-            new = old.rstrip("\n") + "\n\n" + section + "\n"
-        open(doc, "w").write(new)
+        splice_section(doc, BEGIN, END, section)
     else:
         print(section)
 
