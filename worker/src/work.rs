@@ -42,6 +42,38 @@ fn unique_name(prefix: &str) -> String {
 #[derive(Clone)]
 struct Slots(Arc<tokio::sync::Semaphore>);
 
+/// The job bodies this process runs, for a rolling stop (the first SIGTERM).
+/// Each job body holds a share of the gate while it runs; [`Gate::close`]
+/// lets no job body start after it (a job apalis hands this process from
+/// then on waits, and is handed back at exit) and resolves once every
+/// running one has ended.
+///
+/// The stop is ours, not apalis's: apalis's own graceful stop stops driving
+/// its storage while it waits for the running jobs, and a transaction its
+/// storage had open at that moment (a claim or an acknowledgement) then
+/// holds SQLite's write lock until those jobs end, which they cannot, since
+/// they must write to record their end.
+#[derive(Clone, Default)]
+struct Gate(Arc<tokio::sync::RwLock<()>>);
+
+impl Gate {
+    /// A share for one job body; once the gate is closing, never.
+    async fn enter(&self) -> tokio::sync::OwnedRwLockReadGuard<()> {
+        Arc::clone(&self.0).read_owned().await
+    }
+
+    /// A share for a job body that holds a build slot: `None` once the gate
+    /// is closing (the caller gives its slot back and does not start).
+    fn try_enter(&self) -> Option<tokio::sync::OwnedRwLockReadGuard<()>> {
+        Arc::clone(&self.0).try_read_owned().ok()
+    }
+
+    /// Closes the gate: resolves once every job body that entered has ended.
+    async fn close(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        Arc::clone(&self.0).write_owned().await
+    }
+}
+
 /// The apalis handler: adapts a queued [`BuildJob`] to [`build::run`].
 ///
 /// The build runs in a task of its own, holding one of the process's
@@ -59,13 +91,20 @@ async fn handle(
     ctx: Data<Ctx>,
     slots: Data<Slots>,
     metrics: Data<Metrics>,
+    gate: Data<Gate>,
     attempt: Attempt,
 ) -> Result<(), BoxDynError> {
+    // A build waiting for a slot has not started: a rolling stop hands it back.
     let permit = Arc::clone(&(*slots).0).acquire_owned().await.expect("the slot semaphore is never closed");
+    let Some(share) = gate.try_enter() else {
+        drop(permit);
+        return std::future::pending().await;
+    };
     let ctx = (*ctx).clone();
     let task = tokio::spawn(async move {
         let result = build::run(job, &ctx).await;
         drop(permit);
+        drop(share);
         result
     });
     match task.await {
@@ -99,11 +138,21 @@ where
 /// [`nix::run`], in a task of its own (a restart of the apalis worker does
 /// not drop it). A job that cannot record its end waits its backoff and
 /// goes back to the queue; its own failures are its result.
-async fn handle_nix(job: NixJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(), BoxDynError> {
+async fn handle_nix(job: NixJob, ctx: Data<Ctx>, gate: Data<Gate>, attempt: Attempt) -> Result<(), BoxDynError> {
+    let share = gate.enter().await;
     let ctx = (*ctx).clone();
     let kind = if job.key.starts_with("names ") { "names_eval" } else { "schema_build" };
     let span = tracing::info_span!("job", job.kind = kind, worker.name = %ctx.worker);
-    match tokio::spawn(async move { nix::run(job, &ctx).await }.instrument(span)).await {
+    match tokio::spawn(
+        async move {
+            let result = nix::run(job, &ctx).await;
+            drop(share);
+            result
+        }
+        .instrument(span),
+    )
+    .await
+    {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => give_back(e, &attempt, "nix").await,
         Err(e) => Err(Box::new(e)),
@@ -113,11 +162,26 @@ async fn handle_nix(job: NixJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(),
 /// The apalis handler of the `callbacks` queue: adapts a [`CallbackJob`] to
 /// [`callback::run`] in a task of its own. The push itself is never
 /// retried (DL-2); only a job that could not take or record it goes back.
-async fn handle_callback(job: CallbackJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(), BoxDynError> {
+async fn handle_callback(
+    job: CallbackJob,
+    ctx: Data<Ctx>,
+    gate: Data<Gate>,
+    attempt: Attempt,
+) -> Result<(), BoxDynError> {
+    let share = gate.enter().await;
     let ctx = (*ctx).clone();
     let span =
         tracing::info_span!("job", job.kind = "reconcile_push", build.id = %job.build_id, worker.name = %ctx.worker);
-    match tokio::spawn(async move { callback::run(job, &ctx).await }.instrument(span)).await {
+    match tokio::spawn(
+        async move {
+            let result = callback::run(job, &ctx).await;
+            drop(share);
+            result
+        }
+        .instrument(span),
+    )
+    .await
+    {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => give_back(e, &attempt, "callback").await,
         Err(e) => Err(Box::new(e)),
@@ -127,7 +191,13 @@ async fn handle_callback(job: CallbackJob, ctx: Data<Ctx>, attempt: Attempt) -> 
 /// The apalis handler of the `readiness` queue: adapts a [`ReadinessJob`]
 /// to [`readiness::run`] in a task of its own; a round that could not
 /// record its probes waits its backoff and goes back.
-async fn handle_readiness(job: ReadinessJob, ctx: Data<Ctx>, attempt: Attempt) -> Result<(), BoxDynError> {
+async fn handle_readiness(
+    job: ReadinessJob,
+    ctx: Data<Ctx>,
+    gate: Data<Gate>,
+    attempt: Attempt,
+) -> Result<(), BoxDynError> {
+    let share = gate.enter().await;
     let ctx = (*ctx).clone();
     let span = tracing::info_span!(
         "job",
@@ -136,7 +206,16 @@ async fn handle_readiness(job: ReadinessJob, ctx: Data<Ctx>, attempt: Attempt) -
         deployment.id = %job.deployment_id,
         worker.name = %ctx.worker
     );
-    match tokio::spawn(async move { readiness::run(job, &ctx).await }.instrument(span)).await {
+    match tokio::spawn(
+        async move {
+            let result = readiness::run(job, &ctx).await;
+            drop(share);
+            result
+        }
+        .instrument(span),
+    )
+    .await
+    {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => give_back(e, &attempt, "readiness").await,
         Err(e) => Err(Box::new(e)),
@@ -186,11 +265,21 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
         tokio::task::block_in_place(|| std::thread::sleep(wait));
         true
     });
-    let monitor = register_all(monitor, &ctx, build_slots, metrics, slots, prefetch, &queues);
-    let ctx_for_alive = ctx.clone();
-    let alive = tokio::spawn(keep_alive(ctx_for_alive.clone(), beats.clone()));
-    let result =
-        monitor.run_with_signal(shutdown(ctx_for_alive, beats)).await.context("the worker stopped with an error");
+    let gate = Gate::default();
+    let monitor = register_all(monitor, &ctx, &gate, build_slots, metrics, slots, prefetch, &queues);
+    let alive = tokio::spawn(keep_alive(ctx.clone(), beats.clone()));
+    // The monitor runs until the first signal has let every running job end;
+    // dropping it then drops apalis's workers (their open transactions roll
+    // back) and the jobs they hold, which are handed back below.
+    let mut monitor = Box::pin(monitor.run());
+    let result = tokio::select! {
+        result = &mut monitor => Some(result.context("the worker stopped with an error")),
+        stopped = stop(ctx.clone(), gate, beats) => { stopped?; None }
+    };
+    drop(monitor);
+    if result.is_none() {
+        hand_back_waiting(&ctx).await;
+    }
     // Builds whose handler a restart of the apalis worker dropped still run:
     // they finish (and beat) before the process exits.
     let _all = all_slots.0.acquire_many(slots as u32).await;
@@ -198,8 +287,20 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
     if let Some(listener) = listener {
         listener.abort();
     }
-    result?;
+    result.transpose()?;
     Ok(())
+}
+
+/// After a rolling stop: the jobs apalis handed this worker that it did not
+/// start go back to the queue for another worker (and so does the
+/// acknowledgement apalis had not yet written of a job that ended, which its
+/// next worker finds already done).
+async fn hand_back_waiting(ctx: &Ctx) {
+    match tokio::time::timeout(RELEASE_PATIENCE, ctx.hand_back()).await {
+        Ok(Ok(jobs)) => tracing::info!(jobs, "running jobs have ended; handed back the jobs this worker had not started"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "running jobs have ended; could not hand back the jobs this worker had not started, so another worker takes them over once its heartbeat is stale"),
+        Err(_) => tracing::warn!("running jobs have ended; the database did not answer, so another worker takes over the jobs this worker had not started once its heartbeat is stale"),
+    }
 }
 
 /// Serialises this worker's heartbeats with the release of its claims on a
@@ -209,18 +310,20 @@ struct Beats(Arc<tokio::sync::Mutex<()>>);
 
 /// Registers on `$monitor` the apalis worker `<worker><$suffix>` that runs
 /// `$handler` for `$job`s of `$queue`, `$concurrency` at once, one claimed
-/// at a time, with the worker's [`Ctx`]: the `nix` and `callbacks` queues.
+/// at a time, with the worker's [`Ctx`] and [`Gate`]: the `nix` and `callbacks` queues.
 /// Its name lets it beat and be handed back with the worker
 /// ([`slipway_jobs::store::queue::SIBLING_SUFFIXES`]).
 macro_rules! register_sibling {
-    ($monitor:expr, $ctx:expr, $queue:expr, $suffix:expr, $job:ty, $handler:expr, $concurrency:expr) => {{
+    ($monitor:expr, $ctx:expr, $gate:expr, $queue:expr, $suffix:expr, $job:ty, $handler:expr, $concurrency:expr) => {{
         let settings = QueueSettings { queue: $queue, batch_size: 1, heartbeat: $ctx.config.heartbeat };
         let (name, data, concurrency) = (format!("{}{}", $ctx.worker, $suffix), $ctx.clone(), $concurrency);
+        let gate: Gate = $gate.clone();
         match $ctx.db.clone() {
             Db::Sqlite(pool) => $monitor.register(move |_restarts| {
                 WorkerBuilder::new(name.clone())
                     .backend(settings.sqlite::<$job>(&pool))
                     .data(data.clone())
+                    .data(gate.clone())
                     .concurrency(concurrency)
                     .build($handler)
             }),
@@ -228,6 +331,7 @@ macro_rules! register_sibling {
                 WorkerBuilder::new(name.clone())
                     .backend(settings.postgres::<$job>(&pool))
                     .data(data.clone())
+                    .data(gate.clone())
                     .concurrency(concurrency)
                     .build($handler)
             }),
@@ -241,9 +345,11 @@ macro_rules! register_sibling {
 /// as many at once as `NIX_SLOTS`, which bounds them fleet-wide),
 /// `callbacks` jobs ([`handle_callback`], `CALLBACKS_CONCURRENCY` at once)
 /// and, for `maintenance`, the retention sweep every [`SWEEP_EVERY`].
+#[allow(clippy::too_many_arguments)]
 fn register_all(
     monitor: Monitor,
     ctx: &Ctx,
+    gate: &Gate,
     slots: Slots,
     metrics: Metrics,
     slot_count: usize,
@@ -257,6 +363,7 @@ fn register_all(
     let concurrency = prefetch.max(slot_count);
     let (name, db) = (ctx.worker.clone(), ctx.db.clone());
     let (builds_ctx, sweep_ctx) = (ctx.clone(), ctx.clone());
+    let (builds_gate, sweep_gate) = (gate.clone(), gate.clone());
     macro_rules! builds_worker {
         ($storage:expr) => {
             WorkerBuilder::new(name.clone())
@@ -264,6 +371,7 @@ fn register_all(
                 .data(builds_ctx.clone())
                 .data(slots.clone())
                 .data(metrics.clone())
+                .data(builds_gate.clone())
                 .concurrency(concurrency)
                 .build(handle)
         };
@@ -279,12 +387,13 @@ fn register_all(
     }
     if serves(NIX_QUEUE) {
         let concurrency = ctx.config.nix_slots.max(1) as usize;
-        monitor = register_sibling!(monitor, ctx, NIX_QUEUE, NIX_WORKER_SUFFIX, NixJob, handle_nix, concurrency);
+        monitor = register_sibling!(monitor, ctx, gate, NIX_QUEUE, NIX_WORKER_SUFFIX, NixJob, handle_nix, concurrency);
     }
     if serves(CALLBACKS_QUEUE) {
         monitor = register_sibling!(
             monitor,
             ctx,
+            gate,
             CALLBACKS_QUEUE,
             CALLBACKS_WORKER_SUFFIX,
             CallbackJob,
@@ -296,6 +405,7 @@ fn register_all(
         monitor = register_sibling!(
             monitor,
             ctx,
+            gate,
             READINESS_QUEUE,
             READINESS_WORKER_SUFFIX,
             ReadinessJob,
@@ -309,6 +419,7 @@ fn register_all(
             WorkerBuilder::new(sweep_name.clone())
                 .backend(CronScheduler::new(Every(SWEEP_EVERY)))
                 .data(sweep_ctx.clone())
+                .data(sweep_gate.clone())
                 .build(sweep_tick)
         });
     }
@@ -399,7 +510,8 @@ async fn sweep_once(ctx: &Ctx) {
 }
 
 /// The sweep job: a failed sweep waits for the next tick (§6: "next tick").
-async fn sweep_tick(_tick: Tick<Utc>, ctx: Data<Ctx>) -> Result<(), BoxDynError> {
+async fn sweep_tick(_tick: Tick<Utc>, ctx: Data<Ctx>, gate: Data<Gate>) -> Result<(), BoxDynError> {
+    let _share = gate.enter().await;
     stop_orphans();
     sweep_once(&ctx).await;
     Ok(())
@@ -409,12 +521,13 @@ async fn sweep_tick(_tick: Tick<Utc>, ctx: Data<Ctx>) -> Result<(), BoxDynError>
 /// it exits anyway (their heartbeat then goes stale instead).
 const RELEASE_PATIENCE: Duration = Duration::from_secs(3);
 
-/// Resolves on the first SIGTERM or SIGINT: the worker takes no new build
-/// and exits once its running builds have finished (a rolling restart
-/// re-runs nothing). A second signal stops it at once: its effects are
-/// killed, its builds and claimed jobs are handed back so another worker
-/// takes them over right away, and the exit status is 1.
-async fn shutdown(ctx: Ctx, beats: Beats) -> std::io::Result<()> {
+/// Resolves after the first SIGTERM or SIGINT once every job body this
+/// worker was running has ended ([`Gate::close`]): the worker starts no new
+/// job meanwhile and then exits (a rolling restart re-runs nothing). A
+/// second signal stops it at once: its effects are killed, its builds and
+/// claimed jobs are handed back so another worker takes them over right
+/// away, and the exit status is 1.
+async fn stop(ctx: Ctx, gate: Gate, beats: Beats) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -423,6 +536,7 @@ async fn shutdown(ctx: Ctx, beats: Beats) -> std::io::Result<()> {
         _ = term.recv() => {}
     }
     tracing::info!("shutting down: running builds finish first; a second SIGTERM or Ctrl-C stops them now");
+    let here = Arc::clone(&ctx.here);
     tokio::spawn(async move {
         tokio::select! {
             _ = int.recv() => {}
@@ -445,6 +559,11 @@ async fn shutdown(ctx: Ctx, beats: Beats) -> std::io::Result<()> {
         }
         std::process::exit(1);
     });
+    let _closed = gate.close().await;
+    if here.abandoned() {
+        // A second signal came meanwhile: its task ends the process (exit 1).
+        std::future::pending::<()>().await;
+    }
     Ok(())
 }
 

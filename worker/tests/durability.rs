@@ -5,7 +5,8 @@
 mod common;
 
 use common::{
-    binary, command, demo, free_port, slow_source, slow_worker, start, stop_at_once, wait_build, wait_for, Api, ENDED,
+    binary, command, demo, free_port, signal, slow_source, slow_worker, start, stop_at_once, wait_build, wait_exit,
+    wait_for, Api, ENDED,
 };
 use slipway_jobs::store::{Db, Engine, Q};
 use slipway_jobs::test_support::{process_runs, TestDatabase};
@@ -118,7 +119,7 @@ async fn a_worker_stopped_with_sigterm_finishes_its_running_build_first(engine: 
     slow_source(&source, 4);
     let port = free_port();
     let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
-    let mut worker = start(slow_worker(&db, port, &source), &db, "worker.log");
+    let worker = start(slow_worker(&db, port, &source), &db, "worker.log");
     let api = Api::connect(&db, port).await;
     let (_, accepted) = api.submit("demo", &demo()).await.unwrap();
     let build_path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
@@ -127,7 +128,9 @@ async fn a_worker_stopped_with_sigterm_finishes_its_running_build_first(engine: 
     unsafe { libc::kill(worker.0.id() as i32, libc::SIGTERM) };
     // A build submitted after the signal is left for another worker.
     let (_, later) = api.submit("other", &demo()).await.unwrap();
-    let exit = tokio::task::spawn_blocking(move || worker.0.wait().unwrap()).await.unwrap();
+    let exit =
+        wait_exit(worker, "the worker stopping after its build", Duration::from_secs(120), &db.path("worker.log"))
+            .await;
     assert!(exit.success(), "the worker exited with {exit:?}");
     let (_, _, done) = api.get(&build_path).await;
     assert_eq!(done["status"], "succeeded", "the worker stopped before its build ended: {done}");
@@ -248,7 +251,65 @@ async fn a_worker_prefetches_more_jobs_than_it_has_slots_and_runs_one_at_a_time(
     assert_eq!(overlaps, "", "builds ran beside each other on a 1-slot worker");
 }
 
+/// A rolling restart finishes only what runs: a build the worker was handed
+/// but had not started (it waited for the worker's one slot) is handed back
+/// at exit, still queued and not attempted, and the next worker runs it.
+async fn a_worker_stopped_with_sigterm_hands_back_a_build_it_had_not_started(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
+    let source = db.path("slow-source");
+    slow_source(&source, 3);
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    let api = Api::connect(&db, port).await;
+    let mut paths = Vec::new();
+    for id in ["first", "second"] {
+        let (_, accepted) = api.submit(id, &demo()).await.unwrap();
+        paths.push(format!("/builds/{}", accepted["build_id"].as_str().unwrap()));
+    }
+    let worker = || {
+        let mut cmd = slow_worker(&db, port, &source);
+        cmd.env("BUILD_SLOTS", "1").env("BUILD_PREFETCH", "2");
+        cmd
+    };
+    let stopping = start(worker(), &db, "worker-1.log");
+    let pool = open(&db).await;
+    let jobs = match engine {
+        Engine::Sqlite => "Jobs",
+        Engine::Postgres => "apalis.jobs",
+    };
+    wait_for("the worker to be handed both builds", Duration::from_secs(30), || async {
+        let mut conn = pool.acquire().await.ok()?;
+        let sql = format!("SELECT COUNT(*) AS n FROM {jobs} WHERE status = 'Running' AND job_type = 'builds'");
+        (Q::new(sql).fetch_one(&mut conn).await.ok()?.int("n").ok()? == 2).then_some(())
+    })
+    .await;
+    let running = wait_for("one build to run", Duration::from_secs(30), || async {
+        for path in &paths {
+            let (_, _, b) = api.get(path).await;
+            if b["status"] == "running" {
+                return Some(path.clone());
+            }
+        }
+        None
+    })
+    .await;
+    let waiting = paths.iter().find(|p| **p != running).unwrap().clone();
+    signal(stopping.0.id(), libc::SIGTERM);
+    let exit = wait_exit(stopping, "the stopping worker", Duration::from_secs(120), &db.path("worker-1.log")).await;
+    assert!(exit.success(), "the worker exited with {exit:?}");
+    let (_, _, done) = api.get(&running).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let (_, _, handed_back) = api.get(&waiting).await;
+    assert_eq!(handed_back["status"], "queued", "the stopping worker started a build it was handed: {handed_back}");
+    assert_eq!(handed_back["attempts"], 0, "{handed_back}");
+    let _next = start(worker(), &db, "worker-2.log");
+    let done = wait_build(&api, &waiting, "the next worker to run the handed-back build", ENDED).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["attempts"], 1, "{done}");
+}
+
 slipway_jobs::on_both_engines!(
+    a_worker_stopped_with_sigterm_hands_back_a_build_it_had_not_started,
     a_worker_prefetches_more_jobs_than_it_has_slots_and_runs_one_at_a_time,
     a_second_sigterm_stops_the_worker_and_its_effect_at_once,
     a_worker_stopped_with_sigterm_finishes_its_running_build_first,

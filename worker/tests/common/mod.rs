@@ -326,6 +326,30 @@ pub fn ms_of(rfc3339: &Value) -> i64 {
     (t.unix_timestamp_nanos() / 1_000_000) as i64
 }
 
+/// Waits up to `deadline` for `process` to exit and returns how it exited;
+/// past it, fails naming `what` with the last lines of `log` (a hang is a
+/// failure with its evidence, not a test that runs until CI's limit).
+pub async fn wait_exit(process: Running, what: &str, deadline: Duration, log: &Path) -> std::process::ExitStatus {
+    let mut process = process;
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = process.0.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > deadline {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "{what} did not exit within {deadline:?}; the last lines of {}:\n{}",
+                log.display(),
+                tail.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Stops `worker` at once, as an operator would: SIGTERM, and once its log
 /// `log` says it is shutting down, a second SIGTERM. Returns how it exited.
 pub async fn stop_at_once(worker: &mut Running, log: &Path) -> std::process::ExitStatus {
