@@ -155,7 +155,8 @@ def section(meta, quiet, r):
               f"reassembly, which decompresses and splices each row as it arrives, "
               f"{e['reassembly_ms']['p50']:.2f} ms (p50).")
     w("- **Before migration 0018** (the chunks found through a row per piece, one query per list, 32 KiB "
-      "chunks out of line on PostgreSQL, every body decompressed before the splice), a quiet run measured "
+      "chunks out of line on PostgreSQL, every body decompressed before the splice), a quiet run on an Intel "
+      "Xeon host measured "
       "7.78 ms (SQLite) and 13.34 ms (PostgreSQL) p50; of PostgreSQL's, fetch 7.68, decompress 2.77, "
       "ordering and splicing 2.89. Most of a fetch on PostgreSQL is the bytes crossing the loopback: "
       "`COPY` of the same rows to `/dev/null` in the server took about 2.3 ms, to `psql` over TCP about "
