@@ -2,9 +2,10 @@
 //! both engines: a document comes back as the JSON value accepted, keys in
 //! ascending order; components and dependency entries shared by nodes and
 //! deployments are stored once; what no SBOM uses any more is deleted; and
-//! migrations 0013 and 0014 move SBOMs stored in the layouts before them, and
+//! migrations 0013 and 0014 move SBOMs stored in the layouts before them,
 //! chunks written as text before migration 0017 are read beside compressed
-//! ones.
+//! ones, and a node's row names the chunks holding its pieces (migration
+//! 0018; rows written before are read through the pieces' rows).
 
 use serde_json::{json, Value};
 use slipway_jobs::store::db::Conn;
@@ -402,7 +403,8 @@ async fn sboms_stored_before_migration_0014_come_back_unchanged_after_it(engine:
 
 slipway_jobs::on_both_engines!(sboms_stored_before_migration_0014_come_back_unchanged_after_it);
 
-/// Chunks close at 64 pieces or before 32 KiB; a piece larger than that
+/// Chunks close at 64 pieces or before 32 KiB of lines on SQLite, 8 KiB on
+/// PostgreSQL; a piece larger than that
 /// gets a chunk of its own. A node that uses some of another node's pieces,
 /// in another order, reads their chunks and leaves the rest out.
 async fn a_document_spread_over_many_chunks_comes_back_as_accepted(engine: Engine) {
@@ -424,8 +426,14 @@ async fn a_document_spread_over_many_chunks_comes_back_as_accepted(engine: Engin
     sboms::replace(&mut conn, "d", "build", &nodes, 1).await.unwrap();
 
     // 300 components: the 7 before the large one, the large one alone, then
-    // 292 in chunks of 64; small's are all big's, so no chunk of its own.
-    assert_eq!(count(&mut conn, "sbom_component_chunks").await, 1 + 1 + 5);
+    // 292 of ~150 bytes: on SQLite in chunks of 64 (under 32 KiB), on
+    // PostgreSQL of 54 or 53 (8 KiB) and one of 25. small's are all big's,
+    // so no chunk of its own.
+    let rest = match engine {
+        Engine::Sqlite => 5,
+        Engine::Postgres => 6,
+    };
+    assert_eq!(count(&mut conn, "sbom_component_chunks").await, 1 + 1 + rest);
     assert_eq!(text_of(&mut conn, "d", "big").await, sboms::canonical_text(&big));
     assert_eq!(text_of(&mut conn, "d", "small").await, sboms::canonical_text(&small));
     let Some(NodeSbom::Ready(value)) = sboms::document(&mut conn, "d", "big").await.unwrap() else { panic!() };
@@ -561,19 +569,228 @@ async fn new_chunks_are_stored_compressed(engine: Engine) {
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let doc = node_document("n", &names);
     sboms::replace(&mut conn, "d", "build", &[("n".to_owned(), NodeSbom::Ready(doc.clone()))], 1).await.unwrap();
-    let row = Q::new("SELECT CAST(codec AS BIGINT) AS codec, body FROM sbom_component_chunks")
-        .fetch_one(&mut conn)
+    let rows = Q::new("SELECT CAST(codec AS BIGINT) AS codec, body FROM sbom_component_chunks")
+        .fetch_all(&mut conn)
         .await
         .unwrap();
-    let (codec, body) = (row.int("codec").unwrap(), row.bytes("body").unwrap());
-    assert_eq!(codec, sboms::CODEC_LZ4);
-    let lines = sboms::chunk_text(codec, body.clone()).unwrap();
+    let (mut stored, mut lines) = (0, String::new());
+    for row in rows {
+        let (codec, body) = (row.int("codec").unwrap(), row.bytes("body").unwrap());
+        assert_eq!(codec, sboms::CODEC_LZ4);
+        stored += body.len();
+        lines.push_str(&sboms::chunk_text(codec, body).unwrap());
+        lines.push('\n');
+    }
     assert_eq!(lines.lines().count(), 64);
-    assert!(body.len() * 3 < lines.len(), "{} bytes stored for {} bytes of lines", body.len(), lines.len());
+    assert!(stored * 3 < lines.len(), "{stored} bytes stored for {} bytes of lines", lines.len());
     assert_eq!(text_of(&mut conn, "d", "n").await, sboms::canonical_text(&doc));
 }
 
 slipway_jobs::on_both_engines!(new_chunks_are_stored_compressed);
+
+/// What a node's row says of its chunks, per list: the `component_chunks`
+/// and `dependency_chunks` columns.
+async fn named_chunks(conn: &mut Conn, deployment: &str, node: &str) -> [Option<String>; 2] {
+    let row = Q::new("SELECT component_chunks, dependency_chunks FROM sboms WHERE deployment_id = $1 AND node = $2")
+        .text(deployment)
+        .text(node)
+        .fetch_one(conn)
+        .await
+        .unwrap();
+    [row.opt_text("component_chunks").unwrap(), row.opt_text("dependency_chunks").unwrap()]
+}
+
+/// The chunks that hold the pieces a node's lists name, per list, found
+/// through the pieces' rows and written as the row writes a list of ids.
+async fn chunks_holding(conn: &mut Conn, deployment: &str, node: &str) -> [Option<String>; 2] {
+    let row = Q::new("SELECT components, dependencies FROM sboms WHERE deployment_id = $1 AND node = $2")
+        .text(deployment)
+        .text(node)
+        .fetch_one(conn)
+        .await
+        .unwrap();
+    let mut out = [None, None];
+    for (k, (list, table)) in
+        [("components", "sbom_components"), ("dependencies", "sbom_dependencies")].into_iter().enumerate()
+    {
+        let ids = sboms::decode_ids(&row.text(list).unwrap()).unwrap();
+        let mut chunks: Vec<i64> = Vec::new();
+        for id in ids {
+            let q = Q::new(format!("SELECT chunk FROM {table} WHERE id = $1")).int(id);
+            chunks.push(q.fetch_one(conn).await.unwrap().int("chunk").unwrap());
+        }
+        chunks.sort_unstable();
+        chunks.dedup();
+        out[k] = Some(sboms::encode_ids(&chunks));
+    }
+    out
+}
+
+/// A node's row names the chunks holding the pieces of each of its lists
+/// (its own new chunks, and those of pieces other nodes stored first), and
+/// they stay true when pieces around them are deleted and their chunks
+/// written again; the document is read from them.
+async fn a_node_row_names_the_chunks_holding_its_pieces(engine: Engine) {
+    let test_db = TestDatabase::new(engine).await;
+    let db = open(engine, &test_db).await;
+    let mut conn = db.acquire().await.unwrap();
+    add_deployments(&mut conn, &["one", "two"]).await;
+    let names: Vec<String> = (0..400).map(|i| format!("pkg{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let a = node_document("a", &names[..200]);
+    // b: every third of a's packages, backwards, then 150 of its own.
+    let mut b_names: Vec<&str> = names[..200].iter().rev().step_by(3).copied().collect();
+    b_names.extend(&names[250..400]);
+    let b = node_document("b", &b_names);
+    sboms::replace(&mut conn, "one", "build-1", &[("a".to_owned(), NodeSbom::Ready(a.clone()))], 1).await.unwrap();
+    sboms::replace(&mut conn, "two", "build-2", &[("b".to_owned(), NodeSbom::Ready(b.clone()))], 1).await.unwrap();
+    assert!(count(&mut conn, "sbom_component_chunks").await >= 6, "the pieces span several chunks");
+    for (deployment, node, doc) in [("one", "a", &a), ("two", "b", &b)] {
+        let named = named_chunks(&mut conn, deployment, node).await;
+        assert_eq!(named, chunks_holding(&mut conn, deployment, node).await, "{node}'s row names its chunks");
+        assert_eq!(text_of(&mut conn, deployment, node).await, sboms::canonical_text(doc));
+    }
+    assert_eq!(named_chunks(&mut conn, "one", "a").await[0].as_deref(), Some("1-4"));
+
+    // a keeps its first 50 packages: the pieces only it named leave their
+    // chunks, which are written again or deleted; b's row still holds.
+    let a2 = node_document("a", &names[..50]);
+    sboms::replace(&mut conn, "one", "build-3", &[("a".to_owned(), NodeSbom::Ready(a2.clone()))], 2).await.unwrap();
+    for (deployment, node, doc) in [("one", "a", &a2), ("two", "b", &b)] {
+        assert_eq!(named_chunks(&mut conn, deployment, node).await, chunks_holding(&mut conn, deployment, node).await);
+        assert_eq!(text_of(&mut conn, deployment, node).await, sboms::canonical_text(doc));
+    }
+}
+
+slipway_jobs::on_both_engines!(a_node_row_names_the_chunks_holding_its_pieces);
+
+/// A database at migration 0017 with a node's SBOM as its writer stored it
+/// (compressed chunks, lists of piece ids, no chunk ids in the row), then
+/// migrated: the row names no chunks and is read through its pieces' rows;
+/// a node stored afterwards that shares its pieces names their chunks; both
+/// read back as accepted, also after pieces leave.
+async fn sboms_stored_before_migration_0018_are_read_through_their_pieces(engine: Engine) {
+    use sha2::Digest;
+    let test_db = TestDatabase::new(engine).await;
+    let names: Vec<String> = (0..150).map(|i| format!("pkg{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let a = node_document("a", &names[..100]);
+    {
+        // What 0017's writer stored for `a`: pieces 1-100 and 1-101, 64 to a
+        // chunk, each chunk's lines compressed.
+        let db = migrated_before(engine, &test_db, 18).await;
+        let mut conn = db.acquire().await.unwrap();
+        add_deployments(&mut conn, &["one"]).await;
+        for (key, table, chunks) in [
+            ("components", "sbom_components", "sbom_component_chunks"),
+            ("dependencies", "sbom_dependencies", "sbom_dependency_chunks"),
+        ] {
+            let mut lines: std::collections::BTreeMap<i64, String> = std::collections::BTreeMap::new();
+            for (i, piece) in a[key].as_array().unwrap().iter().enumerate() {
+                let (id, text) = (i as i64 + 1, sboms::canonical_text(piece));
+                let chunk = (id - 1) / 64 + 1;
+                Q::new(format!("INSERT INTO {table} (id, hash, chunk) VALUES ($1, $2, $3)"))
+                    .int(id)
+                    .text(hex::encode(sha2::Sha256::digest(text.as_bytes())))
+                    .int(chunk)
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                let body = lines.entry(chunk).or_default();
+                if !body.is_empty() {
+                    body.push('\n');
+                }
+                body.push_str(&format!("{id} {text}"));
+            }
+            for (chunk, body) in lines {
+                Q::new(format!("INSERT INTO {chunks} (id, codec, body) VALUES ($1, 1, $2)"))
+                    .int(chunk)
+                    .bytes(lz4_flex::block::compress_prepend_size(body.as_bytes()))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
+        }
+        let mut rest = a.clone();
+        rest.as_object_mut().unwrap().remove("components");
+        rest.as_object_mut().unwrap().remove("dependencies");
+        Q::new(
+            "INSERT INTO sboms (deployment_id, node, build_id, status, reason, document, components, dependencies,
+                                created_at)
+             VALUES ('one', 'a', 'old', 'ready', NULL, $1, '1-100', '1-101', 1)",
+        )
+        .text(sboms::canonical_text(&rest))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        drop(conn);
+        db.close().await;
+    }
+
+    let db = open(engine, &test_db).await;
+    let mut conn = db.acquire().await.unwrap();
+    add_deployments(&mut conn, &["two"]).await;
+    assert_eq!(named_chunks(&mut conn, "one", "a").await, [None, None]);
+    assert_eq!(text_of(&mut conn, "one", "a").await, sboms::canonical_text(&a));
+
+    // b shares a's last 50 packages (in old chunks 1 and 2) and adds 50.
+    let b = node_document("b", &names[50..150]);
+    sboms::replace(&mut conn, "two", "new", &[("b".to_owned(), NodeSbom::Ready(b.clone()))], 2).await.unwrap();
+    assert_eq!(named_chunks(&mut conn, "two", "b").await, chunks_holding(&mut conn, "two", "b").await);
+    assert_eq!(named_chunks(&mut conn, "two", "b").await[0].as_deref(), Some("1-3"));
+    assert_eq!(text_of(&mut conn, "two", "b").await, sboms::canonical_text(&b));
+    assert_eq!(text_of(&mut conn, "one", "a").await, sboms::canonical_text(&a));
+
+    // a keeps pkg0-31 (its row is written again, naming its chunks):
+    // pkg32-49 leave old chunk 1.
+    let a2 = node_document("a", &names[..32]);
+    sboms::replace(&mut conn, "one", "new", &[("a".to_owned(), NodeSbom::Ready(a2.clone()))], 3).await.unwrap();
+    assert_eq!(named_chunks(&mut conn, "one", "a").await, chunks_holding(&mut conn, "one", "a").await);
+    assert_eq!(text_of(&mut conn, "one", "a").await, sboms::canonical_text(&a2));
+    assert_eq!(text_of(&mut conn, "two", "b").await, sboms::canonical_text(&b));
+}
+
+slipway_jobs::on_both_engines!(sboms_stored_before_migration_0018_are_read_through_their_pieces);
+
+/// On PostgreSQL a chunk's body stays in its row (not in the TOAST table)
+/// up to a page, though it is past the 2 KB at which PostgreSQL would
+/// otherwise move it out: components carrying hashes that do not compress.
+#[tokio::test]
+async fn chunk_bodies_stay_in_their_rows_on_postgresql() {
+    use sha2::Digest;
+    let test_db = TestDatabase::new(Engine::Postgres).await;
+    let db = open(Engine::Postgres, &test_db).await;
+    let mut conn = db.acquire().await.unwrap();
+    add_deployments(&mut conn, &["d"]).await;
+    let names: Vec<String> = (0..200).map(|i| format!("pkg{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut doc = node_document("n", &names);
+    for component in doc["components"].as_array_mut().unwrap() {
+        let name = component["name"].as_str().unwrap().to_owned();
+        let sha = hex::encode(sha2::Sha256::digest(name.as_bytes()));
+        let sha512 = hex::encode(sha2::Sha512::digest(name.as_bytes()));
+        component["hashes"] = json!([{"alg": "SHA-256", "content": sha}, {"alg": "SHA-512", "content": sha512}]);
+    }
+    sboms::replace(&mut conn, "d", "build", &[("n".to_owned(), NodeSbom::Ready(doc.clone()))], 1).await.unwrap();
+    let largest = Q::new("SELECT CAST(MAX(octet_length(body)) AS BIGINT) AS n FROM sbom_component_chunks")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .int("n")
+        .unwrap();
+    assert!(largest > 2100, "a chunk's body is past PostgreSQL's 2 KB TOAST threshold ({largest} bytes)");
+    let toasted = Q::new(
+        "SELECT COALESCE(SUM(pg_relation_size(reltoastrelid)), 0)::BIGINT AS n FROM pg_class
+         WHERE relname IN ('sbom_component_chunks', 'sbom_dependency_chunks')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap()
+    .int("n")
+    .unwrap();
+    assert_eq!(toasted, 0, "no chunk body went to a TOAST table");
+    assert_eq!(text_of(&mut conn, "d", "n").await, sboms::canonical_text(&doc));
+}
 
 /// The fleet-wide SBOM lock guards the shared pieces only: a deploy whose
 /// nodes have no SBOM, replacing nodes that had none, records its end while

@@ -336,6 +336,34 @@ impl Q {
         })
     }
 
+    /// Every row, each handed to `each` as it arrives, before the next is
+    /// read: the caller works on a long result while the engine is still
+    /// producing it (PostgreSQL sending it, SQLite's thread stepping it).
+    /// Stops at the first error, `each`'s included.
+    pub async fn for_each_row(
+        self,
+        conn: &mut Conn,
+        mut each: impl FnMut(&Row) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        use futures::TryStreamExt;
+        let sql = sqlx::AssertSqlSafe(self.sql);
+        match conn.target() {
+            Target::Sqlite(c) => {
+                let mut rows = bind_all!(sqlx::query(sql), self.args).fetch(c);
+                while let Some(row) = rows.try_next().await? {
+                    each(&Row::Sqlite(row))?;
+                }
+            }
+            Target::Postgres(c) => {
+                let mut rows = bind_all!(sqlx::query(sql), self.args).fetch(c);
+                while let Some(row) = rows.try_next().await? {
+                    each(&Row::Postgres(row))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Exactly one row.
     pub async fn fetch_one(self, conn: &mut Conn) -> Result<Row, StoreError> {
         self.fetch_optional(conn).await?.ok_or(StoreError::Database(sqlx::Error::RowNotFound))
@@ -385,6 +413,11 @@ impl Row {
     /// A bytes column (PostgreSQL `BYTEA`, SQLite `BLOB`).
     pub fn bytes(&self, col: &str) -> Result<Vec<u8>, StoreError> {
         get!(self, col, Vec<u8>)
+    }
+
+    /// A bytes column, borrowed from the row (no copy).
+    pub fn byte_slice(&self, col: &str) -> Result<&[u8], StoreError> {
+        get!(self, col, &[u8])
     }
 }
 

@@ -65,10 +65,20 @@ const BATCH: usize = 500;
 /// A chunk is closed once it holds this many pieces …
 const CHUNK_PIECES: usize = 64;
 
-/// … or when the next piece would take its body past this many bytes (a
+/// … or when the next piece would take its lines past this many bytes (a
 /// larger piece gets a chunk of its own). Bounds what a reader fetches for
-/// a piece it needs beside pieces it does not.
-const CHUNK_BYTES: usize = 32 * 1024;
+/// a piece it needs beside pieces it does not. On PostgreSQL 8 KiB, about
+/// 4 KB once compressed: the body stays in its row (migration 0018 lets a
+/// row fill a page before TOAST takes it), two rows to a page, read without
+/// a TOAST lookup. On SQLite 32 KiB: it reads a body's overflow pages in
+/// order, and each row costs its driver more than the bytes do, so fewer,
+/// larger chunks read faster (docs/DECISIONS.md has the figures).
+fn chunk_bytes(engine: super::Engine) -> usize {
+    match engine {
+        super::Engine::Postgres => 8 * 1024,
+        super::Engine::Sqlite => 32 * 1024,
+    }
+}
 
 /// Chunks per multi-row insert.
 const CHUNK_BATCH: usize = 16;
@@ -96,19 +106,43 @@ fn compress_body(lines: &str) -> Vec<u8> {
 /// [`StoreError::Corrupt`] for another codec, a body that does not
 /// decompress, or lines that are not UTF-8.
 pub fn chunk_text(codec: i64, body: Vec<u8>) -> Result<String, StoreError> {
-    let bytes = match codec {
-        CODEC_TEXT => body,
-        CODEC_LZ4 => lz4_flex::block::decompress_size_prepended(&body)
-            .map_err(|e| StoreError::Corrupt(format!("an SBOM chunk does not decompress: {e}")))?,
-        other => return Err(StoreError::Corrupt(format!("an SBOM chunk has codec {other}, which is not 0 or 1"))),
-    };
-    String::from_utf8(bytes).map_err(|_| StoreError::Corrupt("an SBOM chunk's lines are not UTF-8".into()))
+    if codec == CODEC_TEXT {
+        return String::from_utf8(body).map_err(|_| StoreError::Corrupt("an SBOM chunk's lines are not UTF-8".into()));
+    }
+    Ok(chunk_lines(codec, &body, &mut Vec::new())?.to_owned())
 }
 
-/// A fetched chunk row's id and lines (its columns `id`, `codec`, `body`).
-fn chunk_row(pieces: Pieces, row: &super::Row) -> Result<(i64, String), StoreError> {
+/// [`chunk_text`] of a body borrowed from its row, without a copy of its
+/// own: the lines are the body itself ([`CODEC_TEXT`]) or decompressed into
+/// `scratch` ([`CODEC_LZ4`]), a buffer the caller reuses from chunk to chunk.
+fn chunk_lines<'a>(codec: i64, body: &'a [u8], scratch: &'a mut Vec<u8>) -> Result<&'a str, StoreError> {
+    let bytes: &[u8] = match codec {
+        CODEC_TEXT => body,
+        CODEC_LZ4 => {
+            let corrupt = |e: lz4_flex::block::DecompressError| {
+                StoreError::Corrupt(format!("an SBOM chunk does not decompress: {e}"))
+            };
+            let (size, block) = lz4_flex::block::uncompressed_size(body).map_err(corrupt)?;
+            scratch.clear();
+            scratch.resize(size, 0);
+            let written = lz4_flex::block::decompress_into(block, scratch).map_err(corrupt)?;
+            if written != size {
+                return Err(StoreError::Corrupt(format!(
+                    "an SBOM chunk decompresses to {written} bytes, not the {size} its length says"
+                )));
+            }
+            scratch
+        }
+        other => return Err(StoreError::Corrupt(format!("an SBOM chunk has codec {other}, which is not 0 or 1"))),
+    };
+    std::str::from_utf8(bytes).map_err(|_| StoreError::Corrupt("an SBOM chunk's lines are not UTF-8".into()))
+}
+
+/// A fetched chunk row's id and lines (its columns `id`, `codec`, `body`),
+/// as [`chunk_lines`] gives them.
+fn chunk_row<'a>(pieces: Pieces, row: &'a super::Row, scratch: &'a mut Vec<u8>) -> Result<(i64, &'a str), StoreError> {
     let chunk = row.int("id")?;
-    let text = chunk_text(row.int("codec")?, row.bytes("body")?).map_err(|e| match e {
+    let text = chunk_lines(row.int("codec")?, row.byte_slice("body")?, scratch).map_err(|e| match e {
         StoreError::Corrupt(why) => StoreError::Corrupt(format!("{} row {chunk}: {why}", pieces.chunks)),
         other => other,
     })?;
@@ -190,20 +224,22 @@ pub async fn replace(
                     }
                 };
                 let components = match components {
-                    Some(c) => Some(encode_ids(&store_pieces(conn, COMPONENTS, &c).await?)),
+                    Some(c) => Some(NodeList::of(&store_pieces(conn, COMPONENTS, &c).await?)),
                     None => None,
                 };
                 let dependencies = match dependencies {
-                    Some(d) => Some(encode_ids(&store_pieces(conn, DEPENDENCIES, &d).await?)),
+                    Some(d) => Some(NodeList::of(&store_pieces(conn, DEPENDENCIES, &d).await?)),
                     None => None,
                 };
                 ("ready", None, Some(canonical_text(&rest)), components, dependencies)
             }
         };
+        let (components, component_chunks) = components.map(NodeList::columns).unzip();
+        let (dependencies, dependency_chunks) = dependencies.map(NodeList::columns).unzip();
         Q::new(
             "INSERT INTO sboms (deployment_id, node, build_id, status, reason, document, components, dependencies,
-                                created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                                component_chunks, dependency_chunks, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         )
         .text(deployment)
         .text(node)
@@ -213,6 +249,8 @@ pub async fn replace(
         .opt_text(document)
         .opt_text(components)
         .opt_text(dependencies)
+        .opt_text(component_chunks)
+        .opt_text(dependency_chunks)
         .int(now)
         .execute(conn)
         .await?;
@@ -220,13 +258,36 @@ pub async fn replace(
     collect_garbage(conn, &released).await
 }
 
+/// A node's list of one kind of piece as its row keeps it: the pieces' ids
+/// in document order, and the chunks that hold them.
+struct NodeList {
+    ids: Vec<i64>,
+    chunks: Vec<i64>,
+}
+
+impl NodeList {
+    /// The list of pieces stored as `pieces` (id, chunk), in order.
+    fn of(pieces: &[(i64, i64)]) -> Self {
+        let mut chunks: Vec<i64> = pieces.iter().map(|&(_, chunk)| chunk).collect();
+        chunks.sort_unstable();
+        chunks.dedup();
+        Self { ids: pieces.iter().map(|&(id, _)| id).collect(), chunks }
+    }
+
+    /// The row's two columns: the ids, and the chunk ids ascending, each
+    /// written by [`encode_ids`].
+    fn columns(self) -> (String, String) {
+        (encode_ids(&self.ids), encode_ids(&self.chunks))
+    }
+}
+
 /// Stores `items`, each once by the hash of its canonical text, and
-/// returns their ids in order. A piece already stored is only looked up:
+/// returns their ids and the chunks holding them, in order. A piece already stored is only looked up:
 /// nothing stored is updated, so PostgreSQL leaves no dead row versions
 /// behind. New pieces get consecutive ids in document order (the node's
 /// list is written as runs) and are packed, in that order, into new chunks
-/// of at most [`CHUNK_PIECES`] pieces and about [`CHUNK_BYTES`] bytes.
-async fn store_pieces(conn: &mut Conn, pieces: Pieces, items: &[Value]) -> Result<Vec<i64>, StoreError> {
+/// of at most [`CHUNK_PIECES`] pieces and about [`chunk_bytes`] bytes.
+async fn store_pieces(conn: &mut Conn, pieces: Pieces, items: &[Value]) -> Result<Vec<(i64, i64)>, StoreError> {
     let hashed: Vec<(String, String)> = items
         .iter()
         .map(|item| {
@@ -234,7 +295,7 @@ async fn store_pieces(conn: &mut Conn, pieces: Pieces, items: &[Value]) -> Resul
             (hex::encode(Sha256::digest(text.as_bytes())), text)
         })
         .collect();
-    let mut ids: std::collections::HashMap<String, i64> = std::collections::HashMap::with_capacity(hashed.len());
+    let mut ids: std::collections::HashMap<String, (i64, i64)> = std::collections::HashMap::with_capacity(hashed.len());
     let mut distinct: Vec<(&str, &str)> = Vec::with_capacity(hashed.len());
     {
         let mut seen = std::collections::HashSet::with_capacity(hashed.len());
@@ -246,12 +307,13 @@ async fn store_pieces(conn: &mut Conn, pieces: Pieces, items: &[Value]) -> Resul
     }
     for chunk in distinct.chunks(BATCH) {
         let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
-        let mut q = Q::new(format!("SELECT id, hash FROM {} WHERE hash IN ({})", pieces.table, marks.join(", ")));
+        let mut q =
+            Q::new(format!("SELECT id, hash, chunk FROM {} WHERE hash IN ({})", pieces.table, marks.join(", ")));
         for (hash, _) in chunk {
             q = q.text(*hash);
         }
         for row in q.fetch_all(conn).await? {
-            ids.insert(row.text("hash")?, row.int("id")?);
+            ids.insert(row.text("hash")?, (row.int("id")?, row.int("chunk")?));
         }
     }
     let missing: Vec<(&str, &str)> = distinct.into_iter().filter(|(h, _)| !ids.contains_key(*h)).collect();
@@ -260,11 +322,12 @@ async fn store_pieces(conn: &mut Conn, pieces: Pieces, items: &[Value]) -> Resul
         let next = |table: &str| Q::new(format!("SELECT COALESCE(MAX(id), 0) + 1 AS n FROM {table}"));
         let first_id = next(pieces.table).fetch_one(conn).await?.int("n")?;
         let first_chunk = next(pieces.chunks).fetch_one(conn).await?.int("n")?;
+        let chunk_bytes = chunk_bytes(conn.engine());
         let mut bodies: Vec<String> = Vec::new();
         let mut rows: Vec<(i64, &str, i64)> = Vec::with_capacity(missing.len());
         let (mut body, mut in_body) = (String::new(), 0);
         for (k, (hash, text)) in missing.iter().enumerate() {
-            if in_body > 0 && (in_body >= CHUNK_PIECES || body.len() + 22 + text.len() > CHUNK_BYTES) {
+            if in_body > 0 && (in_body >= CHUNK_PIECES || body.len() + 22 + text.len() > chunk_bytes) {
                 bodies.push(std::mem::take(&mut body));
                 in_body = 0;
             }
@@ -276,8 +339,9 @@ async fn store_pieces(conn: &mut Conn, pieces: Pieces, items: &[Value]) -> Resul
             body.push(' ');
             body.push_str(text);
             in_body += 1;
-            rows.push((id, *hash, first_chunk + bodies.len() as i64));
-            ids.insert((*hash).to_owned(), id);
+            let chunk = first_chunk + bodies.len() as i64;
+            rows.push((id, *hash, chunk));
+            ids.insert((*hash).to_owned(), (id, chunk));
         }
         bodies.push(body);
         for (n, batch) in bodies.chunks(CHUNK_BATCH).enumerate() {
@@ -510,8 +574,9 @@ async fn remove_from_chunks(
         let rows = Q::new(format!("SELECT {CHUNK_COLUMNS} FROM {} WHERE id IN ({})", pieces.chunks, id_list(batch)))
             .fetch_all(conn)
             .await?;
+        let mut scratch = Vec::new();
         for row in rows {
-            let (chunk, body) = chunk_row(pieces, &row)?;
+            let (chunk, body) = chunk_row(pieces, &row, &mut scratch)?;
             let mut kept = Vec::new();
             for line in body.split('\n') {
                 if !unused.contains(&line_id(pieces, chunk, line)?.0) {
@@ -582,14 +647,16 @@ pub async fn document(conn: &mut Conn, deployment: &str, node: &str) -> Result<O
 }
 
 /// One node's SBOM, put together again as text (`None`: the node has no
-/// SBOM row): the node's row, then each list's stored texts read from their
-/// chunks (one query each) and joined in the list's order, spliced into the rest of
-/// the document at their keys' places. Only the rest is parsed. The text is
-/// the accepted document's JSON value written compactly with every object's
-/// keys in ascending byte order (docs/SBOM.md).
+/// SBOM row): the node's row, then the chunks holding the pieces of both its
+/// lists in one statement ([`fetch_chunks`]), each chunk's lines put in
+/// their list's place as its row arrives ([`Splice`]), between the rest of
+/// the document's keys. Only the rest is parsed. The text is the accepted
+/// document's JSON value written compactly with every object's keys in
+/// ascending byte order (docs/SBOM.md).
 pub async fn document_text(conn: &mut Conn, deployment: &str, node: &str) -> Result<Option<SbomText>, StoreError> {
     let row = Q::new(
-        "SELECT status, reason, document, components, dependencies FROM sboms WHERE deployment_id = $1 AND node = $2",
+        "SELECT status, reason, document, components, dependencies, component_chunks, dependency_chunks
+         FROM sboms WHERE deployment_id = $1 AND node = $2",
     )
     .text(deployment)
     .text(node)
@@ -601,54 +668,86 @@ pub async fn document_text(conn: &mut Conn, deployment: &str, node: &str) -> Res
         return Ok(Some(SbomText::Unavailable(reason.unwrap_or_else(|| "unavailable".into()))));
     }
     let rest: Value = json_col(&row.opt_text("document")?.unwrap_or_default(), "sboms.document")?;
-    let mut spliced: Vec<(&str, Pieces, String)> = Vec::new();
-    for (key, pieces, list) in [
-        ("components", COMPONENTS, row.opt_text("components")?),
-        ("dependencies", DEPENDENCIES, row.opt_text("dependencies")?),
+    // In the order of their keys: `components` sorts before `dependencies`.
+    let mut lists: Vec<WantedList> = Vec::new();
+    for (key, pieces, list, chunks) in [
+        ("components", COMPONENTS, row.opt_text("components")?, row.opt_text("component_chunks")?),
+        ("dependencies", DEPENDENCIES, row.opt_text("dependencies")?, row.opt_text("dependency_chunks")?),
     ] {
         if let Some(list) = list {
-            spliced.push((key, pieces, list));
+            let chunks = chunks.as_deref().map(decode_ids).transpose()?;
+            lists.push(WantedList { key, pieces, ids: decode_ids(&list)?, chunks });
         }
     }
     let Value::Object(rest) = rest else {
         return Ok(Some(SbomText::Ready(canonical_text(&rest))));
     };
-    let mut keys: Vec<&str> = rest.keys().map(String::as_str).chain(spliced.iter().map(|(k, _, _)| *k)).collect();
+    // The document's text around the lists: `around[k]` comes before list
+    // k's items (and after list k-1's), the last one after the last list.
+    let mut keys: Vec<&str> = rest.keys().map(String::as_str).chain(lists.iter().map(|l| l.key)).collect();
     keys.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-    let mut out = String::with_capacity(1024);
-    out.push('{');
+    let mut around = vec![String::from("{")];
     for (i, key) in keys.into_iter().enumerate() {
+        let text = around.last_mut().expect("one at least");
         if i > 0 {
-            out.push(',');
+            text.push(',');
         }
-        out.push_str(&Value::String(key.to_owned()).to_string());
-        out.push(':');
-        match spliced.iter().find(|(k, _, _)| *k == key) {
-            Some((_, pieces, list)) => {
-                out.push('[');
-                append_texts(conn, *pieces, list, &mut out).await?;
-                out.push(']');
-            }
-            None => write_canonical(&rest[key], &mut out),
+        text.push_str(&Value::String(key.to_owned()).to_string());
+        text.push(':');
+        if lists.iter().any(|l| l.key == key) {
+            text.push('[');
+            around.push(String::from("]"));
+        } else {
+            write_canonical(&rest[key], text);
         }
     }
-    out.push('}');
+    around.last_mut().expect("one at least").push('}');
+    if lists.is_empty() {
+        return Ok(Some(SbomText::Ready(std::mem::take(&mut around[0]))));
+    }
+    // Items are written straight into the document, list after list as
+    // their chunks arrive (in list order, as the statement reads them);
+    // items of a later list that come before the current list is complete
+    // are written aside and appended when its turn comes.
+    let mut splices: Vec<Splice> = lists.iter().map(Splice::new).collect();
+    let mut aside: Vec<String> = lists.iter().map(|_| String::new()).collect();
+    let mut out = std::mem::take(&mut around[0]);
+    let mut current = 0;
+    fetch_chunks(conn, &lists, |k, chunk, lines| {
+        while current < k && splices[current].complete() {
+            current += 1;
+            out.push_str(&around[current]);
+            out.push_str(&std::mem::take(&mut aside[current]));
+        }
+        splices[k].take(chunk, lines, if k == current { &mut out } else { &mut aside[k] })
+    })
+    .await?;
+    splices[current].finish(&mut out)?;
+    for k in current + 1..lists.len() {
+        out.push_str(&around[k]);
+        out.push_str(&aside[k]);
+        splices[k].finish(&mut out)?;
+    }
+    out.push_str(&around[lists.len()]);
     Ok(Some(SbomText::Ready(out)))
 }
 
-/// Appends to `out` the stored texts of the pieces a list names, in its
-/// order, joined by commas: the chunks holding them, found by the pieces'
-/// ids (a run of ids read as a range of the primary key, the other ids by
-/// their ids) in one query (chunked for very long lists), decompressed,
-/// then their lines put in the list's order here.
-async fn append_texts(conn: &mut Conn, pieces: Pieces, list: &str, out: &mut String) -> Result<(), StoreError> {
-    let ids = decode_ids(list)?;
-    if ids.is_empty() {
-        return Ok(());
-    }
-    let mut sorted = ids.clone();
-    sorted.sort_unstable();
-    sorted.dedup();
+/// One list of a node to put back: its key in the document, its kind of
+/// piece, its ids in document order, and the chunks that hold them as the
+/// node's row names them (`None` for a row written before migration 0018,
+/// whose chunks are found through the pieces' rows).
+struct WantedList {
+    key: &'static str,
+    pieces: Pieces,
+    ids: Vec<i64>,
+    chunks: Option<Vec<i64>>,
+}
+
+/// SQL conditions on `id` matching exactly the ascending, distinct `ids`:
+/// a run of consecutive ids as `id BETWEEN first AND last`, the other ids
+/// in `id IN (…)` lists of at most 1,000. The ids are integers read back
+/// from our own lists: safe to inline.
+fn id_conditions(sorted: &[i64]) -> Vec<String> {
     let mut conditions = Vec::new();
     let mut singles = Vec::new();
     let mut i = 0;
@@ -658,7 +757,6 @@ async fn append_texts(conn: &mut Conn, pieces: Pieces, list: &str, out: &mut Str
             j += 1;
         }
         if j > i {
-            // The ids are integers read back from our own list: safe to inline.
             conditions.push(format!("id BETWEEN {} AND {}", sorted[i], sorted[j]));
         } else {
             singles.push(sorted[i]);
@@ -668,63 +766,220 @@ async fn append_texts(conn: &mut Conn, pieces: Pieces, list: &str, out: &mut Str
     for chunk in singles.chunks(BATCH * 2) {
         conditions.push(format!("id IN ({})", id_list(chunk)));
     }
-    let mut bodies: Vec<(i64, String)> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for batch in conditions.chunks(BATCH) {
-        let rows = Q::new(format!(
-            "SELECT {CHUNK_COLUMNS} FROM {} WHERE id IN (SELECT chunk FROM {} WHERE {})",
-            pieces.chunks,
-            pieces.table,
-            batch.join(" OR ")
-        ))
-        .fetch_all(conn)
-        .await?;
-        for row in rows {
-            // Another batch of conditions may have fetched it already.
-            if seen.insert(row.int("id")?) {
-                bodies.push(chunk_row(pieces, &row)?);
+    conditions
+}
+
+/// `SELECT` terms joined into one statement by `UNION ALL`, at most this
+/// many (SQLite allows 500).
+const SELECTS_PER_QUERY: usize = 16;
+
+/// Reads the chunks holding the pieces of `lists` and hands each to `take`
+/// as its row arrives, once per list: the list's index, the chunk's id and
+/// its lines (decompressed into a buffer reused from chunk to chunk). The
+/// chunks a list's row names are read by their ids (a run as a range of
+/// the primary key); those of a row written before migration 0018 through
+/// the ids of its pieces. Both lists are read by one statement (a `UNION
+/// ALL`, split only for very long lists of scattered ids), in chunk order,
+/// and worked on while the engine produces the next rows.
+async fn fetch_chunks(
+    conn: &mut Conn,
+    lists: &[WantedList],
+    mut take: impl FnMut(usize, i64, &str) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let mut selects = Vec::new();
+    for (k, list) in lists.iter().enumerate() {
+        let (table, sorted) = match &list.chunks {
+            Some(chunks) => (None, chunks.clone()),
+            None => {
+                let mut sorted = list.ids.clone();
+                sorted.sort_unstable();
+                sorted.dedup();
+                (Some(list.pieces.table), sorted)
             }
-        }
-    }
-    // Each wanted piece's text by its place in `sorted`: its offset from
-    // the first id when the ids are one run (the usual case), else found by
-    // binary search. Lines of pieces the list does not name are left out.
-    let one_run = sorted[sorted.len() - 1] - sorted[0] + 1 == sorted.len() as i64;
-    let place = |id: i64| -> Option<usize> {
-        if one_run {
-            usize::try_from(id - sorted[0]).ok().filter(|&i| i < sorted.len())
-        } else {
-            sorted.binary_search(&id).ok()
-        }
-    };
-    let mut texts: Vec<Option<&str>> = vec![None; sorted.len()];
-    let mut size = 0;
-    for (chunk, body) in &bodies {
-        for line in body.split('\n') {
-            let (id, text) = line_id(pieces, *chunk, line)?;
-            if let Some(i) = place(id) {
-                texts[i] = Some(text);
-                size += text.len() + 1;
-            }
-        }
-    }
-    out.reserve(size);
-    for (k, id) in ids.iter().enumerate() {
-        let Some(text) = place(*id).and_then(|i| texts[i]) else {
-            return Err(StoreError::Corrupt(format!(
-                "{}: an SBOM names piece {id}, which is not there",
-                pieces.chunks
-            )));
         };
-        if k > 0 {
+        for batch in id_conditions(&sorted).chunks(BATCH) {
+            let which = match table {
+                None => batch.join(" OR "),
+                Some(table) => format!("id IN (SELECT chunk FROM {table} WHERE {})", batch.join(" OR ")),
+            };
+            selects.push(format!(
+                "SELECT CAST({k} AS BIGINT) AS list, {CHUNK_COLUMNS} FROM {} WHERE {which}",
+                list.pieces.chunks
+            ));
+        }
+    }
+    let mut seen: Vec<std::collections::HashSet<i64>> = lists.iter().map(|_| Default::default()).collect();
+    let mut scratch = Vec::new();
+    for group in selects.chunks(SELECTS_PER_QUERY) {
+        Q::new(group.join(" UNION ALL "))
+            .for_each_row(conn, |row| {
+                let k = usize::try_from(row.int("list")?).ok().filter(|&k| k < lists.len());
+                let k = k.ok_or_else(|| StoreError::Corrupt("an SBOM chunk came back for no list".into()))?;
+                // Another statement's conditions may have fetched it already.
+                if !seen[k].insert(row.int("id")?) {
+                    return Ok(());
+                }
+                let (chunk, lines) = chunk_row(lists[k].pieces, row, &mut scratch)?;
+                take(k, chunk, lines)
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// Puts one list's stored texts in its order, joined by commas, as the
+/// lines of its chunks arrive in any order. A line that is the list's next
+/// piece is written at once (the usual case: a node's pieces stored in its
+/// order, their chunks read in id order); one met before its turn, or
+/// listed again later, is kept until its place comes. Lines of pieces the
+/// list does not name are left out.
+struct Splice<'a> {
+    list: &'a WantedList,
+    /// The list's ids, ascending and distinct.
+    sorted: Vec<i64>,
+    /// Whether `sorted` is one run of consecutive ids.
+    one_run: bool,
+    /// Ids the list names more than once.
+    repeated: std::collections::HashSet<i64>,
+    /// How many of the list's items are written.
+    written: usize,
+    /// Texts of named pieces met before their turn or named again later.
+    kept: std::collections::HashMap<i64, String>,
+}
+
+impl<'a> Splice<'a> {
+    fn new(list: &'a WantedList) -> Self {
+        let mut sorted = list.ids.clone();
+        sorted.sort_unstable();
+        let mut repeated = std::collections::HashSet::new();
+        for pair in sorted.windows(2) {
+            if pair[0] == pair[1] {
+                repeated.insert(pair[0]);
+            }
+        }
+        sorted.dedup();
+        let one_run = sorted.last().zip(sorted.first()).is_none_or(|(l, f)| l - f + 1 == sorted.len() as i64);
+        Self { list, sorted, one_run, repeated, written: 0, kept: Default::default() }
+    }
+
+    /// Whether the list names piece `id`: its offset from the first id when
+    /// the ids are one run (the usual case), else by binary search.
+    fn names(&self, id: i64) -> bool {
+        if self.one_run {
+            self.sorted.first().is_some_and(|&first| id >= first && id - first < self.sorted.len() as i64)
+        } else {
+            self.sorted.binary_search(&id).is_ok()
+        }
+    }
+
+    /// Whether every item of the list is written.
+    fn complete(&self) -> bool {
+        self.written == self.list.ids.len()
+    }
+
+    /// Writes `text` as the list's next item.
+    fn write(&mut self, text: &str, out: &mut String) {
+        if self.written > 0 {
             out.push(',');
         }
         out.push_str(text);
+        self.written += 1;
     }
-    Ok(())
+
+    /// Writes the items kept for the places that come next.
+    fn write_kept(&mut self, out: &mut String) {
+        while let Some(&id) = self.list.ids.get(self.written) {
+            let text = if self.repeated.contains(&id) { self.kept.get(&id).cloned() } else { self.kept.remove(&id) };
+            let Some(text) = text else { return };
+            self.write(&text, out);
+        }
+    }
+
+    /// Takes the lines of chunk `chunk`, writing to `out` those whose turn it is.
+    fn take(&mut self, chunk: i64, lines: &str, out: &mut String) -> Result<(), StoreError> {
+        if self.complete() {
+            return Ok(());
+        }
+        for line in lines.split('\n') {
+            let (id, text) = line_id(self.list.pieces, chunk, line)?;
+            if !self.names(id) {
+                continue;
+            }
+            if self.list.ids.get(self.written) == Some(&id) {
+                self.write(text, out);
+                if self.repeated.contains(&id) {
+                    self.kept.insert(id, text.to_owned());
+                }
+                if !self.kept.is_empty() {
+                    self.write_kept(out);
+                }
+            } else {
+                self.kept.insert(id, text.to_owned());
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the items still missing once every chunk is read.
+    fn finish(&mut self, out: &mut String) -> Result<(), StoreError> {
+        self.write_kept(out);
+        match self.list.ids.get(self.written) {
+            None => Ok(()),
+            Some(id) => Err(StoreError::Corrupt(format!(
+                "{}: an SBOM names piece {id}, which is not there",
+                self.list.pieces.chunks
+            ))),
+        }
+    }
 }
 
 /// How many distinct components are stored (for tests and metrics).
 pub async fn component_count(conn: &mut Conn) -> Result<i64, StoreError> {
     Q::new("SELECT COUNT(*) AS n FROM sbom_components").fetch_one(conn).await?.int("n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(ids: &[i64]) -> WantedList {
+        WantedList { key: "components", pieces: COMPONENTS, ids: ids.to_vec(), chunks: None }
+    }
+
+    /// The list's items as `Splice` writes them from `chunks` (id, lines)
+    /// handed over in that order.
+    fn spliced(ids: &[i64], chunks: &[(i64, &str)]) -> Result<String, StoreError> {
+        let list = list(ids);
+        let mut splice = Splice::new(&list);
+        let mut out = String::new();
+        for (chunk, lines) in chunks {
+            splice.take(*chunk, lines, &mut out)?;
+        }
+        splice.finish(&mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn pieces_in_list_order_are_written_as_their_chunks_arrive() {
+        let chunks = [(1, "1 a\n2 b\n3 c"), (2, "4 d\n5 e")];
+        assert_eq!(spliced(&[1, 2, 3, 4, 5], &chunks).unwrap(), "a,b,c,d,e");
+        // Pieces of the chunks that the list does not name are left out.
+        assert_eq!(spliced(&[2, 4], &chunks).unwrap(), "b,d");
+    }
+
+    #[test]
+    fn pieces_met_before_their_turn_or_listed_twice_are_kept_for_their_place() {
+        let chunks = [(1, "1 a\n2 b\n3 c"), (2, "4 d\n5 e")];
+        assert_eq!(spliced(&[5, 3, 1, 4, 2], &chunks).unwrap(), "e,c,a,d,b");
+        assert_eq!(spliced(&[2, 2, 5, 2, 1], &chunks).unwrap(), "b,b,e,b,a");
+        // Chunks arriving out of order.
+        assert_eq!(spliced(&[1, 2, 3, 4, 5], &[chunks[1], chunks[0]]).unwrap(), "a,b,c,d,e");
+        assert_eq!(spliced(&[], &chunks).unwrap(), "");
+    }
+
+    #[test]
+    fn a_piece_no_chunk_holds_is_an_error_naming_it() {
+        let err = spliced(&[1, 9], &[(1, "1 a\n2 b")]).unwrap_err();
+        assert!(err.to_string().contains("piece 9"), "{err}");
+    }
 }
