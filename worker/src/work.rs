@@ -139,24 +139,10 @@ where
 /// not drop it). A job that cannot record its end waits its backoff and
 /// goes back to the queue; its own failures are its result.
 async fn handle_nix(job: NixJob, ctx: Data<Ctx>, gate: Data<Gate>, attempt: Attempt) -> Result<(), BoxDynError> {
-    let share = gate.enter().await;
     let ctx = (*ctx).clone();
     let kind = if job.key.starts_with("names ") { "names_eval" } else { "schema_build" };
     let span = tracing::info_span!("job", job.kind = kind, worker.name = %ctx.worker);
-    match tokio::spawn(
-        async move {
-            let result = nix::run(job, &ctx).await;
-            drop(share);
-            result
-        }
-        .instrument(span),
-    )
-    .await
-    {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => give_back(e, &attempt, "nix").await,
-        Err(e) => Err(Box::new(e)),
-    }
+    run_body(&gate, &attempt, "nix", span, async move { nix::run(job, &ctx).await }).await
 }
 
 /// The apalis handler of the `callbacks` queue: adapts a [`CallbackJob`] to
@@ -168,24 +154,10 @@ async fn handle_callback(
     gate: Data<Gate>,
     attempt: Attempt,
 ) -> Result<(), BoxDynError> {
-    let share = gate.enter().await;
     let ctx = (*ctx).clone();
     let span =
         tracing::info_span!("job", job.kind = "reconcile_push", build.id = %job.build_id, worker.name = %ctx.worker);
-    match tokio::spawn(
-        async move {
-            let result = callback::run(job, &ctx).await;
-            drop(share);
-            result
-        }
-        .instrument(span),
-    )
-    .await
-    {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => give_back(e, &attempt, "callback").await,
-        Err(e) => Err(Box::new(e)),
-    }
+    run_body(&gate, &attempt, "callback", span, async move { callback::run(job, &ctx).await }).await
 }
 
 /// The apalis handler of the `readiness` queue: adapts a [`ReadinessJob`]
@@ -197,7 +169,6 @@ async fn handle_readiness(
     gate: Data<Gate>,
     attempt: Attempt,
 ) -> Result<(), BoxDynError> {
-    let share = gate.enter().await;
     let ctx = (*ctx).clone();
     let span = tracing::info_span!(
         "job",
@@ -206,18 +177,37 @@ async fn handle_readiness(
         deployment.id = %job.deployment_id,
         worker.name = %ctx.worker
     );
-    match tokio::spawn(
+    run_body(&gate, &attempt, "readiness", span, async move { readiness::run(job, &ctx).await }).await
+}
+
+/// Runs a job body of the `nix`, `callbacks` or `readiness` queue in a task
+/// of its own (a restart of the apalis worker does not drop it), in `span`,
+/// holding a share of `gate` until it ends; once the gate is closing it
+/// does not start. A body that could not record its end waits its backoff
+/// and goes back to the queue ([`give_back`], `kind` names it in the log).
+async fn run_body<F, E>(
+    gate: &Gate,
+    attempt: &Attempt,
+    kind: &str,
+    span: tracing::Span,
+    body: F,
+) -> Result<(), BoxDynError>
+where
+    F: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let share = gate.enter().await;
+    let task = tokio::spawn(
         async move {
-            let result = readiness::run(job, &ctx).await;
+            let result = body.await;
             drop(share);
             result
         }
         .instrument(span),
-    )
-    .await
-    {
+    );
+    match task.await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => give_back(e, &attempt, "readiness").await,
+        Ok(Err(e)) => give_back(e, attempt, kind).await,
         Err(e) => Err(Box::new(e)),
     }
 }

@@ -228,20 +228,7 @@ async fn a_worker_prefetches_more_jobs_than_it_has_slots_and_runs_one_at_a_time(
     let mut cmd = slow_worker(&db, port, &source);
     cmd.env("BUILD_SLOTS", "1").env("BUILD_PREFETCH", "3");
     let _worker = start(cmd, &db, "worker.log");
-    let pool = open(&db).await;
-    let jobs = match engine {
-        Engine::Sqlite => "Jobs",
-        Engine::Postgres => "apalis.jobs",
-    };
-    wait_for("the worker to claim all three jobs at once", Duration::from_secs(30), || async {
-        let mut conn = pool.acquire().await.ok()?;
-        let row = Q::new(format!("SELECT COUNT(*) AS n FROM {jobs} WHERE status = 'Running'"))
-            .fetch_one(&mut conn)
-            .await
-            .ok()?;
-        (row.int("n").ok()? == 3).then_some(())
-    })
-    .await;
+    wait_builds_handed_out(&db, engine, 3, "the worker to claim all three jobs at once").await;
     for path in &paths {
         let done = wait_build(&api, path, "the build to end", ENDED).await;
         assert_eq!(done["status"], "succeeded", "{done}");
@@ -249,6 +236,23 @@ async fn a_worker_prefetches_more_jobs_than_it_has_slots_and_runs_one_at_a_time(
     }
     let overlaps = std::fs::read_to_string(db.path("state").join("provider/overlaps")).unwrap_or_default();
     assert_eq!(overlaps, "", "builds ran beside each other on a 1-slot worker");
+}
+
+/// Waits (up to 30 s, naming `what`) until apalis has handed out `n` jobs
+/// of the `builds` queue: they are `Running` in its table, whether or not
+/// their build has started.
+async fn wait_builds_handed_out(db: &TestDatabase, engine: Engine, n: i64, what: &str) {
+    let pool = open(db).await;
+    let jobs = match engine {
+        Engine::Sqlite => "Jobs",
+        Engine::Postgres => "apalis.jobs",
+    };
+    let sql = format!("SELECT COUNT(*) AS n FROM {jobs} WHERE status = 'Running' AND job_type = 'builds'");
+    wait_for(what, Duration::from_secs(30), || async {
+        let mut conn = pool.acquire().await.ok()?;
+        (Q::new(sql.as_str()).fetch_one(&mut conn).await.ok()?.int("n").ok()? == n).then_some(())
+    })
+    .await;
 }
 
 /// A rolling restart finishes only what runs: a build the worker was handed
@@ -272,17 +276,7 @@ async fn a_worker_stopped_with_sigterm_hands_back_a_build_it_had_not_started(eng
         cmd
     };
     let stopping = start(worker(), &db, "worker-1.log");
-    let pool = open(&db).await;
-    let jobs = match engine {
-        Engine::Sqlite => "Jobs",
-        Engine::Postgres => "apalis.jobs",
-    };
-    wait_for("the worker to be handed both builds", Duration::from_secs(30), || async {
-        let mut conn = pool.acquire().await.ok()?;
-        let sql = format!("SELECT COUNT(*) AS n FROM {jobs} WHERE status = 'Running' AND job_type = 'builds'");
-        (Q::new(sql).fetch_one(&mut conn).await.ok()?.int("n").ok()? == 2).then_some(())
-    })
-    .await;
+    wait_builds_handed_out(&db, engine, 2, "the worker to be handed both builds").await;
     let running = wait_for("one build to run", Duration::from_secs(30), || async {
         for path in &paths {
             let (_, _, b) = api.get(path).await;
