@@ -58,7 +58,9 @@ pub enum StoreError {
 impl StoreError {
     /// Whether the database is away for now rather than refusing this
     /// request (answered `503`, tried again later): no connection came free,
-    /// the pool is closed, the connection broke, or PostgreSQL refuses or
+    /// the pool is closed, the connection broke, SQLite could not write
+    /// ([`SQLITE_UNAVAILABLE`]: locked past the busy timeout, read-only, a
+    /// disk I/O error, a full disk), or PostgreSQL refuses or
     /// drops connections (SQLSTATE classes 08 connection exception, 53
     /// insufficient resources, 57 operator intervention such as a shutdown,
     /// and 55000 for a database that does not accept connections now).
@@ -69,6 +71,10 @@ impl StoreError {
                 | sqlx::Error::PoolClosed
                 | sqlx::Error::Io(_)
                 | sqlx::Error::WorkerCrashed => true,
+                sqlx::Error::Database(d) if d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() => d
+                    .code()
+                    .and_then(|c| c.parse::<i32>().ok())
+                    .is_some_and(|c| SQLITE_UNAVAILABLE.contains(&(c & 0xff))),
                 sqlx::Error::Database(d) => d
                     .code()
                     .is_some_and(|c| c.starts_with("08") || c.starts_with("53") || c.starts_with("57") || c == "55000"),
@@ -89,10 +95,21 @@ impl StoreError {
             Self::Database(sqlx::Error::PoolTimedOut) => "no connection came free in time".to_owned(),
             Self::Database(sqlx::Error::PoolClosed) => "its connection pool is closed".to_owned(),
             Self::Database(sqlx::Error::Io(io)) => format!("connection: {}", io.kind()),
+            Self::Database(sqlx::Error::Database(d)) if d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() => {
+                format!("SQLite: {}", d.message())
+            }
             _ => "it answered with an error".to_owned(),
         }
     }
 }
+
+/// SQLite's primary result codes that mean "the database cannot take this
+/// write now", not a fault of the request or of Slipway: `SQLITE_BUSY` (5),
+/// `SQLITE_LOCKED` (6), `SQLITE_READONLY` (8), `SQLITE_IOERR` (10),
+/// `SQLITE_FULL` (13) and `SQLITE_CANTOPEN` (14)
+/// (<https://www.sqlite.org/rescode.html>). An extended code is matched by
+/// its low byte.
+pub const SQLITE_UNAVAILABLE: [i32; 6] = [5, 6, 8, 10, 13, 14];
 
 /// Unix milliseconds now.
 pub fn now_ms() -> i64 {
@@ -146,8 +163,22 @@ pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
     // file; pooled connections leave the journal mode alone.
     let _lock = lock_file(&path.with_extension("migrate.lock")).await?;
     sqlx::SqliteConnection::connect_with(&options.clone().journal_mode(SqliteJournalMode::Wal)).await?.close().await?;
-    let pool =
-        SqlitePoolOptions::new().max_connections(8).acquire_timeout(ACQUIRE_TIMEOUT).connect_with(options).await?;
+    let pool = SqlitePoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        // A connection whose COMMIT or ROLLBACK failed (a disk I/O error, a
+        // full disk) comes back still counted as inside a transaction, and
+        // every `BEGIN` on it would fail from then on: it is closed instead
+        // of pooled. The ping waits for a pending rollback to be done first.
+        .after_release(|conn, _meta| {
+            Box::pin(async move {
+                use sqlx::Connection as _;
+                conn.ping().await?;
+                Ok(!conn.is_in_transaction())
+            })
+        })
+        .connect_with(options)
+        .await?;
     // apalis's own tables. We do not call `SqliteStorage::setup`, which would
     // also set `synchronous = OFF` on one pooled connection.
     apalis_sqlite::SqliteStorage::<()>::migrations().run(&pool).await?;
@@ -241,6 +272,42 @@ mod tests {
             assert!(message.contains(shown), "{message}");
             assert!(!message.contains("hunter2"), "the URL leaked: {message}");
         }
+    }
+
+    /// A transaction whose COMMIT failed leaves its connection counted as
+    /// inside a transaction (here: SQLite ended it underneath, as it does on
+    /// a disk I/O error); the pool must not hand that connection out again.
+    #[tokio::test]
+    async fn a_connection_whose_commit_failed_is_not_handed_out_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = super::open_sqlite(&dir.path().join("slipway.db")).await.unwrap();
+        for round in 0..3 {
+            let mut tx = db.begin_write().await.unwrap();
+            super::Q::new("ROLLBACK").execute(&mut tx).await.unwrap();
+            assert!(tx.commit().await.is_err(), "round {round}: the commit should fail");
+            for n in 0..16 {
+                let tx = db.begin_write().await.unwrap_or_else(|e| panic!("round {round}, begin {n}: {e}"));
+                tx.rollback().await.unwrap();
+            }
+        }
+    }
+
+    /// A write that SQLite cannot take now (the lock held elsewhere past
+    /// the busy timeout) is "unavailable" (`503`, try again), not a fault.
+    #[tokio::test]
+    async fn a_sqlite_write_lock_held_elsewhere_is_unavailable_not_a_fault() {
+        use sqlx::{ConnectOptions as _, Executor as _};
+        let dir = tempfile::tempdir().unwrap();
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(dir.path().join("slipway.db"))
+            .create_if_missing(true)
+            .busy_timeout(std::time::Duration::ZERO);
+        let mut holder = options.connect().await.unwrap();
+        let mut other = options.connect().await.unwrap();
+        holder.execute("BEGIN IMMEDIATE").await.unwrap();
+        let error = super::StoreError::from(other.execute("BEGIN IMMEDIATE").await.unwrap_err());
+        assert!(error.is_unavailable(), "{error}");
+        assert_eq!(error.why_unavailable(), "SQLite: database is locked");
     }
 
     /// An api and a worker started together open a new SQLite file at once;
