@@ -503,18 +503,7 @@ async fn chunks_written_as_text_before_migration_0017_are_read_beside_compressed
                 .await
                 .unwrap();
         }
-        let mut rest = a.clone();
-        rest.as_object_mut().unwrap().remove("components");
-        rest.as_object_mut().unwrap().remove("dependencies");
-        Q::new(
-            "INSERT INTO sboms (deployment_id, node, build_id, status, reason, document, components, dependencies,
-                                created_at)
-             VALUES ('one', 'a', 'old', 'ready', NULL, $1, '1-100', '1-101', 1)",
-        )
-        .text(sboms::canonical_text(&rest))
-        .execute(&mut conn)
-        .await
-        .unwrap();
+        insert_old_node_a(&mut conn, &a).await;
         drop(conn);
         db.close().await;
     }
@@ -711,18 +700,7 @@ async fn sboms_stored_before_migration_0018_are_read_through_their_pieces(engine
                     .unwrap();
             }
         }
-        let mut rest = a.clone();
-        rest.as_object_mut().unwrap().remove("components");
-        rest.as_object_mut().unwrap().remove("dependencies");
-        Q::new(
-            "INSERT INTO sboms (deployment_id, node, build_id, status, reason, document, components, dependencies,
-                                created_at)
-             VALUES ('one', 'a', 'old', 'ready', NULL, $1, '1-100', '1-101', 1)",
-        )
-        .text(sboms::canonical_text(&rest))
-        .execute(&mut conn)
-        .await
-        .unwrap();
+        insert_old_node_a(&mut conn, &a).await;
         drop(conn);
         db.close().await;
     }
@@ -837,4 +815,22 @@ async fn nodes_without_an_sbom_are_recorded_while_another_writer_holds_the_sbom_
     let mut conn = db.acquire().await.unwrap();
     assert_eq!(sboms::list(&mut conn, "bare").await.unwrap()[0].build_id, "build-2");
     assert_eq!(sboms::list(&mut conn, "full").await.unwrap()[0].status, "ready");
+}
+
+/// Writes node `a` of deployment `one` as an older writer did: its document
+/// without its lists, and the lists as the id runs `1-100` (components) and
+/// `1-101` (dependencies), with no chunk ids (those came with migration 0018).
+async fn insert_old_node_a(conn: &mut Conn, a: &Value) {
+    let mut rest = a.clone();
+    rest.as_object_mut().unwrap().remove("components");
+    rest.as_object_mut().unwrap().remove("dependencies");
+    Q::new(
+        "INSERT INTO sboms (deployment_id, node, build_id, status, reason, document, components, dependencies,
+                            created_at)
+         VALUES ('one', 'a', 'old', 'ready', NULL, $1, '1-100', '1-101', 1)",
+    )
+    .text(sboms::canonical_text(&rest))
+    .execute(conn)
+    .await
+    .unwrap();
 }
