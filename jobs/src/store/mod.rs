@@ -169,11 +169,11 @@ pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
         // A connection whose COMMIT or ROLLBACK failed (a disk I/O error, a
         // full disk) comes back still counted as inside a transaction, and
         // every `BEGIN` on it would fail from then on: it is closed instead
-        // of handed out. Checked when taken, not when given back: sqlx's
-        // own ping on release has run a dropped transaction's rollback by then.
-        .before_acquire(|conn, _meta| {
+        // of pooled. The ping waits for a pending rollback to be done first.
+        .after_release(|conn, _meta| {
             Box::pin(async move {
                 use sqlx::Connection as _;
+                conn.ping().await?;
                 Ok(!conn.is_in_transaction())
             })
         })
