@@ -535,7 +535,7 @@ pub async fn migrated_before(engine: Engine, test_db: &TestDatabase, version: i6
                 .foreign_keys(true);
             let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
             before(sqlx::migrate!("../migrations/sqlite")).run(&pool).await.unwrap();
-            crate::store::Db::Sqlite(pool)
+            crate::store::Db::Sqlite(crate::store::SqliteDb::new(pool))
         }
         Engine::Postgres => {
             let pool = sqlx::PgPool::connect(&test_db.url).await.unwrap();

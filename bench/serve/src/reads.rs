@@ -476,7 +476,7 @@ async fn explain(db: &Db, s: &Samples) -> anyhow::Result<Vec<Value>> {
                         Err(_) => q.bind(v.clone()),
                     };
                 }
-                let rows = q.fetch_all(pool).await?;
+                let rows = q.fetch_all(&**pool).await?;
                 let mut depth: std::collections::HashMap<i64, usize> = std::collections::HashMap::new();
                 let mut lines = Vec::new();
                 for r in rows {

@@ -15,6 +15,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{PgConnection, PgPool, Postgres, Sqlite, SqliteConnection, SqlitePool, Transaction};
+use std::sync::Arc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Which engine a [`Db`] runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,9 +31,39 @@ pub enum Engine {
 #[derive(Debug, Clone)]
 pub enum Db {
     /// SQLite.
-    Sqlite(SqlitePool),
+    Sqlite(SqliteDb),
     /// PostgreSQL.
     Postgres(PgPool),
+}
+
+/// An SQLite pool and its writers' turn.
+///
+/// SQLite has one write lock per file. Writers that meet it held wait in
+/// SQLite's busy handler, which sleeps in steps of up to 100 ms and so adds
+/// tens to hundreds of milliseconds to a write that was next in line. The
+/// write transactions of one process ([`Db::begin_write`]) take turns here
+/// instead, woken the moment the one before them ends; only writers of other
+/// processes (an api beside a worker) still meet in the busy handler.
+/// Dereferences to the pool.
+#[derive(Debug, Clone)]
+pub struct SqliteDb {
+    pool: SqlitePool,
+    writers: Arc<Semaphore>,
+}
+
+impl SqliteDb {
+    /// Wraps `pool`, with a turn of its own for its write transactions.
+    pub fn new(pool: SqlitePool) -> Self {
+        Self { pool, writers: Arc::new(Semaphore::new(1)) }
+    }
+}
+
+impl std::ops::Deref for SqliteDb {
+    type Target = SqlitePool;
+
+    fn deref(&self) -> &SqlitePool {
+        &self.pool
+    }
 }
 
 /// A connection from the pool, or an open transaction.
@@ -39,8 +71,9 @@ pub enum Db {
 pub enum Conn {
     /// A pooled SQLite connection.
     Sqlite(PoolConnection<Sqlite>),
-    /// An SQLite transaction.
-    SqliteTx(Transaction<'static, Sqlite>),
+    /// An SQLite write transaction, holding its process's write turn
+    /// ([`SqliteDb`]) until it ends.
+    SqliteTx(Transaction<'static, Sqlite>, OwnedSemaphorePermit),
     /// A pooled PostgreSQL connection.
     Postgres(PoolConnection<Postgres>),
     /// A PostgreSQL transaction.
@@ -83,7 +116,15 @@ impl Db {
     /// (`BEGIN IMMEDIATE`), so two writers never deadlock upgrading read locks.
     pub async fn begin_write(&self) -> Result<Conn, StoreError> {
         Ok(match self {
-            Self::Sqlite(p) => Conn::SqliteTx(p.begin_with("BEGIN IMMEDIATE").await?),
+            Self::Sqlite(p) => {
+                // As long as SQLite would have waited for its lock; the
+                // semaphore is never closed.
+                let turn = tokio::time::timeout(super::SQLITE_BUSY_TIMEOUT, p.writers.clone().acquire_owned())
+                    .await
+                    .map_err(|_| StoreError::Database(sqlx::Error::PoolTimedOut))?
+                    .expect("the write turn stays open");
+                Conn::SqliteTx(p.begin_with("BEGIN IMMEDIATE").await?, turn)
+            }
             Self::Postgres(p) => Conn::PostgresTx(p.begin().await?),
         })
     }
@@ -147,7 +188,7 @@ impl Conn {
     /// The engine this connection talks to.
     pub fn engine(&self) -> Engine {
         match self {
-            Self::Sqlite(_) | Self::SqliteTx(_) => Engine::Sqlite,
+            Self::Sqlite(_) | Self::SqliteTx(..) => Engine::Sqlite,
             Self::Postgres(_) | Self::PostgresTx(_) => Engine::Postgres,
         }
     }
@@ -155,7 +196,7 @@ impl Conn {
     fn target(&mut self) -> Target<'_> {
         match self {
             Self::Sqlite(c) => Target::Sqlite(c),
-            Self::SqliteTx(t) => Target::Sqlite(t),
+            Self::SqliteTx(t, _) => Target::Sqlite(t),
             Self::Postgres(c) => Target::Postgres(c),
             Self::PostgresTx(t) => Target::Postgres(t),
         }
@@ -164,7 +205,7 @@ impl Conn {
     /// Commits a transaction (a pooled connection has nothing to commit).
     pub async fn commit(self) -> Result<(), StoreError> {
         match self {
-            Self::SqliteTx(t) => t.commit().await?,
+            Self::SqliteTx(t, _turn) => t.commit().await?,
             Self::PostgresTx(t) => t.commit().await?,
             Self::Sqlite(_) | Self::Postgres(_) => {}
         }
@@ -174,7 +215,7 @@ impl Conn {
     /// Rolls a transaction back.
     pub async fn rollback(self) -> Result<(), StoreError> {
         match self {
-            Self::SqliteTx(t) => t.rollback().await?,
+            Self::SqliteTx(t, _turn) => t.rollback().await?,
             Self::PostgresTx(t) => t.rollback().await?,
             Self::Sqlite(_) | Self::Postgres(_) => {}
         }
@@ -309,7 +350,7 @@ impl Q {
     pub async fn execute_on(self, db: &Db) -> Result<u64, StoreError> {
         let sql = sqlx::AssertSqlSafe(self.sql);
         Ok(match db {
-            Db::Sqlite(p) => bind_all!(sqlx::query(sql), self.args).execute(p).await?.rows_affected(),
+            Db::Sqlite(p) => bind_all!(sqlx::query(sql), self.args).execute(&**p).await?.rows_affected(),
             Db::Postgres(p) => bind_all!(sqlx::query(sql), self.args).execute(p).await?.rows_affected(),
         })
     }

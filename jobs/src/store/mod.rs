@@ -21,7 +21,7 @@ pub mod sboms;
 pub mod submit;
 pub mod workers;
 
-pub use db::{ping, Conn, Db, Engine, Row, Q};
+pub use db::{ping, Conn, Db, Engine, Row, SqliteDb, Q};
 
 use crate::config::Config;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -123,6 +123,11 @@ pub fn now_ms() -> i64 {
 /// waiting for sqlx to retry a refused connection.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long an SQLite write waits for the file's write lock (SQLite's busy
+/// timeout), and a write transaction for its process's turn
+/// ([`SqliteDb`]), before it is refused as unavailable.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Opens the database of `config` and runs pending migrations once.
 pub async fn open(config: &Config) -> Result<Db, StoreError> {
     if let Some(path) = config.sqlite_path() {
@@ -155,7 +160,7 @@ pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
         // Durable commits: an accepted submit survives a power cut.
         .synchronous(SqliteSynchronous::Full)
         .foreign_keys(true)
-        .busy_timeout(Duration::from_secs(10));
+        .busy_timeout(SQLITE_BUSY_TIMEOUT);
     // Processes opening the file at once (an api and a worker started
     // together) take turns: switching a new file to WAL needs an exclusive
     // lock that SQLite does not wait for (it answers "database is locked" at
@@ -185,7 +190,7 @@ pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
     let mut ours = sqlx::migrate!("../migrations/sqlite");
     ours.dangerous_set_table_name("_slipway_migrations");
     ours.run(&pool).await?;
-    Ok(Db::Sqlite(pool))
+    Ok(Db::Sqlite(db::SqliteDb::new(pool)))
 }
 
 /// Opens (and migrates) a PostgreSQL database. Migrations run under
@@ -308,6 +313,35 @@ mod tests {
         let error = super::StoreError::from(other.execute("BEGIN IMMEDIATE").await.unwrap_err());
         assert!(error.is_unavailable(), "{error}");
         assert_eq!(error.why_unavailable(), "SQLite: database is locked");
+    }
+
+    /// A process's SQLite write transactions take turns in the process
+    /// ([`super::SqliteDb`]), so none meets SQLite's lock held by another of
+    /// them: with no busy timeout at all, a second writer waits for the first
+    /// instead of failing with "database is locked".
+    #[tokio::test]
+    async fn a_process_s_sqlite_writers_take_turns_without_meeting_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("slipway.db");
+        super::open_sqlite(&path).await.unwrap().close().await;
+        let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path).busy_timeout(std::time::Duration::ZERO);
+        let db = super::Db::Sqlite(super::SqliteDb::new(sqlx::SqlitePool::connect_with(options).await.unwrap()));
+        let first = db.begin_write().await.unwrap();
+        let mut second = tokio::spawn({
+            let db = db.clone();
+            async move {
+                let mut tx = db.begin_write().await?;
+                super::Q::new("DELETE FROM deployments WHERE id = 'none'").execute(&mut tx).await?;
+                tx.commit().await
+            }
+        });
+        // Without turns the second `BEGIN IMMEDIATE` fails at once; with
+        // them it is still waiting.
+        if let Ok(done) = tokio::time::timeout(std::time::Duration::from_millis(500), &mut second).await {
+            panic!("the second writer did not wait for the first: {:?}", done.unwrap());
+        }
+        first.commit().await.unwrap();
+        second.await.unwrap().unwrap();
     }
 
     /// An api and a worker started together open a new SQLite file at once;

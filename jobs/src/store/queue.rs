@@ -14,10 +14,11 @@
 
 use super::{Conn, StoreError};
 use apalis::prelude::{BackendExt, PollSnapshot, PollStrategy, PollWith, Strategy, TaskBuilder, TaskId};
-use apalis_postgres::{PostgresStorage, Pubsub};
+use apalis_postgres::{PgTaskId, PostgresStorage, Pubsub};
 use apalis_sqlite::SqliteStorage;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+use tokio::sync::mpsc;
 
 /// The queue deploys and destroys share (§6).
 pub const BUILDS_QUEUE: &str = "builds";
@@ -88,22 +89,61 @@ pub const POSTGRES_POLL: Duration = Duration::from_secs(1);
 /// fetch slower than half a heartbeat) a SQLite worker stopped taking jobs
 /// in 6 of 48 runs of the worker stop tests. This one leaves its timer armed
 /// after every poll.
+///
+/// Every wake is a fetch: apalis fetches each time its worker's task is
+/// polled while it has no job in hand. So the worker's task is woken only by
+/// its own timer and by [`own_jobs`], never by the notification channel
+/// itself, which carries every queue's inserts.
 pub struct Wakeups {
     period: Duration,
     timer: std::pin::Pin<Box<tokio::time::Sleep>>,
-    notifications: Option<Pubsub>,
+    notifications: Option<mpsc::Receiver<PgTaskId>>,
 }
 
 impl Wakeups {
     /// Wakes every `period`, and on each item of `notifications` when given.
-    pub fn new(period: Duration, notifications: Option<Pubsub>) -> Self {
+    pub fn new(period: Duration, notifications: Option<mpsc::Receiver<PgTaskId>>) -> Self {
         Self { period, timer: Box::pin(tokio::time::sleep(period)), notifications }
     }
 }
 
+/// The ids of new jobs of `queue` as PostgreSQL announces them, read by a
+/// task of their own (one LISTEN connection from `pool`) so that the inserts
+/// of other queues on the same channel wake no worker. The task ends when
+/// the receiver is dropped or the listener's connection ends; the receiver
+/// then ends too. At most one id waits unread: a worker that has not looked
+/// yet needs one wake, not one per job.
+///
+/// apalis's own `Pubsub` read in the worker's task (as apalis's notify
+/// strategy does) woke every worker of every queue on each insert of any
+/// queue, and each wake cost that worker a fetch (`apalis.get_jobs`): 131
+/// fetches a second by one idle `nix` worker while the api took 330 submits
+/// a second (issue 14).
+pub fn own_jobs(pool: &sqlx::PgPool, queue: &str) -> mpsc::Receiver<PgTaskId> {
+    use futures::StreamExt as _;
+    let mut notifications = Pubsub::new(pool.clone(), queue.to_owned());
+    let (sender, receiver) = mpsc::channel(1);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = sender.closed() => break,
+                item = notifications.next() => match item {
+                    None => break,
+                    // A failed connect is followed by the end of the stream.
+                    Some(Err(_)) => continue,
+                    Some(Ok(id)) => match sender.try_send(id) {
+                        Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}
+                        Err(mpsc::error::TrySendError::Closed(_)) => break,
+                    },
+                },
+            }
+        }
+    });
+    receiver
+}
+
 impl PollStrategy for Wakeups {
     fn poll_drive(&mut self, cx: &mut std::task::Context<'_>, _: &PollSnapshot) -> std::task::Poll<Option<()>> {
-        use futures::StreamExt as _;
         use std::future::Future as _;
         let mut woke = false;
         // Until it is pending, so that the timer is always armed on return.
@@ -112,7 +152,7 @@ impl PollStrategy for Wakeups {
             woke = true;
         }
         if let Some(notifications) = self.notifications.as_mut() {
-            while let std::task::Poll::Ready(item) = notifications.poll_next_unpin(cx) {
+            while let std::task::Poll::Ready(item) = notifications.poll_recv(cx) {
                 if item.is_none() {
                     // The listener ended: the timer alone wakes the worker.
                     self.notifications = None;
@@ -169,8 +209,7 @@ impl QueueSettings {
             .batch_size(self.batch_size)
             .heartbeat_interval(beat)
             .missed_heartbeats(missed);
-        let notifications = Pubsub::new(pool.clone(), self.queue.to_owned());
-        let wake = Strategy::new().apply(Wakeups::new(POSTGRES_POLL, Some(notifications)));
+        let wake = Strategy::new().apply(Wakeups::new(POSTGRES_POLL, Some(own_jobs(pool, self.queue))));
         PostgresStorage::<J>::new(pool).with_config(config).poll_with_strategy(wake)
     }
 }
