@@ -353,10 +353,11 @@ impl FleetSources {
             }
             found = row.is_some();
         }
-        if !self.nix_served().await? {
+        let (served, slots_full) = self.nix_state().await?;
+        if !served {
             return Ok(Lookup::Computing);
         }
-        if !found && self.slots_full().await? {
+        if !found && slots_full {
             // Nothing to wait for and no slot to run it: the submit goes on
             // without opening a write transaction (its database-bound path).
             return Ok(Lookup::Busy);
@@ -379,17 +380,24 @@ impl FleetSources {
 
     /// Whether a live worker serves the `nix` queue.
     pub async fn nix_served(&self) -> Result<bool, StoreError> {
-        use crate::store::queue::{MISSED_HEARTBEATS, NIX_QUEUE};
-        let window = (self.heartbeat * MISSED_HEARTBEATS).as_secs() as i64 + 1;
-        let states = crate::store::workers::queue_states(&mut self.db.acquire().await?, &[NIX_QUEUE], window).await?;
-        Ok(states.iter().any(|q| q.workers > 0))
+        Ok(self.nix_state().await?.0)
     }
 
-    /// Whether every fleet-wide nix slot is held now (a snapshot: one
-    /// statement, no transaction).
-    async fn slots_full(&self) -> Result<bool, StoreError> {
-        let held = rows::slots_held(&mut self.db.acquire().await?, self.slots, now_ms()).await?;
-        Ok(held >= i64::from(self.slots))
+    /// Whether a live worker serves the `nix` queue, and whether every
+    /// fleet-wide nix slot is held now: one statement, no transaction (a
+    /// snapshot), on the path of every submit that evaluates its names.
+    async fn nix_state(&self) -> Result<(bool, bool), StoreError> {
+        use crate::store::queue::{MISSED_HEARTBEATS, NIX_QUEUE};
+        let window = (self.heartbeat * MISSED_HEARTBEATS).as_secs() as i64 + 1;
+        let (workers, held) = crate::store::workers::served_and_slots_held(
+            &mut self.db.acquire().await?,
+            NIX_QUEUE,
+            window,
+            self.slots,
+            now_ms(),
+        )
+        .await?;
+        Ok((workers > 0, held >= i64::from(self.slots)))
     }
 
     /// The checker and stored source of a submit (MS-6, MS-8, MG-7): the

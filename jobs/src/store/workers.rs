@@ -109,6 +109,38 @@ pub async fn queue_states(conn: &mut Conn, queues: &[&str], window_s: i64) -> Re
     Ok(out)
 }
 
+/// The live workers of `queue` (a heartbeat within `window_s` seconds) and
+/// the nix slots below `slots` held at `now` (ms) by an unexpired lease, in
+/// one statement: what a submit's names eval asks before it queues one
+/// (Q-8, EV-1).
+pub async fn served_and_slots_held(
+    conn: &mut Conn,
+    queue: &str,
+    window_s: i64,
+    slots: u32,
+    now: i64,
+) -> Result<(i64, i64), StoreError> {
+    let workers = match conn.engine() {
+        Engine::Sqlite => {
+            "SELECT COUNT(*) FROM Workers WHERE worker_type = $1 AND last_seen >= strftime('%s', 'now') - $2"
+        }
+        Engine::Postgres => {
+            "SELECT COUNT(*) FROM apalis.workers WHERE worker_type = $1 AND last_seen >= now() - make_interval(secs => $2)"
+        }
+    };
+    let row = Q::new(format!(
+        "SELECT ({workers}) AS workers,
+                (SELECT COUNT(*) FROM nix_slots WHERE slot < $3 AND holder IS NOT NULL AND expires_at >= $4) AS held"
+    ))
+    .text(queue)
+    .int(window_s)
+    .int(i64::from(slots))
+    .int(now)
+    .fetch_one(conn)
+    .await?;
+    Ok((row.int("workers")?, row.int("held")?))
+}
+
 /// One queue's waiting jobs, as [`fleet`] reads them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueDepth {
