@@ -35,7 +35,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    let matches = Cli::command().after_help(slipway_jobs::config::settings_help()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // SLIPWAY_LOG, else RUST_LOG, else the default; SLIPWAY_LOG_FORMAT (docs/CONFIGURATION.md).
     if let Err(e) = slipway_jobs::logs::init("slipway-api") {
         eprintln!("slipway-api: {e}");

@@ -341,6 +341,20 @@ pub const KEYS: &[&str] = &[
     "SLIPWAY_REQUEST_TIMEOUT",
 ];
 
+/// What a binary's `--help` says of its settings: where they come from and
+/// every key ([`KEYS`], then the variables read from the environment only).
+pub fn settings_help() -> String {
+    format!(
+        "Settings come from environment variables, or from a TOML file named by SLIPWAY_CONFIG \
+         (an environment variable that is set and not empty wins over the file). \
+         docs/CONFIGURATION.md describes each one.\n\n\
+         Keys: {}.\n\n\
+         From the environment only: SLIPWAY_CONFIG, SLIPWAY_LOG (else RUST_LOG; a log filter such as info or \
+         slipway=debug), SLIPWAY_LOG_FORMAT (text or json).",
+        KEYS.join(", ")
+    )
+}
+
 impl Config {
     /// Loads the file named by `SLIPWAY_CONFIG` (if any), then the process environment.
     pub fn load() -> Result<Self, ConfigError> {

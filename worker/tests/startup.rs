@@ -1,4 +1,5 @@
-//! What `slipway-worker work` checks before it takes any build.
+//! What `slipway-worker work` checks before it takes any build, and what
+//! `slipway-worker --help` says of the settings.
 
 mod common;
 
@@ -19,4 +20,15 @@ async fn a_worker_without_its_built_in_source_refuses_to_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("SLIPWAY_DEFAULT_SOURCE_DIR"), "{stderr}");
     assert!(stderr.contains(&missing.display().to_string()), "{stderr}");
+}
+
+/// `slipway-worker --help` names where settings come from and every key.
+#[test]
+fn the_worker_s_help_names_every_setting() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slipway-worker")).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for key in slipway_jobs::config::KEYS.iter().chain(&["SLIPWAY_CONFIG", "SLIPWAY_LOG", "SLIPWAY_LOG_FORMAT"]) {
+        assert!(help.contains(key), "{key} is not in the help:\n{help}");
+    }
 }
