@@ -275,9 +275,16 @@ pub async fn release_slot(conn: &mut Conn, key: &str) -> Result<(), StoreError> 
     Ok(())
 }
 
+/// Counts the nix slots among the first `slots` whose lease is held at
+/// `now` (ms), both given as placeholders (`"$1"`): [`slots_held`], and a
+/// submit's names-eval check.
+pub(super) fn slots_held_sql(slots: &str, now: &str) -> String {
+    format!("SELECT COUNT(*) FROM nix_slots WHERE slot < {slots} AND holder IS NOT NULL AND expires_at >= {now}")
+}
+
 /// The nix slots held now (leases not expired) among the first `slots`.
 pub async fn slots_held(conn: &mut Conn, slots: u32, now: i64) -> Result<i64, StoreError> {
-    Q::new("SELECT COUNT(*) AS n FROM nix_slots WHERE slot < $1 AND holder IS NOT NULL AND expires_at >= $2")
+    Q::new(format!("SELECT ({}) AS n", slots_held_sql("$1", "$2")))
         .int(i64::from(slots))
         .int(now)
         .fetch_one(conn)

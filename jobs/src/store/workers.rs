@@ -89,24 +89,31 @@ pub struct QueueState {
 /// For each of `queues`: the jobs waiting on it and the live workers that
 /// serve it (apalis's worker table, whose `worker_type` is the queue).
 pub async fn queue_states(conn: &mut Conn, queues: &[&str], window_s: i64) -> Result<Vec<QueueState>, StoreError> {
-    let (waiting, workers) = match conn.engine() {
-        Engine::Sqlite => (
-            "SELECT COUNT(*) AS n FROM Jobs WHERE job_type = $1 AND status = 'Pending'",
-            "SELECT COUNT(*) AS n FROM Workers WHERE worker_type = $1 AND last_seen >= strftime('%s', 'now') - $2",
-        ),
-        Engine::Postgres => (
-            "SELECT COUNT(*) AS n FROM apalis.jobs WHERE job_type = $1 AND status = 'Pending'",
-            "SELECT COUNT(*) AS n FROM apalis.workers
-             WHERE worker_type = $1 AND last_seen >= now() - make_interval(secs => $2)",
-        ),
+    let waiting = match conn.engine() {
+        Engine::Sqlite => "SELECT COUNT(*) AS n FROM Jobs WHERE job_type = $1 AND status = 'Pending'",
+        Engine::Postgres => "SELECT COUNT(*) AS n FROM apalis.jobs WHERE job_type = $1 AND status = 'Pending'",
     };
+    let workers = format!("SELECT ({}) AS n", live_workers(conn.engine()));
     let mut out = Vec::with_capacity(queues.len());
     for queue in queues {
         let w = Q::new(waiting).text(*queue).fetch_one(conn).await?.int("n")?;
-        let live = Q::new(workers).text(*queue).int(window_s).fetch_one(conn).await?.int("n")?;
+        let live = Q::new(workers.as_str()).text(*queue).int(window_s).fetch_one(conn).await?.int("n")?;
         out.push(QueueState { queue: queue.to_string(), waiting: w, workers: live });
     }
     Ok(out)
+}
+
+/// Counts the apalis workers of queue `$1` with a heartbeat within the last
+/// `$2` seconds, on `engine`.
+fn live_workers(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Sqlite => {
+            "SELECT COUNT(*) FROM Workers WHERE worker_type = $1 AND last_seen >= strftime('%s', 'now') - $2"
+        }
+        Engine::Postgres => {
+            "SELECT COUNT(*) FROM apalis.workers WHERE worker_type = $1 AND last_seen >= now() - make_interval(secs => $2)"
+        }
+    }
 }
 
 /// The live workers of `queue` (a heartbeat within `window_s` seconds) and
@@ -120,17 +127,10 @@ pub async fn served_and_slots_held(
     slots: u32,
     now: i64,
 ) -> Result<(i64, i64), StoreError> {
-    let workers = match conn.engine() {
-        Engine::Sqlite => {
-            "SELECT COUNT(*) FROM Workers WHERE worker_type = $1 AND last_seen >= strftime('%s', 'now') - $2"
-        }
-        Engine::Postgres => {
-            "SELECT COUNT(*) FROM apalis.workers WHERE worker_type = $1 AND last_seen >= now() - make_interval(secs => $2)"
-        }
-    };
     let row = Q::new(format!(
-        "SELECT ({workers}) AS workers,
-                (SELECT COUNT(*) FROM nix_slots WHERE slot < $3 AND holder IS NOT NULL AND expires_at >= $4) AS held"
+        "SELECT ({}) AS workers, ({}) AS held",
+        live_workers(conn.engine()),
+        super::nix::slots_held_sql("$3", "$4")
     ))
     .text(queue)
     .int(window_s)
