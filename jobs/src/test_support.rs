@@ -9,7 +9,7 @@
 //! `name::postgres`.
 
 use crate::store::Engine;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The PostgreSQL server tests create their databases on.
 pub fn postgres_admin_url() -> String {
@@ -147,6 +147,13 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
+        // A failed test keeps what it left (logs, state, its database) and
+        // says where, so a failure in CI can be read afterwards.
+        if std::thread::panicking() {
+            eprintln!("the failed test's folder is kept: {} (database {})", self.dir.path().display(), self.url);
+            print_log_tails(self.dir.path());
+            *self.kept.get_mut() = true;
+        }
         if *self.kept.get_mut() {
             self.dir.disable_cleanup(true);
             return;
@@ -165,6 +172,28 @@ impl Drop for TestDatabase {
             });
         })
         .join();
+    }
+}
+
+/// Prints the last lines of each `*.log` file in `dir` (the logs of the
+/// processes a test started), so that a failure in CI shows what they did.
+fn print_log_tails(dir: &Path) {
+    const LINES: usize = 40;
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    for log in logs {
+        let text = String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
+        let lines: Vec<&str> = text.lines().collect();
+        eprintln!("--- the last {} lines of {} ---", LINES.min(lines.len()), log.display());
+        for line in &lines[lines.len().saturating_sub(LINES)..] {
+            eprintln!("{line}");
+        }
     }
 }
 

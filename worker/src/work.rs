@@ -258,17 +258,23 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
     let gate = Gate::default();
     let monitor = register_all(monitor, &ctx, &gate, build_slots, metrics, slots, prefetch, &queues);
     let alive = tokio::spawn(keep_alive(ctx.clone(), beats.clone()));
-    // The monitor runs until the first signal has let every running job end;
-    // dropping it then drops apalis's workers (their open transactions roll
-    // back) and the jobs they hold, which are handed back below.
+    // The monitor runs until the first signal has let every running job end,
+    // or a second signal killed them; dropping it then drops apalis's
+    // workers (their open transactions roll back) and the jobs they hold,
+    // which are handed back below. Handed back only once no worker of this
+    // process can take a job again: a build handed back while this process
+    // still fetched could be taken by it again and then wait for its
+    // heartbeat to go stale.
     let mut monitor = Box::pin(monitor.run());
-    let result = tokio::select! {
-        result = &mut monitor => Some(result.context("the worker stopped with an error")),
-        stopped = stop(ctx.clone(), gate, beats) => { stopped?; None }
+    let (result, stopped) = tokio::select! {
+        result = &mut monitor => (Some(result.context("the worker stopped with an error")), None),
+        stopped = stop(ctx.clone(), gate, beats) => (None, Some(stopped?)),
     };
     drop(monitor);
-    if result.is_none() {
-        hand_back_waiting(&ctx).await;
+    match stopped {
+        Some(Stopped::Gracefully) => hand_back_waiting(&ctx).await,
+        Some(Stopped::AtOnce { processes, builds }) => hand_back_at_once(&ctx, processes, builds).await,
+        None => {}
     }
     // Builds whose handler a restart of the apalis worker dropped still run:
     // they finish (and beat) before the process exits.
@@ -511,13 +517,26 @@ async fn sweep_tick(_tick: Tick<Utc>, ctx: Data<Ctx>, gate: Data<Gate>) -> Resul
 /// it exits anyway (their heartbeat then goes stale instead).
 const RELEASE_PATIENCE: Duration = Duration::from_secs(3);
 
+/// How [`stop`] ended.
+enum Stopped {
+    /// After the first signal, every running job body ended.
+    Gracefully,
+    /// A second signal came first: this worker's effects were killed
+    /// (`processes` of them, of `builds` builds); its builds are still to be
+    /// handed back ([`hand_back_at_once`]).
+    AtOnce { processes: usize, builds: usize },
+}
+
 /// Resolves after the first SIGTERM or SIGINT once every job body this
 /// worker was running has ended ([`Gate::close`]): the worker starts no new
 /// job meanwhile and then exits (a rolling restart re-runs nothing). A
-/// second signal stops it at once: its effects are killed, its builds and
-/// claimed jobs are handed back so another worker takes them over right
-/// away, and the exit status is 1.
-async fn stop(ctx: Ctx, gate: Gate, beats: Beats) -> std::io::Result<()> {
+/// second signal stops it at once: its effects are killed and it resolves
+/// with [`Stopped::AtOnce`] (heartbeats stay stopped until the process
+/// exits), so that the caller stops taking jobs before it hands its builds
+/// and claimed jobs back and exits with status 1. A second signal
+/// after the graceful end (while the worker waits for builds a restart of
+/// apalis's worker left running) hands back and exits 1 from here.
+async fn stop(ctx: Ctx, gate: Gate, beats: Beats) -> std::io::Result<Stopped> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -526,6 +545,7 @@ async fn stop(ctx: Ctx, gate: Gate, beats: Beats) -> std::io::Result<()> {
         _ = term.recv() => {}
     }
     tracing::info!("shutting down: running builds finish first; a second SIGTERM or Ctrl-C stops them now");
+    let (at_once, mut stopped_at_once) = tokio::sync::oneshot::channel();
     let here = Arc::clone(&ctx.here);
     tokio::spawn(async move {
         tokio::select! {
@@ -534,27 +554,45 @@ async fn stop(ctx: Ctx, gate: Gate, beats: Beats) -> std::io::Result<()> {
         }
         let _no_more_beats = beats.0.lock().await;
         ctx.here.abandon();
-        let running = ctx.here.running();
-        let killed = tokio::task::spawn_blocking(slipway_jobs::effect::kill_own).await.unwrap_or(0);
-        let released = tokio::time::timeout(RELEASE_PATIENCE, ctx.hand_back()).await;
-        match released {
-            Ok(Ok(jobs)) => tracing::warn!(
-                processes = killed,
-                builds = running.len(),
-                jobs,
-                "stopping now: killed this worker's effects and handed its builds back to the fleet"
-            ),
-            Ok(Err(e)) => tracing::warn!(processes = killed, error = %e, "stopping now: killed this worker's effects; could not hand its builds back, so another worker takes them over once its heartbeat is stale"),
-            Err(_) => tracing::warn!(processes = killed, "stopping now: killed this worker's effects; the database did not answer, so another worker takes its builds over once its heartbeat is stale"),
+        let builds = ctx.here.running().len();
+        let processes = tokio::task::spawn_blocking(slipway_jobs::effect::kill_own).await.unwrap_or(0);
+        if at_once.send(Stopped::AtOnce { processes, builds }).is_err() {
+            // The graceful stop already ended (apalis's workers are gone).
+            hand_back_at_once(&ctx, processes, builds).await;
         }
-        std::process::exit(1);
+        // The caller hands back and exits; no beat may land meanwhile.
+        std::future::pending::<()>().await
     });
-    let _closed = gate.close().await;
-    if here.abandoned() {
-        // A second signal came meanwhile: its task ends the process (exit 1).
-        std::future::pending::<()>().await;
+    tokio::select! {
+        _ = gate.close() => {}
+        Ok(stopped) = &mut stopped_at_once => return Ok(stopped),
     }
-    Ok(())
+    // The bodies also end when a second signal abandoned them: its task
+    // tells how once it has killed the effects.
+    if here.abandoned() {
+        if let Ok(stopped) = stopped_at_once.await {
+            return Ok(stopped);
+        }
+    }
+    Ok(Stopped::Gracefully)
+}
+
+/// The end of a stop at once, once apalis's workers are gone (so none of
+/// them takes a job again after it was handed back, which would leave it
+/// waiting for this worker's heartbeat to go stale): hands the builds and
+/// claimed jobs back within [`RELEASE_PATIENCE`] and exits with status 1.
+async fn hand_back_at_once(ctx: &Ctx, processes: usize, builds: usize) -> ! {
+    match tokio::time::timeout(RELEASE_PATIENCE, ctx.hand_back()).await {
+        Ok(Ok(jobs)) => tracing::warn!(
+            processes,
+            builds,
+            jobs,
+            "stopping now: killed this worker's effects and handed its builds back to the fleet"
+        ),
+        Ok(Err(e)) => tracing::warn!(processes, error = %e, "stopping now: killed this worker's effects; could not hand its builds back, so another worker takes them over once its heartbeat is stale"),
+        Err(_) => tracing::warn!(processes, "stopping now: killed this worker's effects; the database did not answer, so another worker takes its builds over once its heartbeat is stale"),
+    }
+    std::process::exit(1)
 }
 
 #[cfg(test)]
