@@ -93,17 +93,18 @@ def render(lines, command, git):
         "its row lock and the admission lock, one statement that supersedes, inserts the build, pushes its job, "
         "records the event and counts the queue, `COMMIT`.",
         "",
-        "What limits it on PostgreSQL: the submits' commits run one at a time. A transaction that sends a "
-        "`NOTIFY` (the deployment channel's event, and apalis's trigger on the job insert) holds PostgreSQL's "
-        "notification lock from its commit until its WAL is flushed, so the submits never share a WAL flush "
-        "the way pgbench's transactions do. Sampling `pg_stat_activity` during the every-slot-busy run (400 "
-        "samples, 2026-12-01) found the api's sessions waiting on `Lock:object` in `COMMIT` 32 times and on "
-        "`IO:WALSync` in `COMMIT` 23 times, against 16 times running the submit's statement. What would close "
-        "the rest: sending those notifications after the commit, on their own (a worker's 1 s poll and the "
-        "channel's reads already cover one that is lost). On SQLite the writes take turns by design (one "
-        "write lock); each commit waits for its own `fsync` of the WAL (`synchronous = FULL`, so an accepted "
-        "submit survives a power cut). On this machine the two cores are also shared by PostgreSQL, the api "
-        "and `wrk`.",
+        "What limits it on PostgreSQL, on this 2-core machine: the cores. During the every-slot-busy run "
+        "(2026-12-02) `top` showed no idle CPU: the api at about half a core, its sixteen PostgreSQL backends "
+        "at about 1.2 cores (the submit's statement of CTEs is 0.47 ms of the 0.67 ms a submit's statements "
+        "take in the server, `pg_stat_statements`), and `wrk`; pgbench's figure is measured without the api "
+        "and `wrk` beside it. The commits no longer wait for one another: the wake-ups of a submit (its job, "
+        "its channel event) are sent after the commit in a statement of their own (docs/DECISIONS.md), where "
+        "a `NOTIFY` inside the transaction held PostgreSQL's notification lock through the WAL flush and made "
+        "the commits take turns (1.6x the commit rate of that transaction shape under pgbench). What would "
+        "close the rest: a server with cores of its own (the api and PostgreSQL apart, as a fleet runs), then "
+        "fewer indexes written per build and job row. On SQLite the writes take turns by design (one write "
+        "lock); each commit waits for its own `fsync` of the WAL (`synchronous = FULL`, so an accepted submit "
+        "survives a power cut).",
         "",
         f"| Bar | Target | This run | met / not met |",
         "| --- | --- | --- | --- |",

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
 
-/// Collects the first words of every statement sqlx sends (its
+/// Collects the text of every statement sqlx sends (its
 /// `sqlx::query` events) on this thread while it is the default subscriber.
 #[derive(Clone, Default)]
 struct Statements(Arc<Mutex<Vec<String>>>);
@@ -19,22 +19,29 @@ impl<S: tracing::Subscriber> Layer<S> for Statements {
         if event.metadata().target() != "sqlx::query" {
             return;
         }
-        struct Summary(String);
-        impl tracing::field::Visit for Summary {
+        // The statement's text: sqlx's `summary`, or its whole text in
+        // `db.statement` when the summary shortened it.
+        #[derive(Default)]
+        struct Text {
+            summary: String,
+            whole: String,
+        }
+        impl tracing::field::Visit for Text {
             fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                if field.name() == "summary" || (field.name() == "message" && self.0.is_empty()) {
-                    self.0 = format!("{value:?}");
-                }
+                self.record_str(field, &format!("{value:?}"));
             }
             fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-                if field.name() == "summary" || (field.name() == "message" && self.0.is_empty()) {
-                    self.0 = value.to_owned();
+                match field.name() {
+                    "summary" => self.summary = value.to_owned(),
+                    "message" if self.summary.is_empty() => self.summary = value.to_owned(),
+                    "db.statement" => self.whole = value.trim().to_owned(),
+                    _ => {}
                 }
             }
         }
-        let mut summary = Summary(String::new());
-        event.record(&mut summary);
-        self.0.lock().unwrap().push(summary.0);
+        let mut text = Text::default();
+        event.record(&mut text);
+        self.0.lock().unwrap().push(if text.whole.is_empty() { text.summary } else { text.whole });
     }
 }
 
@@ -61,7 +68,10 @@ async fn statements_of_a_submit(db: &Db, sources: &AnySource, id: &str) -> Vec<S
 /// its job, records the event and counts the queue, and `COMMIT`; for a new
 /// deployment and for one whose queued deploy it supersedes alike (it was
 /// seventeen). Before it, without OpenBao, one read of the deployment's
-/// secret pins, as the demo configuration has secret fields.
+/// secret pins, as the demo configuration has secret fields. After the
+/// commit, and only then, one statement sends the wake-ups of the job and
+/// of the channel event (`Conn::notify`): no statement of the transaction
+/// notifies, so the submits' commits can share a WAL flush.
 #[tokio::test]
 async fn a_submit_on_postgres_is_four_round_trips() {
     let w = world(Engine::Postgres, &[]).await;
@@ -70,8 +80,14 @@ async fn a_submit_on_postgres_is_four_round_trips() {
         let statements = statements_of_a_submit(&w.ctx.db, &sources, id).await;
         println!("{what}: {} statements: {statements:#?}", statements.len());
         let starts: Vec<&str> = statements.iter().map(|s| s.split_whitespace().next().unwrap_or("")).collect();
-        assert_eq!(starts, ["SELECT", "INSERT", "WITH", "COMMIT"], "{what}: {statements:#?}");
+        assert_eq!(starts, ["SELECT", "INSERT", "WITH", "COMMIT", "SELECT"], "{what}: {statements:#?}");
         assert!(statements[0].contains("operator_secrets"), "{what}: {statements:#?}");
+        assert!(
+            statements[..4].iter().all(|s| !s.contains("pg_notify")),
+            "{what}: a wake-up inside the transaction: {statements:#?}"
+        );
+        let wakeups = &statements[4];
+        assert_eq!(wakeups.matches("pg_notify").count(), 2, "{what}: the job's and the event's wake-ups: {wakeups}");
     }
     let mut conn = w.ctx.db.acquire().await.unwrap();
     let rows = Q::new("SELECT status, dispatched FROM builds ORDER BY seq").fetch_all(&mut conn).await.unwrap();

@@ -7,7 +7,8 @@
 //! engine shows through only where it must: how a write transaction takes its
 //! lock ([`Db::begin_write`], [`Conn::lock_deployment`]) and how a job is
 //! pushed into apalis's tables in the caller's transaction
-//! ([`Conn::push_job`]).
+//! ([`Conn::push_job`]), and how PostgreSQL wake-ups are sent after the
+//! transaction commits ([`Conn::notify`]).
 
 use super::StoreError;
 use apalis::prelude::Task;
@@ -76,8 +77,66 @@ pub enum Conn {
     SqliteTx(Transaction<'static, Sqlite>, OwnedSemaphorePermit),
     /// A pooled PostgreSQL connection.
     Postgres(PoolConnection<Postgres>),
-    /// A PostgreSQL transaction.
-    PostgresTx(Transaction<'static, Postgres>),
+    /// A PostgreSQL transaction, and the notifications it sends once it
+    /// has committed ([`Conn::notify`]).
+    PostgresTx(Transaction<'static, Postgres>, Notices),
+}
+
+/// The PostgreSQL notifications of one transaction, sent after its commit.
+///
+/// A transaction that sends `NOTIFY` itself holds PostgreSQL's notification
+/// lock from its commit until its WAL is flushed, so every notifying
+/// transaction commits alone and none shares a WAL flush with another: the
+/// submits' commits ran one at a time (docs/BENCHMARKS.md, issue 14). Sent
+/// after the commit instead, in a statement of their own (a transaction that
+/// writes nothing else flushes no WAL: 16 WAL syncs for 31,783 such
+/// statements here), they hold the lock for microseconds. Listeners also
+/// learn of the change only once it is visible. A notification lost to a crash right after the commit delays a
+/// wake-up until the next poll (idle workers poll every second; followers of
+/// the deployment channel re-read on their next wake-up or reconnect).
+#[derive(Debug)]
+pub struct Notices {
+    pool: PgPool,
+    pending: Vec<(&'static str, String)>,
+}
+
+impl Notices {
+    /// Sends the notifications on a connection of the pool; a failure is
+    /// logged, not returned (the transaction has committed).
+    async fn send(self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let sent = async {
+            let mut conn = self.pool.acquire().await?;
+            send_notices(&mut conn, &self.pending).await
+        };
+        if let Err(e) = sent.await {
+            tracing::warn!(error = %e, "could not send the wake-ups of a committed change; idle workers and followers see it at their next look");
+        }
+    }
+}
+
+/// One statement, its own transaction: `pg_notify` for each of `notices`,
+/// in their order.
+async fn send_notices(conn: &mut PgConnection, notices: &[(&'static str, String)]) -> Result<(), sqlx::Error> {
+    let calls: Vec<String> = (0..notices.len()).map(|i| format!("pg_notify(${}, ${})", 2 * i + 1, 2 * i + 2)).collect();
+    let sql = format!("SELECT {}", calls.join(", "));
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+    for (channel, payload) in notices {
+        q = q.bind(*channel).bind(payload.as_str());
+    }
+    q.execute(conn).await?;
+    Ok(())
+}
+
+/// The notification channel apalis's PostgreSQL workers listen on for new
+/// jobs; the payload is `{"job_type": <queue>, "id": <job id>}`.
+pub const JOB_INSERT_CHANNEL: &str = "apalis::job::insert";
+
+/// The payload of [`JOB_INSERT_CHANNEL`] for job `id` of `queue`.
+pub fn job_insert_payload(queue: &str, id: &str) -> String {
+    serde_json::json!({ "job_type": queue, "id": id }).to_string()
 }
 
 enum Target<'a> {
@@ -125,7 +184,7 @@ impl Db {
                     .expect("the write turn stays open");
                 Conn::SqliteTx(p.begin_with("BEGIN IMMEDIATE").await?, turn)
             }
-            Self::Postgres(p) => Conn::PostgresTx(p.begin().await?),
+            Self::Postgres(p) => Conn::PostgresTx(p.begin().await?, Notices { pool: p.clone(), pending: Vec::new() }),
         })
     }
 
@@ -189,7 +248,7 @@ impl Conn {
     pub fn engine(&self) -> Engine {
         match self {
             Self::Sqlite(_) | Self::SqliteTx(..) => Engine::Sqlite,
-            Self::Postgres(_) | Self::PostgresTx(_) => Engine::Postgres,
+            Self::Postgres(_) | Self::PostgresTx(..) => Engine::Postgres,
         }
     }
 
@@ -198,15 +257,19 @@ impl Conn {
             Self::Sqlite(c) => Target::Sqlite(c),
             Self::SqliteTx(t, _) => Target::Sqlite(t),
             Self::Postgres(c) => Target::Postgres(c),
-            Self::PostgresTx(t) => Target::Postgres(t),
+            Self::PostgresTx(t, _) => Target::Postgres(t),
         }
     }
 
-    /// Commits a transaction (a pooled connection has nothing to commit).
+    /// Commits a transaction (a pooled connection has nothing to commit),
+    /// then sends its notifications ([`Conn::notify`]).
     pub async fn commit(self) -> Result<(), StoreError> {
         match self {
             Self::SqliteTx(t, _turn) => t.commit().await?,
-            Self::PostgresTx(t) => t.commit().await?,
+            Self::PostgresTx(t, notices) => {
+                t.commit().await?;
+                notices.send().await;
+            }
             Self::Sqlite(_) | Self::Postgres(_) => {}
         }
         Ok(())
@@ -216,7 +279,7 @@ impl Conn {
     pub async fn rollback(self) -> Result<(), StoreError> {
         match self {
             Self::SqliteTx(t, _turn) => t.rollback().await?,
-            Self::PostgresTx(t) => t.rollback().await?,
+            Self::PostgresTx(t, _) => t.rollback().await?,
             Self::Sqlite(_) | Self::Postgres(_) => {}
         }
         Ok(())
@@ -258,16 +321,42 @@ impl Conn {
         Ok(())
     }
 
+    /// Sends notification `payload` on PostgreSQL `channel` once this
+    /// connection's transaction has committed ([`Notices`]); on a pooled
+    /// connection at once, in a statement of its own. Nothing on SQLite,
+    /// which has no notifications.
+    pub async fn notify(&mut self, channel: &'static str, payload: String) -> Result<(), StoreError> {
+        match self {
+            Self::PostgresTx(_, notices) => notices.pending.push((channel, payload)),
+            Self::Postgres(c) => send_notices(c, &[(channel, payload)]).await?,
+            Self::Sqlite(_) | Self::SqliteTx(..) => {}
+        }
+        Ok(())
+    }
+
     /// Pushes a job into apalis's table for `queue`, inside this connection's
     /// transaction, so the job commits with the rows that caused it.
+    /// On PostgreSQL a job due now wakes the idle workers of `queue` once it
+    /// has committed ([`Conn::notify`]; Slipway's migrations remove apalis's
+    /// insert trigger, which notified inside the transaction).
     pub async fn push_job(&mut self, queue: &str, task: Task<Vec<u8>>) -> Result<(), StoreError> {
         match self.target() {
             Target::Sqlite(c) => apalis_sqlite::queries::push_tasks(c, queue, &[task])
                 .await
                 .map_err(|e| StoreError::Queue(e.to_string())),
-            Target::Postgres(c) => apalis_postgres::queries::push_tasks(c, queue, vec![task])
-                .await
-                .map_err(|e| StoreError::Queue(e.to_string())),
+            Target::Postgres(c) => {
+                let now =
+                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+                let due = task.run_at().is_none_or(|at| at <= now);
+                let id = task.task_id().map(ToString::to_string);
+                apalis_postgres::queries::push_tasks(c, queue, vec![task])
+                    .await
+                    .map_err(|e| StoreError::Queue(e.to_string()))?;
+                match id {
+                    Some(id) if due => self.notify(JOB_INSERT_CHANNEL, job_insert_payload(queue, &id)).await,
+                    _ => Ok(()),
+                }
+            }
         }
     }
 }

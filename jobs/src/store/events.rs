@@ -10,11 +10,11 @@
 //! therefore commit in the order of their numbers, on both engines, and a
 //! client that has seen event `n` has seen every event before it.
 //!
-//! On PostgreSQL the same transaction sends `NOTIFY slipway_events` with
-//! the deployment id (delivered at commit); on SQLite, whose writers are
-//! serialised, [`after`] finds what committed since a `seq`.
+//! On PostgreSQL `NOTIFY slipway_events` with the deployment id follows
+//! the transaction's commit ([`Conn::notify`]); on SQLite, whose writers
+//! are serialised, [`after`] finds what committed since a `seq`.
 
-use super::{builds, Conn, Engine, StoreError, Q};
+use super::{builds, Conn, StoreError, Q};
 use crate::state::DeploymentState;
 
 /// The PostgreSQL notification channel of new events; the payload is the
@@ -70,9 +70,7 @@ pub async fn record(conn: &mut Conn, id: &str, now: i64) -> Result<Option<Event>
         .int(now)
         .execute(conn)
         .await?;
-    if conn.engine() == Engine::Postgres {
-        Q::new("SELECT pg_notify($1, $2)::text AS notified").text(NOTIFY_CHANNEL).text(id).fetch_one(conn).await?;
-    }
+    conn.notify(NOTIFY_CHANNEL, id.to_owned()).await?;
     Ok(Some(event))
 }
 

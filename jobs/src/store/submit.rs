@@ -11,16 +11,19 @@
 //! 2. [`write_build`]: one statement of data-modifying CTEs that supersedes
 //!    the deployment's queued deploys (Q-7), inserts the build, pushes its
 //!    apalis job when its turn has come (ST-2, Q-1: same transaction),
-//!    records the channel event and its `NOTIFY` (DL-3), and counts the
-//!    queued builds for the admission (Q-3). Its snapshot is taken after
-//!    statement 1 holds both locks, so it sees every build of the deployment
-//!    and, under the exclusive lock, every queued build.
+//!    records the channel event (DL-3), and counts the queued builds for
+//!    the admission (Q-3). Its snapshot is taken after statement 1 holds
+//!    both locks, so it sees every build of the deployment and, under the
+//!    exclusive lock, every queued build. The wake-ups of the job and of the
+//!    event are sent after the commit ([`Conn::notify`]), so that the
+//!    submits' commits share their WAL flushes.
 //!
 //! On SQLite, whose `BEGIN IMMEDIATE` already holds the one write lock and
 //! whose statements make no network round trip, the same steps run as a few
 //! plain statements (it has no data-modifying CTEs); the job is pushed by
 //! apalis's own query.
 
+use super::db::{job_insert_payload, JOB_INSERT_CHANNEL};
 use super::queue::{BUILDS_QUEUE, BUILD_JOB_ATTEMPTS};
 use super::{builds, deployments, events, Conn, Engine, StoreError, Q};
 
@@ -233,7 +236,8 @@ async fn write_build_postgres(
                 current_setting('max_connections')::bigint AS unseen,
                 (SELECT dispatched FROM ins) AS dispatched,
                 (SELECT CASE WHEN busy THEN 1 ELSE 0 END FROM st)::bigint AS busy,
-                (SELECT pg_notify($20, $2)::text FROM ev) AS notified"
+                (SELECT id FROM job) AS job_id,
+                (SELECT n FROM ev) AS event"
     );
     let row = builds::bind_new_build(Q::new(sql), &b, now)
         .text(format!("superseded by build {}, submitted before this one ran", b.id))
@@ -245,10 +249,16 @@ async fn write_build_postgres(
         .int(now.div_euclid(1000))
         .opt_text(event.map(|e| e.as_str()))
         .int(cap)
-        .text(events::NOTIFY_CHANNEL)
         .fetch_one(conn)
         .await?;
     crate::failpoint::hit("build_inserted");
+    // Sent once the transaction has committed (`Conn::notify`).
+    if let Some(job) = row.opt_text("job_id")? {
+        conn.notify(JOB_INSERT_CHANNEL, job_insert_payload(BUILDS_QUEUE, &job)).await?;
+    }
+    if row.opt_int("event")?.is_some() {
+        conn.notify(events::NOTIFY_CHANNEL, b.deployment_id.to_owned()).await?;
+    }
     let dispatched = row.int("dispatched")? == 1;
     if dispatched {
         crate::failpoint::hit("job_pushed");

@@ -2,6 +2,7 @@
 //! heartbeat (`last_seen`) tells a live worker from a dead one, and the
 //! claims a worker holds.
 
+use super::db::{job_insert_payload, JOB_INSERT_CHANNEL};
 use super::{Conn, Engine, StoreError, Q};
 
 /// Marks apalis worker `name` alive now. apalis only beats while its worker
@@ -51,21 +52,23 @@ pub async fn release(conn: &mut Conn, name: &str) -> Result<u64, StoreError> {
             .text(name);
             siblings(q, name).execute(conn).await?
         }
-        // Idle workers wake on the notification apalis's insert trigger sends.
-        Engine::Postgres => siblings(
-            Q::new(
-                "WITH released AS (
-                   UPDATE apalis.jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, attempts = attempts + 1
-                   WHERE lock_by IN ($1, $2, $3) AND status IN ('Running', 'Queued') RETURNING id, job_type)
-                 SELECT pg_notify('apalis::job::insert', json_build_object('job_type', job_type, 'id', id)::text)::text
-                   AS notified FROM released",
+        // Idle workers wake on the notification a new job sends, once this commits.
+        Engine::Postgres => {
+            let released = siblings(
+                Q::new(
+                    "UPDATE apalis.jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, attempts = attempts + 1
+                     WHERE lock_by IN ($1, $2, $3) AND status IN ('Running', 'Queued') RETURNING id, job_type",
+                )
+                .text(name),
+                name,
             )
-            .text(name),
-            name,
-        )
-        .fetch_all(conn)
-        .await?
-        .len() as u64,
+            .fetch_all(conn)
+            .await?;
+            for job in &released {
+                conn.notify(JOB_INSERT_CHANNEL, job_insert_payload(&job.text("job_type")?, &job.text("id")?)).await?;
+            }
+            released.len() as u64
+        }
     })
 }
 

@@ -1,0 +1,11 @@
+-- New jobs wake idle workers after their transaction commits, not inside it
+-- (issue 14; jobs/src/store/db.rs, `Notices`).
+--
+-- apalis's trigger sent `NOTIFY apalis::job::insert` from inside the
+-- transaction that inserted the job. A notifying transaction holds
+-- PostgreSQL's notification lock from its commit until its WAL is flushed, so
+-- the submits' commits ran one at a time. Slipway pushes every job through
+-- `Conn::push_job` or the submit's statement, which send the same
+-- notification once the transaction has committed; the trigger is removed so
+-- that no transaction notifies inside itself.
+DROP TRIGGER IF EXISTS notify_workers ON apalis.jobs;
