@@ -82,6 +82,35 @@ pub enum Conn {
     PostgresTx(Transaction<'static, Postgres>, Notices),
 }
 
+/// Whether SQLite's write lock is free with every connection of this
+/// process held (`held`): each connection takes it (`BEGIN IMMEDIATE`) and
+/// gives it back at once. A connection still inside a transaction (which
+/// its pool did not see) is rolled back, with a warning. `false` when the
+/// lock stayed taken for the busy timeout: then all are given back and
+/// [`Db::hold_all`] starts again. In a run of the CI, a worker stopped by a
+/// failpoint after holding every connection still held the write lock, and
+/// the worker meant to take its build over could write nothing for three
+/// minutes; this check makes the failpoint's promise hold.
+async fn sqlite_lock_free(held: &mut [Conn]) -> bool {
+    for conn in held.iter_mut() {
+        match Q::new("BEGIN IMMEDIATE").execute(conn).await {
+            Ok(_) => {}
+            Err(e) if e.to_string().contains("within a transaction") => {
+                tracing::warn!("a pooled SQLite connection was still inside a transaction; rolled it back");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "SQLite's write lock stays taken; trying again");
+                return false;
+            }
+        }
+        if let Err(e) = Q::new("ROLLBACK").execute(conn).await {
+            tracing::warn!(error = %e, "could not give SQLite's write lock back; trying again");
+            return false;
+        }
+    }
+    true
+}
+
 /// The PostgreSQL notifications of one transaction, sent after its commit.
 ///
 /// A transaction that sends `NOTIFY` itself holds PostgreSQL's notification
@@ -191,7 +220,8 @@ impl Db {
     /// Holds every connection of the pool that is free, until no other task
     /// of this process is inside a statement or a transaction of this pool,
     /// so this process holds no database lock. On SQLite that is every
-    /// connection. On PostgreSQL a LISTEN of the job queues keeps a
+    /// connection, each then shown to hold no transaction and the file's
+    /// write lock shown free ([`sqlite_lock_free`]). On PostgreSQL a LISTEN of the job queues keeps a
     /// connection for itself, idle between notifications, so it takes what
     /// comes free within a short wait and then asks the server that every
     /// other session of this process (its `application_name`) is idle.
@@ -215,6 +245,9 @@ impl Db {
                 }
             }
             if held.len() == size {
+                if matches!(self, Self::Sqlite(_)) && !sqlite_lock_free(&mut held).await {
+                    continue;
+                }
                 return held;
             }
             if let (Self::Postgres(p), Some(conn)) = (self, held.first_mut()) {
