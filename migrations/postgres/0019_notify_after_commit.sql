@@ -5,7 +5,8 @@
 -- transaction that inserted the job. A notifying transaction holds
 -- PostgreSQL's notification lock from its commit until its WAL is flushed, so
 -- the submits' commits ran one at a time. Slipway pushes every job through
--- `Conn::push_job` or the submit's statement, which send the same
--- notification once the transaction has committed; the trigger is removed so
--- that no transaction notifies inside itself.
+-- `Conn::push_job` or the submit's statement, and hands jobs back in
+-- `workers::release`; each sends the same notification once the transaction
+-- has committed (`Conn::notify_new_job`); the trigger is removed so that no
+-- transaction notifies inside itself.
 DROP TRIGGER IF EXISTS notify_workers ON apalis.jobs;

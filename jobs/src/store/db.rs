@@ -120,9 +120,10 @@ async fn sqlite_lock_free(held: &mut [Conn]) -> bool {
 /// after the commit instead, in a statement of their own (a transaction that
 /// writes nothing else flushes no WAL: 16 WAL syncs for 31,783 such
 /// statements here), they hold the lock for microseconds. Listeners also
-/// learn of the change only once it is visible. A notification lost to a crash right after the commit delays a
-/// wake-up until the next poll (idle workers poll every second; followers of
-/// the deployment channel re-read on their next wake-up or reconnect).
+/// learn of the change only once it is visible. A notification lost to a
+/// crash right after the commit delays a wake-up until the next poll (idle
+/// workers poll every second; followers of the deployment channel re-read
+/// on their next wake-up or reconnect).
 #[derive(Debug)]
 pub struct Notices {
     pool: PgPool,
@@ -161,12 +162,7 @@ async fn send_notices(conn: &mut PgConnection, notices: &[(&'static str, String)
 
 /// The notification channel apalis's PostgreSQL workers listen on for new
 /// jobs; the payload is `{"job_type": <queue>, "id": <job id>}`.
-pub const JOB_INSERT_CHANNEL: &str = "apalis::job::insert";
-
-/// The payload of [`JOB_INSERT_CHANNEL`] for job `id` of `queue`.
-pub fn job_insert_payload(queue: &str, id: &str) -> String {
-    serde_json::json!({ "job_type": queue, "id": id }).to_string()
-}
+const JOB_INSERT_CHANNEL: &str = "apalis::job::insert";
 
 enum Target<'a> {
     Sqlite(&'a mut SqliteConnection),
@@ -221,8 +217,9 @@ impl Db {
     /// of this process is inside a statement or a transaction of this pool,
     /// so this process holds no database lock. On SQLite that is every
     /// connection, each then shown to hold no transaction and the file's
-    /// write lock shown free ([`sqlite_lock_free`]). On PostgreSQL a LISTEN of the job queues keeps a
-    /// connection for itself, idle between notifications, so it takes what
+    /// write lock shown free ([`sqlite_lock_free`]). On PostgreSQL a LISTEN
+    /// of the job queues keeps a connection for itself, idle between
+    /// notifications, so it takes what
     /// comes free within a short wait and then asks the server that every
     /// other session of this process (its `application_name`) is idle.
     /// Otherwise all are given back and it starts again; a closed pool ends
@@ -367,6 +364,14 @@ impl Conn {
         Ok(())
     }
 
+    /// Wakes the idle PostgreSQL workers of `queue` for job `id` once this
+    /// connection's transaction has committed, as apalis's insert trigger
+    /// did from inside it ([`Conn::notify`]); nothing on SQLite.
+    pub async fn notify_new_job(&mut self, queue: &str, id: &str) -> Result<(), StoreError> {
+        let payload = serde_json::json!({ "job_type": queue, "id": id }).to_string();
+        self.notify(JOB_INSERT_CHANNEL, payload).await
+    }
+
     /// Pushes a job into apalis's table for `queue`, inside this connection's
     /// transaction, so the job commits with the rows that caused it.
     /// On PostgreSQL a job due now wakes the idle workers of `queue` once it
@@ -378,15 +383,14 @@ impl Conn {
                 .await
                 .map_err(|e| StoreError::Queue(e.to_string())),
             Target::Postgres(c) => {
-                let now =
-                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+                let now = super::now_ms().div_euclid(1000) as u64;
                 let due = task.run_at().is_none_or(|at| at <= now);
                 let id = task.task_id().map(ToString::to_string);
                 apalis_postgres::queries::push_tasks(c, queue, vec![task])
                     .await
                     .map_err(|e| StoreError::Queue(e.to_string()))?;
                 match id {
-                    Some(id) if due => self.notify(JOB_INSERT_CHANNEL, job_insert_payload(queue, &id)).await,
+                    Some(id) if due => self.notify_new_job(queue, &id).await,
                     _ => Ok(()),
                 }
             }

@@ -23,7 +23,6 @@
 //! plain statements (it has no data-modifying CTEs); the job is pushed by
 //! apalis's own query.
 
-use super::db::{job_insert_payload, JOB_INSERT_CHANNEL};
 use super::queue::{BUILDS_QUEUE, BUILD_JOB_ATTEMPTS};
 use super::{builds, deployments, events, Conn, Engine, StoreError, Q};
 
@@ -254,7 +253,7 @@ async fn write_build_postgres(
     crate::failpoint::hit("build_inserted");
     // Sent once the transaction has committed (`Conn::notify`).
     if let Some(job) = row.opt_text("job_id")? {
-        conn.notify(JOB_INSERT_CHANNEL, job_insert_payload(BUILDS_QUEUE, &job)).await?;
+        conn.notify_new_job(BUILDS_QUEUE, &job).await?;
     }
     if row.opt_int("event")?.is_some() {
         conn.notify(events::NOTIFY_CHANNEL, b.deployment_id.to_owned()).await?;

@@ -2,7 +2,6 @@
 //! heartbeat (`last_seen`) tells a live worker from a dead one, and the
 //! claims a worker holds.
 
-use super::db::{job_insert_payload, JOB_INSERT_CHANNEL};
 use super::{Conn, Engine, StoreError, Q};
 
 /// Marks apalis worker `name` alive now. apalis only beats while its worker
@@ -65,7 +64,7 @@ pub async fn release(conn: &mut Conn, name: &str) -> Result<u64, StoreError> {
             .fetch_all(conn)
             .await?;
             for job in &released {
-                conn.notify(JOB_INSERT_CHANNEL, job_insert_payload(&job.text("job_type")?, &job.text("id")?)).await?;
+                conn.notify_new_job(&job.text("job_type")?, &job.text("id")?).await?;
             }
             released.len() as u64
         }
