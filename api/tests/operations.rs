@@ -408,6 +408,26 @@ async fn serving_ends_gracefully_when_asked_to_stop() {
     assert!(TcpStream::connect(served.addr).await.is_err(), "the port is still open");
 }
 
+#[tokio::test]
+async fn an_accepted_connection_sends_each_small_write_at_once_without_waiting_for_an_ack() {
+    use slipway_jobs::store::nodelay;
+    let h = harness(Engine::Sqlite).await;
+    let served = serve(h.router.clone()).await;
+    let mut client = TcpStream::connect(served.addr).await.unwrap();
+    // One answered request: the server has accepted the connection by then.
+    client.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+    let mut first = [0u8; 12];
+    client.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    let accepted = nodelay::tcp_sockets_on(served.addr.port());
+    assert_eq!(accepted.len(), 1, "one accepted connection on port {}: {accepted:?}", served.addr.port());
+    assert_eq!(
+        nodelay::nodelay(accepted[0]),
+        Some(true),
+        "the accepted connection holds small writes (a stream's events) until the client's delayed ACK"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // What an operator sees.
 

@@ -10,6 +10,9 @@
 //! sockets whose peer is the database's port. Setting it twice, or on
 //! another socket to that port, is harmless. Remove this module once sqlx
 //! sets it again.
+//!
+//! [`tcp_sockets_on`] and [`nodelay`] also let the api's tests check its
+//! accepted connections, which set the option themselves.
 
 use std::os::fd::RawFd;
 
@@ -60,15 +63,65 @@ pub fn tcp_sockets_to(port: u16) -> Vec<RawFd> {
         .collect()
 }
 
-/// The peer's port of TCP socket `fd`, when it is one and connected.
-fn peer_port(fd: RawFd) -> Option<u16> {
+/// The descriptors of this process that are connected TCP sockets whose
+/// own (local) port is `port`: the connections a listener on `port` has
+/// accepted (the listener itself has no peer and is left out).
+pub fn tcp_sockets_on(port: u16) -> Vec<RawFd> {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<RawFd>().ok())
+        .filter(|&fd| peer_port(fd).is_some() && local_port(fd) == Some(port))
+        .collect()
+}
+
+/// The local port of TCP socket `fd`, when it is one.
+fn local_port(fd: RawFd) -> Option<u16> {
+    if !is_stream(fd) {
+        return None;
+    }
+    // SAFETY: an all-zero sockaddr_storage is a valid value.
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: getsockname with a valid out buffer and its length.
+    let rc = unsafe { libc::getsockname(fd, (&mut addr as *mut libc::sockaddr_storage).cast(), &mut len) };
+    if rc != 0 {
+        return None;
+    }
+    port_of(&addr)
+}
+
+/// Whether `fd` is a stream socket.
+fn is_stream(fd: RawFd) -> bool {
     let mut kind: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: getsockopt with a valid out pointer and its length.
     let rc = unsafe {
         libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE, (&mut kind as *mut libc::c_int).cast(), &mut len)
     };
-    if rc != 0 || kind != libc::SOCK_STREAM {
+    rc == 0 && kind == libc::SOCK_STREAM
+}
+
+/// The port of an IPv4 or IPv6 socket address.
+fn port_of(addr: &libc::sockaddr_storage) -> Option<u16> {
+    match i32::from(addr.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let v4 = unsafe { &*(addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(u16::from_be(v4.sin_port))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let v6 = unsafe { &*(addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(u16::from_be(v6.sin6_port))
+        }
+        _ => None,
+    }
+}
+
+/// The peer's port of TCP socket `fd`, when it is one and connected.
+fn peer_port(fd: RawFd) -> Option<u16> {
+    if !is_stream(fd) {
         return None;
     }
     // SAFETY: an all-zero sockaddr_storage is a valid value.
@@ -79,17 +132,5 @@ fn peer_port(fd: RawFd) -> Option<u16> {
     if rc != 0 {
         return None;
     }
-    match i32::from(addr.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in.
-            let v4 = unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            Some(u16::from_be(v4.sin_port))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says the storage holds a sockaddr_in6.
-            let v6 = unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            Some(u16::from_be(v6.sin6_port))
-        }
-        _ => None,
-    }
+    port_of(&addr)
 }
