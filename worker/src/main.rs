@@ -6,6 +6,7 @@ mod migrate_cmd;
 mod nix_cmd;
 mod ready_cmd;
 mod serve_metrics;
+mod supervise;
 mod work;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};

@@ -9,6 +9,7 @@
 //! A dead worker's build is taken over within `2.5 × SLIPWAY_HEARTBEAT` plus
 //! a poll and a second of clock rounding (see [`QueueSettings`]).
 
+use crate::supervise::{StartAfter, Supervisor};
 use anyhow::Context as _;
 use apalis::prelude::*;
 use apalis_cron::{timezone::Utc, CronScheduler, Schedule, Tick};
@@ -241,22 +242,24 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
     tracing::info!(worker.name = %name, slots, prefetch, queues = %queues.join(","), engine = ?db.engine(), "worker started");
     stop_orphans();
     sweep_once(&ctx).await;
-    let restarts = std::sync::Mutex::new(Restarts::default());
-    let monitor = Monitor::new().should_restart(move |_ctx, error| {
-        // Supervision: a worker whose heartbeat or storage failed starts
-        // again, after a pause that grows while the failures go on (the
-        // database may be away for a while; builds keep running meanwhile).
-        let (wait, first) = restarts.lock().expect("restart backoff lock").next(std::time::Instant::now());
+    let supervisor = Supervisor::default();
+    let failures = supervisor.clone();
+    let monitor = Monitor::new().should_restart(move |worker, error| {
+        // Supervision: a queue worker whose heartbeat or storage failed
+        // starts again, after a pause that grows while the failures go on
+        // (the database may be away for a while; builds keep running
+        // meanwhile). The pause is the restarted worker's own
+        // (`StartAfter`): waiting here would stop every queue worker.
+        let (wait, first) = failures.failed(worker.name(), std::time::Instant::now());
         if first {
-            tracing::warn!(%error, "the queue worker stopped with an error; restarting it (with backoff while this goes on)");
+            tracing::warn!(%error, queue_worker = %worker.name(), "the queue worker stopped with an error; restarting it (with backoff while this goes on)");
         } else {
-            tracing::debug!(%error, retry_in_ms = wait.as_millis() as u64, "the queue worker stopped again; restarting it");
+            tracing::debug!(%error, queue_worker = %worker.name(), retry_in_ms = wait.as_millis() as u64, "the queue worker stopped again; restarting it");
         }
-        tokio::task::block_in_place(|| std::thread::sleep(wait));
         true
     });
     let gate = Gate::default();
-    let monitor = register_all(monitor, &ctx, &gate, build_slots, metrics, slots, prefetch, &queues);
+    let monitor = register_all(monitor, &ctx, &gate, &supervisor, build_slots, metrics, slots, prefetch, &queues);
     let alive = tokio::spawn(keep_alive(ctx.clone(), beats.clone()));
     // The monitor runs until the first signal has let every running job end,
     // or a second signal killed them; dropping it then drops apalis's
@@ -307,25 +310,29 @@ struct Beats(Arc<tokio::sync::Mutex<()>>);
 /// Registers on `$monitor` the apalis worker `<worker><$suffix>` that runs
 /// `$handler` for `$job`s of `$queue`, `$concurrency` at once, one claimed
 /// at a time, with the worker's [`Ctx`] and [`Gate`]: the `nix` and `callbacks` queues.
+/// A restart waits the pause `$supervisor` gives it ([`StartAfter`]).
 /// Its name lets it beat and be handed back with the worker
 /// ([`slipway_jobs::store::queue::SIBLING_SUFFIXES`]).
 macro_rules! register_sibling {
-    ($monitor:expr, $ctx:expr, $gate:expr, $queue:expr, $suffix:expr, $job:ty, $handler:expr, $concurrency:expr) => {{
+    ($monitor:expr, $ctx:expr, $gate:expr, $supervisor:expr, $queue:expr, $suffix:expr, $job:ty, $handler:expr, $concurrency:expr) => {{
         let settings = QueueSettings { queue: $queue, batch_size: 1, heartbeat: $ctx.config.heartbeat };
         let (name, data, concurrency) = (format!("{}{}", $ctx.worker, $suffix), $ctx.clone(), $concurrency);
         let gate: Gate = $gate.clone();
+        let supervisor: Supervisor = $supervisor.clone();
         match $ctx.db.clone() {
             Db::Sqlite(pool) => $monitor.register(move |_restarts| {
+                let pause = supervisor.pause_before_start(&name);
                 WorkerBuilder::new(name.clone())
-                    .backend(settings.sqlite::<$job>(&pool))
+                    .backend(StartAfter::new(settings.sqlite::<$job>(&pool), pause))
                     .data(data.clone())
                     .data(gate.clone())
                     .concurrency(concurrency)
                     .build($handler)
             }),
             Db::Postgres(pool) => $monitor.register(move |_restarts| {
+                let pause = supervisor.pause_before_start(&name);
                 WorkerBuilder::new(name.clone())
-                    .backend(settings.postgres::<$job>(&pool))
+                    .backend(StartAfter::new(settings.postgres::<$job>(&pool), pause))
                     .data(data.clone())
                     .data(gate.clone())
                     .concurrency(concurrency)
@@ -346,6 +353,7 @@ fn register_all(
     monitor: Monitor,
     ctx: &Ctx,
     gate: &Gate,
+    supervisor: &Supervisor,
     slots: Slots,
     metrics: Metrics,
     slot_count: usize,
@@ -360,10 +368,11 @@ fn register_all(
     let (name, db) = (ctx.worker.clone(), ctx.db.clone());
     let (builds_ctx, sweep_ctx) = (ctx.clone(), ctx.clone());
     let (builds_gate, sweep_gate) = (gate.clone(), gate.clone());
+    let builds_supervisor = supervisor.clone();
     macro_rules! builds_worker {
         ($storage:expr) => {
             WorkerBuilder::new(name.clone())
-                .backend($storage)
+                .backend(StartAfter::new($storage, builds_supervisor.pause_before_start(&name)))
                 .data(builds_ctx.clone())
                 .data(slots.clone())
                 .data(metrics.clone())
@@ -383,13 +392,24 @@ fn register_all(
     }
     if serves(NIX_QUEUE) {
         let concurrency = ctx.config.nix_slots.max(1) as usize;
-        monitor = register_sibling!(monitor, ctx, gate, NIX_QUEUE, NIX_WORKER_SUFFIX, NixJob, handle_nix, concurrency);
+        monitor = register_sibling!(
+            monitor,
+            ctx,
+            gate,
+            supervisor,
+            NIX_QUEUE,
+            NIX_WORKER_SUFFIX,
+            NixJob,
+            handle_nix,
+            concurrency
+        );
     }
     if serves(CALLBACKS_QUEUE) {
         monitor = register_sibling!(
             monitor,
             ctx,
             gate,
+            supervisor,
             CALLBACKS_QUEUE,
             CALLBACKS_WORKER_SUFFIX,
             CallbackJob,
@@ -402,6 +422,7 @@ fn register_all(
             monitor,
             ctx,
             gate,
+            supervisor,
             READINESS_QUEUE,
             READINESS_WORKER_SUFFIX,
             ReadinessJob,
@@ -449,35 +470,6 @@ impl Schedule<Utc> for Every {
     fn next_tick(&mut self, _: &Utc) -> Option<Tick<Utc>> {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Some(Tick::new((now + self.0).as_secs()))
-    }
-}
-
-/// The pause before the apalis worker is started again after an error:
-/// 100 ms, doubling with each failure that follows within a minute of the
-/// previous one, up to 5 s; a failure after a quiet minute starts over.
-#[derive(Debug, Default)]
-struct Restarts {
-    /// Failures in the current run of failures.
-    count: u32,
-    /// When the last one happened.
-    last: Option<std::time::Instant>,
-}
-
-impl Restarts {
-    const FIRST: Duration = Duration::from_millis(100);
-    const MOST: Duration = Duration::from_secs(5);
-    const QUIET: Duration = Duration::from_secs(60);
-
-    /// Records a failure at `now` and returns how long to wait, and whether
-    /// it is the first of a run of failures.
-    fn next(&mut self, now: std::time::Instant) -> (Duration, bool) {
-        if self.last.is_some_and(|last| now.duration_since(last) > Self::QUIET) {
-            self.count = 0;
-        }
-        self.last = Some(now);
-        let wait = Self::FIRST.saturating_mul(1 << self.count.min(16)).min(Self::MOST);
-        self.count += 1;
-        (wait, self.count == 1)
     }
 }
 
@@ -593,19 +585,4 @@ async fn hand_back_at_once(ctx: &Ctx, processes: usize, builds: usize) -> ! {
         Err(_) => tracing::warn!(processes, "stopping now: killed this worker's effects; the database did not answer, so another worker takes its builds over once its heartbeat is stale"),
     }
     std::process::exit(1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Restarts;
-    use std::time::{Duration, Instant};
-
-    #[test]
-    fn restarts_back_off_while_failures_go_on_and_start_over_after_a_quiet_minute() {
-        let mut r = Restarts::default();
-        let t = Instant::now();
-        let waits: Vec<u128> = (0..8).map(|i| r.next(t + Duration::from_secs(i)).0.as_millis()).collect();
-        assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
-        assert_eq!(r.next(t + Duration::from_secs(120)), (Duration::from_millis(100), true));
-    }
 }
