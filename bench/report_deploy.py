@@ -92,8 +92,8 @@ def render(results, command, git, quiet):
             "Drain of the deployments submitted at once (first submit sent → last `active` seen):",
             "",
             "| engine | workers | deployments | drain s | deployments/s | speed-up over 1 worker | "
-            "of linear |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
+            "of linear | CPU busy | CPU s: api / workers / PostgreSQL / client / other |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for (engine, workers), r in sorted(bursts.items()):
             base = bursts.get((engine, 1))
@@ -101,9 +101,15 @@ def render(results, command, git, quiet):
             linear = speedup / workers if speedup else None
             if workers > 1 and linear is not None:
                 scaling.append((engine, workers, speedup, linear))
+            cpu = r.get("cpu") or {}
+            busy = f"{cpu['busy_pct']:.0f} %" if cpu.get("busy_pct") is not None else "–"
+            spent = cpu.get("seconds") or {}
+            split = " / ".join(f"{spent[k]:.2f}" for k in ("api", "workers", "postgres", "client", "other")) \
+                if spent else "–"
             lines.append(
                 f"| {engine} | {workers} | {r['runs']} | {r['drain_ms'] / 1000:.2f} | {f(r['deploys_per_s'])} | "
-                f"{f(speedup, 2) + '×' if speedup else '–'} | {f(linear, 2) + '×' if linear else '–'} |"
+                f"{f(speedup, 2) + '×' if speedup else '–'} | {f(linear, 2) + '×' if linear else '–'} | "
+                f"{busy} | {split} |"
             )
         for (engine, workers), r in sorted(bursts.items()):
             parts = {k: v for k, v in r["build_parts_p50_ms"].items() if k != "effect_ms" and v is not None}
@@ -125,13 +131,20 @@ def render(results, command, git, quiet):
         if retried:
             lines += ["", "Answers `503` (the api out of database connections within its 2 s budget) the client "
                       "tried again after 50 ms, counted in the figures above: " + "; ".join(retried) + "."]
+        one = bursts.get(("postgres", 1), {}).get("cpu") or {}
+        saturated = (
+            f" The drain with one worker already keeps the machine {one['busy_pct']:.0f} % busy (CPU busy above: "
+            "the share of both cores not idle from the first submit to the last `active`), so the machine "
+            "saturates before a second worker could add anything; the CPU seconds show who spends them."
+            if one.get("busy_pct") is not None else ""
+        )
         lines += [
             "",
             f"This machine has {cores} cores, shared by the api, every worker, PostgreSQL and the client: four "
             "worker processes on it add processes, not cores. The no-op deploy is CPU work on this box (effect "
             "process start-up, the worker's bookkeeping, PostgreSQL's commits), so the drain is bounded by the "
             "two cores and the scaling from 1 to 4 workers measures how little the workers get in each other's "
-            "way, not what 4 hosts would give.",
+            "way, not what 4 hosts would give." + saturated,
         ]
     for r in refs:
         lines += [
@@ -169,8 +182,10 @@ def render(results, command, git, quiet):
     for engine, workers, speedup, linear in scaling:
         if engine != "postgres":
             continue
+        busy = (bursts[(engine, 1)].get("cpu") or {}).get("busy_pct")
+        saturated = f"; the machine {busy:.0f} % busy with 1 worker" if busy is not None else ""
         lines.append(f"| {bursts[(engine, 1)]['runs']} deployments at once drain, 1 → {workers} workers, "
-                     f"PostgreSQL | ≥ {BAR_LINEAR}× linear | {linear:.2f}× ({speedup:.2f}× faster) | "
+                     f"PostgreSQL | ≥ {BAR_LINEAR}× linear | {linear:.2f}× ({speedup:.2f}× faster{saturated}) | "
                      f"{met(linear >= BAR_LINEAR)} |")
     for r in refs:
         ok = r.get("cold_sum_ok") and r.get("warm_sum_ok")

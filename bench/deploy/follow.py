@@ -10,7 +10,9 @@ Usage: follow.py BASE TOKEN SOURCE LABEL single RUNS
 
 `single`: RUNS deployments one after another (each submitted once the one
 before is active). `burst`: COUNT deployments submitted at once (one thread
-each, released together). Prints one JSON line: per deployment, the
+each, released together), with the machine's CPU use meanwhile (busy share,
+and CPU seconds of the api, the workers, PostgreSQL and this client, from
+/proc). Prints one JSON line: per deployment, the
 submit's answer time, submit -> `active` as the client saw it, and the
 build's own timings (GET /builds/{id}, `report.timings`), from which the
 effect's run time is taken out. `reference`: the configuration in FILE
@@ -21,6 +23,7 @@ again (warm); prints both builds' timings.
 import datetime
 import http.client
 import json
+import os
 import sys
 import threading
 import time
@@ -110,6 +113,51 @@ def deploy(base, token, source, dep_id, configuration=NOOP):
     }
 
 
+# CPU time by who spends it, from /proc (Linux): the api, the workers (their
+# effects and Nix runs included once reaped), PostgreSQL's processes, this
+# client, and the rest of the machine.
+GROUPS = (("slipway-api", "api"), ("slipway-worke", "workers"), ("postgres", "postgres"))
+
+
+def cpu_snapshot():
+    """Machine-wide busy and idle ticks, and CPU ticks per process."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    procs = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1:text.rindex(")")]
+        rest = text[text.rindex(")") + 2:].split()
+        # utime, stime, cutime, cstime: fields 14 to 17 of stat(5).
+        procs[pid] = (comm, sum(int(x) for x in rest[11:15]))
+    return {"total": sum(fields[:8]), "idle": idle, "procs": procs}
+
+
+def cpu_used(before, after):
+    """Busy share of the machine between two snapshots, and CPU seconds by group."""
+    hz = os.sysconf("SC_CLK_TCK")
+    total = after["total"] - before["total"]
+    seconds = {"api": 0.0, "workers": 0.0, "postgres": 0.0, "client": 0.0, "other": 0.0}
+    for pid, (comm, ticks) in after["procs"].items():
+        spent = ticks - before["procs"].get(pid, (comm, 0))[1]
+        group = next((g for prefix, g in GROUPS if comm.startswith(prefix)), None)
+        if group is None:
+            group = "client" if pid == str(os.getpid()) else "other"
+        seconds[group] += spent / hz
+    return {
+        "busy_pct": round(100 * (1 - (after["idle"] - before["idle"]) / total), 1) if total else None,
+        "cores": os.cpu_count(),
+        "seconds": {k: round(v, 2) for k, v in seconds.items()},
+    }
+
+
 def pct(values, p):
     v = sorted(values)
     if not v:
@@ -170,15 +218,17 @@ def main(argv):
                 errors.append(repr(e))
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        before = cpu_snapshot()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        cpu = cpu_used(before, cpu_snapshot())
         if errors:
             sys.exit(f"{len(errors)} deployments failed: {errors[0]}")
         drain = (max(r["t_end"] for r in runs) - min(r["t0"] for r in runs)) * 1000
         out = {"label": label, "mode": mode, "drain_ms": round(drain, 1),
-               "deploys_per_s": round(n / (drain / 1000), 1), **summary(runs)}
+               "deploys_per_s": round(n / (drain / 1000), 1), "cpu": cpu, **summary(runs)}
     print(json.dumps(out))
 
 
