@@ -11,15 +11,21 @@
 //!
 //! So the callback only records the failure ([`Supervisor::failed`]); the
 //! pause is taken by the restarted worker itself: the factory that builds it
-//! wraps its storage in [`StartAfter`], which holds back the worker's first
+//! wraps its storage in [`Supervised`], which holds back the worker's first
 //! registration and fetch until the pause is over, while everything else of
 //! the process keeps running.
+//!
+//! [`Supervised`] also stops the fetches of a worker that drains (the first
+//! SIGTERM, [`Draining`]): a job it took then would wait, unstarted, until
+//! the process exits and hands it back, while another worker could run it
+//! now. A names eval of a submit waited so for the api's pickup window.
 
 use apalis::prelude::{Backend, WorkerContext};
 use apalis_core::backend::{BackendConfig, WireFormatBackend};
 use std::collections::HashMap;
 use std::future::Future as _;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -92,20 +98,41 @@ impl Supervisor {
     }
 }
 
-/// A queue worker's storage that lets the worker start only after a pause:
-/// until then it is not ready (no registration, no heartbeat, no fetch),
-/// and it waits on a timer, not on the thread. Everything else is the
-/// storage's own.
-pub(crate) struct StartAfter<B> {
-    backend: B,
-    pause: Option<Pin<Box<tokio::time::Sleep>>>,
+/// Set once this worker process drains (the first SIGTERM or Ctrl-C): its
+/// queue workers take no more jobs ([`Supervised`]); the heartbeats go on
+/// while the running jobs end.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Draining(Arc<AtomicBool>);
+
+impl Draining {
+    /// From now on, no queue worker of the process fetches a job.
+    pub(crate) fn start(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`Draining::start`] was called.
+    pub(crate) fn started(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
-impl<B> StartAfter<B> {
-    /// `backend`, held back for `pause` from now (not at all for zero).
-    pub(crate) fn new(backend: B, pause: Duration) -> Self {
+/// A queue worker's storage as the supervisor holds it: the worker starts
+/// only after a pause (until then it is not ready: no registration, no
+/// heartbeat, no fetch; it waits on a timer, not on the thread), and it
+/// fetches nothing once the process drains. Everything else is the
+/// storage's own.
+pub(crate) struct Supervised<B> {
+    backend: B,
+    pause: Option<Pin<Box<tokio::time::Sleep>>>,
+    draining: Draining,
+}
+
+impl<B> Supervised<B> {
+    /// `backend`, held back for `pause` from now (not at all for zero), and
+    /// fetching no more once `draining` has started.
+    pub(crate) fn new(backend: B, pause: Duration, draining: Draining) -> Self {
         let pause = (!pause.is_zero()).then(|| Box::pin(tokio::time::sleep(pause)));
-        Self { backend, pause }
+        Self { backend, pause, draining }
     }
 
     /// Whether the pause is over (registering the waker while it is not).
@@ -120,7 +147,7 @@ impl<B> StartAfter<B> {
     }
 }
 
-impl<B: Backend> Backend for StartAfter<B> {
+impl<B: Backend> Backend for Supervised<B> {
     type Task = B::Task;
     type Error = B::Error;
 
@@ -136,7 +163,8 @@ impl<B: Backend> Backend for StartAfter<B> {
         cx: &mut Context<'_>,
         worker: &WorkerContext,
     ) -> Poll<Option<Result<Self::Task, Self::Error>>> {
-        if !self.started(cx) {
+        // Draining: never again (the process exits once its jobs end).
+        if !self.started(cx) || self.draining.started() {
             return Poll::Pending;
         }
         self.backend.poll_next(cx, worker)
@@ -147,7 +175,7 @@ impl<B: Backend> Backend for StartAfter<B> {
     }
 }
 
-impl<B: BackendConfig> BackendConfig for StartAfter<B> {
+impl<B: BackendConfig> BackendConfig for Supervised<B> {
     type Args = B::Args;
     type Id = B::Id;
     type Kind = B::Kind;
@@ -163,7 +191,7 @@ impl<B: BackendConfig> BackendConfig for StartAfter<B> {
     }
 }
 
-impl<B: WireFormatBackend> WireFormatBackend for StartAfter<B> {
+impl<B: WireFormatBackend> WireFormatBackend for Supervised<B> {
     type Codec = B::Codec;
     type Compact = B::Compact;
 
@@ -214,7 +242,7 @@ mod tests {
     #[tokio::test]
     async fn a_restarted_queue_worker_waits_its_pause_on_a_timer_and_the_thread_runs_on() {
         let worker = WorkerContext::new("w-nix");
-        let mut storage = StartAfter::new(MemoryStorage::<u32>::new(), Duration::from_millis(300));
+        let mut storage = Supervised::new(MemoryStorage::<u32>::new(), Duration::from_millis(300), Draining::default());
         let waker = futures::task::noop_waker();
         let ready_now = storage.poll_ready(&mut Context::from_waker(&waker), &worker).is_ready();
         assert!(!ready_now, "ready before its pause");
@@ -229,5 +257,30 @@ mod tests {
         assert!(started.is_ok(), "{started:?}");
         let again = storage.poll_ready(&mut Context::from_waker(&waker), &worker).is_ready();
         assert!(again, "the pause is taken again after it was over");
+    }
+
+    /// A job waits in the storage: a worker that drains does not take it.
+    #[tokio::test]
+    async fn a_draining_queue_worker_fetches_no_job() {
+        use futures::SinkExt as _;
+        let worker = WorkerContext::new("w");
+        let mut jobs = MemoryStorage::<u32>::new();
+        jobs.send(apalis::prelude::Task::new(7)).await.unwrap();
+        let draining = Draining::default();
+        let mut storage = Supervised::new(jobs, Duration::ZERO, draining.clone());
+        draining.start();
+        let waker = futures::task::noop_waker();
+        let fetched = storage.poll_next(&mut Context::from_waker(&waker), &worker);
+        assert!(
+            fetched.is_pending(),
+            "a draining worker took a job: {:?}",
+            fetched.map(|t| t.map(|t| t.map(|t| t.args)))
+        );
+        let mut storage = Supervised::new(storage.backend, Duration::ZERO, Draining::default());
+        let fetched = storage.poll_next(&mut Context::from_waker(&waker), &worker);
+        assert!(
+            matches!(fetched, Poll::Ready(Some(Ok(ref t))) if t.args == 7),
+            "the job is not waiting for another worker"
+        );
     }
 }
