@@ -11,7 +11,9 @@ use axum::http::{header, HeaderMap, StatusCode};
 /// payload_too_large`; a malformed body `400 malformed_json` naming where it
 /// broke, not axum's plain-text rejection; a body that is not a JSON object,
 /// or not of `T`'s shape, `400 invalid_request` (serde alone would read a
-/// struct from an array too).
+/// struct from an array too). So is a body that repeats a key in one object
+/// (which value counts would be a guess) or nests deeper than
+/// [`MAX_DEPTH`] levels, each named with where it happens.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json<T>(pub T);
 
@@ -120,15 +122,112 @@ fn timed_out(rejection: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// A body as a JSON object of `T`'s shape.
+/// How deep a body's arrays and objects may nest: serde_json's own bound.
+pub const MAX_DEPTH: usize = 128;
+
+/// A body as a JSON object of `T`'s shape (see [`Json`] for the errors).
 fn parse_object<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let value: serde_json::Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}")))?;
+    let value = match serde_json::from_slice::<Strict>(bytes) {
+        Ok(Strict(value)) => value,
+        Err(e) => return Err(json_error(&e)),
+    };
     if !value.is_object() {
         return Err(ApiError::bad_request("invalid_request", "the body must be a JSON object"));
     }
     serde_json::from_value(value)
         .map_err(|e| ApiError::bad_request("invalid_request", format!("the body is not of the expected shape: {e}")))
+}
+
+/// The §3 error of a body serde_json could not read into a [`Strict`] value.
+fn json_error(e: &serde_json::Error) -> ApiError {
+    let at = format!("line {}, column {}", e.line(), e.column());
+    let text = e.to_string();
+    if text.starts_with("recursion limit exceeded") {
+        ApiError::bad_request(
+            "invalid_request",
+            format!(
+                "the body nests arrays and objects deeper than {MAX_DEPTH} levels ({at}), more than this service reads"
+            ),
+        )
+    } else if let Some(key) = text.strip_prefix(DUPLICATE_KEY).and_then(|rest| rest.split(" at line ").next()) {
+        ApiError::bad_request(
+            "invalid_request",
+            format!("the body repeats the key {key} in one object ({at}): each key may appear once"),
+        )
+    } else {
+        ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
+    }
+}
+
+/// How [`Strict`] starts the message of a repeated key.
+const DUPLICATE_KEY: &str = "duplicate key ";
+
+/// A JSON value read like `serde_json::Value`, except that an object that
+/// repeats a key is an error (`Value` would keep the last one silently).
+struct Strict(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(Strict(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(serde_json::Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!("{DUPLICATE_KEY}{}", serde_json::Value::from(key))));
+            }
+            let Strict(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(serde_json::Value::Object(object))
+    }
 }
 
 /// `axum::extract::Query` with §3 errors (`400 invalid_request`), also for a

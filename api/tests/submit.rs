@@ -68,6 +68,31 @@ async fn a_malformed_json_body_gets_the_json_error_shape(engine: Engine) {
     assert_eq!((h.count("deployments").await, h.count("builds").await), (0, 0));
 }
 
+/// JSON that serde_json reads but whose meaning would be a guess: a key
+/// repeated in one object (the last one would win silently), here inside
+/// the configuration; and nesting deeper than the service reads. Each is
+/// `400 invalid_request` naming what and where, and nothing is stored.
+async fn a_repeated_key_or_too_deep_nesting_is_refused_naming_it(engine: Engine) {
+    let h = harness(engine).await;
+    let text = demo().to_string();
+    assert!(demo()["domain"].is_string(), "the example has no domain to repeat");
+    let configuration = format!(r#"{}, "domain": "other.example.org"}}"#, &text[..text.len() - 1]);
+    let repeated = format!(r#"{{"configuration": {configuration}}}"#);
+    let (status, body) = h.call(Method::PUT, "/deployments/demo", Some(&all()), Some(repeated.into_bytes())).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_error_shape(&body, "invalid_request");
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains(r#"repeats the key "domain""#) && message.contains("line 1"), "{body}");
+    let depth = slipway_api::extract::MAX_DEPTH + 1;
+    let deep = format!(r#"{{"configuration": {{"x": {}{}}}}}"#, "[".repeat(depth), "]".repeat(depth));
+    let (status, body) = h.call(Method::PUT, "/deployments/demo", Some(&all()), Some(deep.into_bytes())).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_error_shape(&body, "invalid_request");
+    let limit = format!("deeper than {} levels", slipway_api::extract::MAX_DEPTH);
+    assert!(body["message"].as_str().unwrap().contains(&limit), "{body}");
+    assert_eq!((h.count("deployments").await, h.count("builds").await), (0, 0));
+}
+
 async fn an_explicit_module_source_outside_the_allowlist_is_refused(engine: Engine) {
     let h = harness(engine).await;
     let body = json!({ "configuration": demo(), "module_source": "git+https://evil.example/x?ref=main" });
@@ -219,6 +244,7 @@ slipway_jobs::on_both_engines!(
     a_configuration_that_fails_the_schema_lists_every_path_and_stores_nothing,
     a_secret_value_without_openbao_is_an_invalid_configuration,
     a_malformed_json_body_gets_the_json_error_shape,
+    a_repeated_key_or_too_deep_nesting_is_refused_naming_it,
     an_explicit_module_source_outside_the_allowlist_is_refused,
     a_configuration_in_an_old_shape_is_migrated_along_rename_chains_before_it_is_stored,
     a_rename_whose_target_is_taken_is_named_in_the_errors_and_nothing_is_stored,
