@@ -27,7 +27,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Runs deploy and destroy jobs from the queue until Ctrl-C (SIGINT or SIGTERM).
+    /// Serves the fleet's queues (builds, nix, callbacks, readiness, maintenance) until stopped. The first SIGTERM
+    /// or Ctrl-C drains: no new job, running builds finish, exit 0; a second one kills the running effects, hands
+    /// their builds to another worker and exits 1.
     Work {
         /// Name prefix of this worker; the host, process id and a random suffix are appended so every process is unique
         /// (`<prefix>@<host>-<pid>-<random>`; `GET /workers` reads the host from it).
@@ -53,7 +55,7 @@ enum Command {
 #[derive(Subcommand)]
 enum RunCommand {
     /// Deploys the configuration with the module source's effects and prints the run report.
-    Deploy(LocalArgs),
+    Deploy(DeployArgs),
     /// Destroys what a deploy of this deployment id made and prints the run report.
     Destroy(LocalArgs),
     /// Migrates a configuration (or one section's value) with a renames table and prints
@@ -65,7 +67,8 @@ enum RunCommand {
     /// Evaluates the `names` of a configuration with a module source: its nodes and their DNS names.
     Names(nix_cmd::NamesArgs),
     /// Waits until every instance of a deployment's last successful deploy answers as itself (ready),
-    /// probing as the fleet does, or until the deadline; exit code 0 only when all are ready.
+    /// probing as the fleet does, or until the deadline; exit code 0 only when all are ready. Reads the
+    /// deployment from the database of DATABASE_URL.
     WaitReady(ready_cmd::WaitReadyArgs),
 }
 
@@ -84,7 +87,14 @@ struct LocalArgs {
     /// Report format.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
-    /// Deploy only: evaluate and build every node, activate nothing, store no SBOM, and report per node
+}
+
+/// The arguments of `run deploy`: those of every local run, and `--dry-run`.
+#[derive(Args)]
+struct DeployArgs {
+    #[command(flatten)]
+    local: LocalArgs,
+    /// Evaluate and build every node, activate nothing, store no SBOM, and report per node
     /// what a real run would change (the effect gets DRY_RUN=1).
     #[arg(long)]
     dry_run: bool,
@@ -124,10 +134,10 @@ fn main() -> ExitCode {
         Command::Run { job: RunCommand::Names(args) } => with_settings(|config| nix_cmd::names(config, args)),
         Command::Run { job: RunCommand::WaitReady(args) } => with_settings(|config| ready_cmd::run(config, args)),
         Command::Run { job: RunCommand::Deploy(args) } => {
-            with_settings(|config| local_run(config, LocalJob::Deploy, args))
+            with_settings(|config| local_run(config, LocalJob::Deploy, args.local, args.dry_run))
         }
         Command::Run { job: RunCommand::Destroy(args) } => {
-            with_settings(|config| local_run(config, LocalJob::Destroy, args))
+            with_settings(|config| local_run(config, LocalJob::Destroy, args, false))
         }
         Command::Work { name, slots, queues } => with_settings(|config| async move {
             let queues = match queues {
@@ -169,11 +179,8 @@ where
     runtime.block_on(command(config))
 }
 
-/// `run deploy|destroy`: one build in-process ([`local::run`]).
-async fn local_run(config: Config, job: LocalJob, args: LocalArgs) -> ExitCode {
-    if args.dry_run && matches!(job, LocalJob::Destroy) {
-        eprintln!("slipway-worker run destroy: --dry-run is for deploys only");
-        return ExitCode::from(2);
-    }
-    local::run(config, job, &args.source, &args.config, &args.deployment, args.output, args.dry_run).await
+/// `run deploy|destroy`: one build in-process ([`local::run`]); only a
+/// deploy can be a dry run.
+async fn local_run(config: Config, job: LocalJob, args: LocalArgs, dry_run: bool) -> ExitCode {
+    local::run(config, job, &args.source, &args.config, &args.deployment, args.output, dry_run).await
 }
