@@ -55,36 +55,48 @@ pub fn nodelay(fd: RawFd) -> Option<bool> {
 /// The descriptors of this process that are TCP sockets connected to a peer
 /// on `port` (IPv4 or IPv6), read from `/proc/self/fd`.
 pub fn tcp_sockets_to(port: u16) -> Vec<RawFd> {
-    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else { return Vec::new() };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<RawFd>().ok())
-        .filter(|&fd| peer_port(fd) == Some(port))
-        .collect()
+    own_descriptors().filter(|&fd| peer_port(fd) == Some(port)).collect()
 }
 
 /// The descriptors of this process that are connected TCP sockets whose
 /// own (local) port is `port`: the connections a listener on `port` has
 /// accepted (the listener itself has no peer and is left out).
 pub fn tcp_sockets_on(port: u16) -> Vec<RawFd> {
-    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else { return Vec::new() };
-    entries
+    own_descriptors().filter(|&fd| peer_port(fd).is_some() && local_port(fd) == Some(port)).collect()
+}
+
+/// Every open descriptor of this process, from `/proc/self/fd`.
+fn own_descriptors() -> impl Iterator<Item = RawFd> {
+    std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<RawFd>().ok())
-        .filter(|&fd| peer_port(fd).is_some() && local_port(fd) == Some(port))
-        .collect()
 }
+
+/// `getsockname` or `getpeername`: the same signature.
+type NameOf = unsafe extern "C" fn(libc::c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> libc::c_int;
 
 /// The local port of TCP socket `fd`, when it is one.
 fn local_port(fd: RawFd) -> Option<u16> {
+    port_by(fd, libc::getsockname)
+}
+
+/// The peer's port of TCP socket `fd`, when it is one and connected.
+fn peer_port(fd: RawFd) -> Option<u16> {
+    port_by(fd, libc::getpeername)
+}
+
+/// The port of the address `name_of` gives for stream socket `fd`.
+fn port_by(fd: RawFd, name_of: NameOf) -> Option<u16> {
     if !is_stream(fd) {
         return None;
     }
     // SAFETY: an all-zero sockaddr_storage is a valid value.
     let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: getsockname with a valid out buffer and its length.
-    let rc = unsafe { libc::getsockname(fd, (&mut addr as *mut libc::sockaddr_storage).cast(), &mut len) };
+    // SAFETY: getsockname/getpeername with a valid out buffer and its length.
+    let rc = unsafe { name_of(fd, (&mut addr as *mut libc::sockaddr_storage).cast(), &mut len) };
     if rc != 0 {
         return None;
     }
@@ -117,20 +129,4 @@ fn port_of(addr: &libc::sockaddr_storage) -> Option<u16> {
         }
         _ => None,
     }
-}
-
-/// The peer's port of TCP socket `fd`, when it is one and connected.
-fn peer_port(fd: RawFd) -> Option<u16> {
-    if !is_stream(fd) {
-        return None;
-    }
-    // SAFETY: an all-zero sockaddr_storage is a valid value.
-    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: getpeername with a valid out buffer and its length.
-    let rc = unsafe { libc::getpeername(fd, (&mut addr as *mut libc::sockaddr_storage).cast(), &mut len) };
-    if rc != 0 {
-        return None;
-    }
-    port_of(&addr)
 }
