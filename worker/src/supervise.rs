@@ -48,16 +48,15 @@ impl Restarts {
     const MOST: Duration = Duration::from_secs(5);
     const QUIET: Duration = Duration::from_secs(60);
 
-    /// Records a failure at `now` and returns how long to wait, and whether
-    /// it is the first of a run of failures.
-    pub(crate) fn next(&mut self, now: Instant) -> (Duration, bool) {
+    /// Records a failure at `now` and returns how long to wait.
+    pub(crate) fn next(&mut self, now: Instant) -> Duration {
         if self.last.is_some_and(|last| now.duration_since(last) > Self::QUIET) {
             self.count = 0;
         }
         self.last = Some(now);
         let wait = Self::FIRST.saturating_mul(1 << self.count.min(16)).min(Self::MOST);
         self.count += 1;
-        (wait, self.count == 1)
+        wait
     }
 }
 
@@ -85,16 +84,22 @@ impl Supervisor {
         let first = failures.last.is_none_or(|last| now.duration_since(last) > Restarts::QUIET);
         failures.last = Some(now);
         let restarts = failures.by_worker.entry(name.to_owned()).or_default();
-        let (wait, _) = restarts.next(now);
+        let wait = restarts.next(now);
         restarts.pending = Some(wait);
         (wait, first)
     }
 
     /// The pause queue worker `name` waits before it starts (zero unless it
     /// failed since it last started); taken once.
-    pub(crate) fn pause_before_start(&self, name: &str) -> Duration {
+    fn pause_before_start(&self, name: &str) -> Duration {
         let mut failures = self.0.lock().expect("restart bookkeeping lock");
         failures.by_worker.get_mut(name).and_then(|r| r.pending.take()).unwrap_or(Duration::ZERO)
+    }
+
+    /// The storage a (re)start of queue worker `name` runs on: `backend`,
+    /// held back for the worker's pause, fetching nothing once `draining`.
+    pub(crate) fn hold<B>(&self, name: &str, backend: B, draining: Draining) -> Supervised<B> {
+        Supervised::new(backend, self.pause_before_start(name), draining)
     }
 }
 
@@ -175,30 +180,9 @@ impl<B: Backend> Backend for Supervised<B> {
     }
 }
 
-impl<B: BackendConfig> BackendConfig for Supervised<B> {
-    type Args = B::Args;
-    type Id = B::Id;
-    type Kind = B::Kind;
-    type Config = B::Config;
-    type Layer = B::Layer;
-
-    fn config(&self) -> &Self::Config {
-        self.backend.config()
-    }
-
-    fn middleware(&mut self, worker: &mut WorkerContext) -> Self::Layer {
-        self.backend.middleware(worker)
-    }
-}
-
-impl<B: WireFormatBackend> WireFormatBackend for Supervised<B> {
-    type Codec = B::Codec;
-    type Compact = B::Compact;
-
-    fn codec(&self) -> &Self::Codec {
-        self.backend.codec()
-    }
-}
+// The storage's own configuration, middleware and codec (apalis's delegates).
+apalis_core::delegate_config!(Supervised<B>, backend);
+apalis_core::delegate_codec!(Supervised<B>, backend);
 
 #[cfg(test)]
 mod tests {
@@ -209,9 +193,9 @@ mod tests {
     fn restarts_back_off_while_failures_go_on_and_start_over_after_a_quiet_minute() {
         let mut r = Restarts::default();
         let t = Instant::now();
-        let waits: Vec<u128> = (0..8).map(|i| r.next(t + Duration::from_secs(i)).0.as_millis()).collect();
+        let waits: Vec<u128> = (0..8).map(|i| r.next(t + Duration::from_secs(i)).as_millis()).collect();
         assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
-        assert_eq!(r.next(t + Duration::from_secs(120)), (Duration::from_millis(100), true));
+        assert_eq!(r.next(t + Duration::from_secs(120)), Duration::from_millis(100));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! A dead worker's build is taken over within `2.5 × SLIPWAY_HEARTBEAT` plus
 //! a poll and a second of clock rounding (see [`QueueSettings`]).
 
-use crate::supervise::{Draining, Supervised, Supervisor};
+use crate::supervise::{Draining, Supervisor};
 use anyhow::Context as _;
 use apalis::prelude::*;
 use apalis_cron::{timezone::Utc, CronScheduler, Schedule, Tick};
@@ -74,7 +74,7 @@ impl Gate {
     }
 
     /// What tells this process's queue workers to fetch no more jobs once
-    /// the gate closes ([`Supervised`]).
+    /// the gate closes ([`crate::supervise::Supervised`]).
     fn draining(&self) -> Draining {
         self.draining.clone()
     }
@@ -323,7 +323,7 @@ struct Beats(Arc<tokio::sync::Mutex<()>>);
 /// `$handler` for `$job`s of `$queue`, `$concurrency` at once, one claimed
 /// at a time, with the worker's [`Ctx`] and [`Gate`]: the `nix` and `callbacks` queues.
 /// A restart waits the pause `$supervisor` gives it, and a drain stops its
-/// fetches ([`Supervised`]).
+/// fetches ([`crate::supervise::Supervised`]).
 /// Its name lets it beat and be handed back with the worker
 /// ([`slipway_jobs::store::queue::SIBLING_SUFFIXES`]).
 macro_rules! register_sibling {
@@ -334,18 +334,16 @@ macro_rules! register_sibling {
         let supervisor: Supervisor = $supervisor.clone();
         match $ctx.db.clone() {
             Db::Sqlite(pool) => $monitor.register(move |_restarts| {
-                let pause = supervisor.pause_before_start(&name);
                 WorkerBuilder::new(name.clone())
-                    .backend(Supervised::new(settings.sqlite::<$job>(&pool), pause, gate.draining()))
+                    .backend(supervisor.hold(&name, settings.sqlite::<$job>(&pool), gate.draining()))
                     .data(data.clone())
                     .data(gate.clone())
                     .concurrency(concurrency)
                     .build($handler)
             }),
             Db::Postgres(pool) => $monitor.register(move |_restarts| {
-                let pause = supervisor.pause_before_start(&name);
                 WorkerBuilder::new(name.clone())
-                    .backend(Supervised::new(settings.postgres::<$job>(&pool), pause, gate.draining()))
+                    .backend(supervisor.hold(&name, settings.postgres::<$job>(&pool), gate.draining()))
                     .data(data.clone())
                     .data(gate.clone())
                     .concurrency(concurrency)
@@ -385,7 +383,7 @@ fn register_all(
     macro_rules! builds_worker {
         ($storage:expr) => {
             WorkerBuilder::new(name.clone())
-                .backend(Supervised::new($storage, builds_supervisor.pause_before_start(&name), builds_gate.draining()))
+                .backend(builds_supervisor.hold(&name, $storage, builds_gate.draining()))
                 .data(builds_ctx.clone())
                 .data(slots.clone())
                 .data(metrics.clone())
