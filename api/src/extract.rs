@@ -149,7 +149,9 @@ fn json_error(e: &serde_json::Error) -> ApiError {
                 "the body nests arrays and objects deeper than {MAX_DEPTH} levels ({at}), more than this service reads"
             ),
         )
-    } else if let Some(key) = text.strip_prefix(DUPLICATE_KEY).and_then(|rest| rest.split(" at line ").next()) {
+    } else if let Some(key) =
+        text.strip_prefix(DUPLICATE_KEY).map(|rest| rest.rsplit_once(" at line ").map_or(rest, |(key, _)| key))
+    {
         ApiError::bad_request(
             "invalid_request",
             format!("the body repeats the key {key} in one object ({at}): each key may appear once"),
