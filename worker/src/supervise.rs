@@ -14,18 +14,12 @@
 //! wraps its storage in [`Supervised`], which holds back the worker's first
 //! registration and fetch until the pause is over, while everything else of
 //! the process keeps running.
-//!
-//! [`Supervised`] also stops the fetches of a worker that drains (the first
-//! SIGTERM, [`Draining`]): a job it took then would wait, unstarted, until
-//! the process exits and hands it back, while another worker could run it
-//! now. A names eval of a submit waited so for the api's pickup window.
 
 use apalis::prelude::{Backend, WorkerContext};
 use apalis_core::backend::{BackendConfig, WireFormatBackend};
 use std::collections::HashMap;
 use std::future::Future as _;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -97,47 +91,26 @@ impl Supervisor {
     }
 
     /// The storage a (re)start of queue worker `name` runs on: `backend`,
-    /// held back for the worker's pause, fetching nothing once `draining`.
-    pub(crate) fn hold<B>(&self, name: &str, backend: B, draining: Draining) -> Supervised<B> {
-        Supervised::new(backend, self.pause_before_start(name), draining)
-    }
-}
-
-/// Set once this worker process drains (the first SIGTERM or Ctrl-C): its
-/// queue workers take no more jobs ([`Supervised`]); the heartbeats go on
-/// while the running jobs end.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Draining(Arc<AtomicBool>);
-
-impl Draining {
-    /// From now on, no queue worker of the process fetches a job.
-    pub(crate) fn start(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-
-    /// Whether [`Draining::start`] was called.
-    pub(crate) fn started(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+    /// held back for the worker's pause.
+    pub(crate) fn hold<B>(&self, name: &str, backend: B) -> Supervised<B> {
+        Supervised::new(backend, self.pause_before_start(name))
     }
 }
 
 /// A queue worker's storage as the supervisor holds it: the worker starts
 /// only after a pause (until then it is not ready: no registration, no
-/// heartbeat, no fetch; it waits on a timer, not on the thread), and it
-/// fetches nothing once the process drains. Everything else is the
-/// storage's own.
+/// heartbeat, no fetch; it waits on a timer, not on the thread). Everything
+/// else is the storage's own.
 pub(crate) struct Supervised<B> {
     backend: B,
     pause: Option<Pin<Box<tokio::time::Sleep>>>,
-    draining: Draining,
 }
 
 impl<B> Supervised<B> {
-    /// `backend`, held back for `pause` from now (not at all for zero), and
-    /// fetching no more once `draining` has started.
-    pub(crate) fn new(backend: B, pause: Duration, draining: Draining) -> Self {
+    /// `backend`, held back for `pause` from now (not at all for zero).
+    pub(crate) fn new(backend: B, pause: Duration) -> Self {
         let pause = (!pause.is_zero()).then(|| Box::pin(tokio::time::sleep(pause)));
-        Self { backend, pause, draining }
+        Self { backend, pause }
     }
 
     /// Whether the pause is over (registering the waker while it is not).
@@ -168,8 +141,7 @@ impl<B: Backend> Backend for Supervised<B> {
         cx: &mut Context<'_>,
         worker: &WorkerContext,
     ) -> Poll<Option<Result<Self::Task, Self::Error>>> {
-        // Draining: never again (the process exits once its jobs end).
-        if !self.started(cx) || self.draining.started() {
+        if !self.started(cx) {
             return Poll::Pending;
         }
         self.backend.poll_next(cx, worker)
@@ -226,7 +198,7 @@ mod tests {
     #[tokio::test]
     async fn a_restarted_queue_worker_waits_its_pause_on_a_timer_and_the_thread_runs_on() {
         let worker = WorkerContext::new("w-nix");
-        let mut storage = Supervised::new(MemoryStorage::<u32>::new(), Duration::from_millis(300), Draining::default());
+        let mut storage = Supervised::new(MemoryStorage::<u32>::new(), Duration::from_millis(300));
         let waker = futures::task::noop_waker();
         let ready_now = storage.poll_ready(&mut Context::from_waker(&waker), &worker).is_ready();
         assert!(!ready_now, "ready before its pause");
@@ -241,30 +213,5 @@ mod tests {
         assert!(started.is_ok(), "{started:?}");
         let again = storage.poll_ready(&mut Context::from_waker(&waker), &worker).is_ready();
         assert!(again, "the pause is taken again after it was over");
-    }
-
-    /// A job waits in the storage: a worker that drains does not take it.
-    #[tokio::test]
-    async fn a_draining_queue_worker_fetches_no_job() {
-        use futures::SinkExt as _;
-        let worker = WorkerContext::new("w");
-        let mut jobs = MemoryStorage::<u32>::new();
-        jobs.send(apalis::prelude::Task::new(7)).await.unwrap();
-        let draining = Draining::default();
-        let mut storage = Supervised::new(jobs, Duration::ZERO, draining.clone());
-        draining.start();
-        let waker = futures::task::noop_waker();
-        let fetched = storage.poll_next(&mut Context::from_waker(&waker), &worker);
-        assert!(
-            fetched.is_pending(),
-            "a draining worker took a job: {:?}",
-            fetched.map(|t| t.map(|t| t.map(|t| t.args)))
-        );
-        let mut storage = Supervised::new(storage.backend, Duration::ZERO, Draining::default());
-        let fetched = storage.poll_next(&mut Context::from_waker(&waker), &worker);
-        assert!(
-            matches!(fetched, Poll::Ready(Some(Ok(ref t))) if t.args == 7),
-            "the job is not waiting for another worker"
-        );
     }
 }

@@ -9,7 +9,7 @@
 //! A dead worker's build is taken over within `2.5 × SLIPWAY_HEARTBEAT` plus
 //! a poll and a second of clock rounding (see [`QueueSettings`]).
 
-use crate::supervise::{Draining, Supervisor};
+use crate::supervise::Supervisor;
 use anyhow::Context as _;
 use apalis::prelude::*;
 use apalis_cron::{timezone::Utc, CronScheduler, Schedule, Tick};
@@ -45,10 +45,9 @@ struct Slots(Arc<tokio::sync::Semaphore>);
 
 /// The job bodies this process runs, for a rolling stop (the first SIGTERM).
 /// Each job body holds a share of the gate while it runs; [`Gate::close`]
-/// lets no job body start after it and resolves once every running one has
-/// ended. From then on the process's queue workers fetch no job (another
-/// worker runs it now); one apalis had already handed over waits, and is
-/// handed back at exit.
+/// lets no job body start after it (a job apalis hands this process from
+/// then on waits, and is handed back at exit) and resolves once every
+/// running one has ended.
 ///
 /// The stop is ours, not apalis's: apalis's own graceful stop stops driving
 /// its storage while it waits for the running jobs, and a transaction its
@@ -56,34 +55,23 @@ struct Slots(Arc<tokio::sync::Semaphore>);
 /// holds SQLite's write lock until those jobs end, which they cannot, since
 /// they must write to record their end.
 #[derive(Clone, Default)]
-struct Gate {
-    bodies: Arc<tokio::sync::RwLock<()>>,
-    draining: Draining,
-}
+struct Gate(Arc<tokio::sync::RwLock<()>>);
 
 impl Gate {
     /// A share for one job body; once the gate is closing, never.
     async fn enter(&self) -> tokio::sync::OwnedRwLockReadGuard<()> {
-        Arc::clone(&self.bodies).read_owned().await
+        Arc::clone(&self.0).read_owned().await
     }
 
     /// A share for a job body that holds a build slot: `None` once the gate
     /// is closing (the caller gives its slot back and does not start).
     fn try_enter(&self) -> Option<tokio::sync::OwnedRwLockReadGuard<()>> {
-        Arc::clone(&self.bodies).try_read_owned().ok()
+        Arc::clone(&self.0).try_read_owned().ok()
     }
 
-    /// What tells this process's queue workers to fetch no more jobs once
-    /// the gate closes ([`crate::supervise::Supervised`]).
-    fn draining(&self) -> Draining {
-        self.draining.clone()
-    }
-
-    /// Closes the gate: the queue workers fetch no more jobs, and this
-    /// resolves once every job body that entered has ended.
+    /// Closes the gate: resolves once every job body that entered has ended.
     async fn close(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
-        self.draining.start();
-        Arc::clone(&self.bodies).write_owned().await
+        Arc::clone(&self.0).write_owned().await
     }
 }
 
@@ -322,8 +310,7 @@ struct Beats(Arc<tokio::sync::Mutex<()>>);
 /// Registers on `$monitor` the apalis worker `<worker><$suffix>` that runs
 /// `$handler` for `$job`s of `$queue`, `$concurrency` at once, one claimed
 /// at a time, with the worker's [`Ctx`] and [`Gate`]: the `nix` and `callbacks` queues.
-/// A restart waits the pause `$supervisor` gives it, and a drain stops its
-/// fetches ([`crate::supervise::Supervised`]).
+/// A restart waits the pause `$supervisor` gives it ([`crate::supervise::Supervised`]).
 /// Its name lets it beat and be handed back with the worker
 /// ([`slipway_jobs::store::queue::SIBLING_SUFFIXES`]).
 macro_rules! register_sibling {
@@ -335,7 +322,7 @@ macro_rules! register_sibling {
         match $ctx.db.clone() {
             Db::Sqlite(pool) => $monitor.register(move |_restarts| {
                 WorkerBuilder::new(name.clone())
-                    .backend(supervisor.hold(&name, settings.sqlite::<$job>(&pool), gate.draining()))
+                    .backend(supervisor.hold(&name, settings.sqlite::<$job>(&pool)))
                     .data(data.clone())
                     .data(gate.clone())
                     .concurrency(concurrency)
@@ -343,7 +330,7 @@ macro_rules! register_sibling {
             }),
             Db::Postgres(pool) => $monitor.register(move |_restarts| {
                 WorkerBuilder::new(name.clone())
-                    .backend(supervisor.hold(&name, settings.postgres::<$job>(&pool), gate.draining()))
+                    .backend(supervisor.hold(&name, settings.postgres::<$job>(&pool)))
                     .data(data.clone())
                     .data(gate.clone())
                     .concurrency(concurrency)
@@ -383,7 +370,7 @@ fn register_all(
     macro_rules! builds_worker {
         ($storage:expr) => {
             WorkerBuilder::new(name.clone())
-                .backend(builds_supervisor.hold(&name, $storage, builds_gate.draining()))
+                .backend(builds_supervisor.hold(&name, $storage))
                 .data(builds_ctx.clone())
                 .data(slots.clone())
                 .data(metrics.clone())

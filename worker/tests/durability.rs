@@ -302,54 +302,7 @@ async fn a_worker_stopped_with_sigterm_hands_back_a_build_it_had_not_started(eng
     assert_eq!(done["attempts"], 1, "{done}");
 }
 
-/// A worker that drains takes no new job, even with a slot free: a build
-/// queued meanwhile is left in the queue, and a worker started after it
-/// runs it at once, while the draining worker's own build still runs (it
-/// waited, unstarted, for the draining worker to exit and hand it back). A
-/// worker of the `nix` queue alone runs the submits' names evals, so the
-/// draining worker is the only one that could take the build's job.
-async fn a_build_queued_while_a_worker_drains_is_left_to_another_worker(engine: Engine) {
-    let db = TestDatabase::new(engine).await;
-    let source = db.path("slow-source");
-    slow_source(&source, 8);
-    let port = free_port();
-    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
-    let api = Api::connect(&db, port).await;
-    let worker = |queues: &str| {
-        let mut cmd = slow_worker(&db, port, &source);
-        cmd.env("BUILD_SLOTS", "2").env("SLIPWAY_QUEUES", queues);
-        cmd
-    };
-    let _evals = start(worker("nix"), &db, "worker-nix.log");
-    let draining = start(worker("builds,nix,callbacks,readiness,maintenance"), &db, "worker-1.log");
-    let (_, first) = api.submit("first", &demo()).await.unwrap();
-    let first = format!("/builds/{}", first["build_id"].as_str().unwrap());
-    wait_build(&api, &first, "the first build to run", &["running"]).await;
-    signal(draining.0.id(), libc::SIGTERM);
-    let log = db.path("worker-1.log");
-    wait_for("the worker to drain", Duration::from_secs(30), || async {
-        std::fs::read_to_string(&log).ok()?.contains("shutting down").then_some(())
-    })
-    .await;
-    let (_, second) = api.submit("second", &demo()).await.unwrap();
-    let second = format!("/builds/{}", second["build_id"].as_str().unwrap());
-    let _next = start(worker("builds"), &db, "worker-2.log");
-    let second = wait_build(&api, &second, "the next worker to run the second build", ENDED).await;
-    let first = wait_build(&api, &first, "the first build to end", ENDED).await;
-    assert_eq!(second["status"], "succeeded", "{second}");
-    assert_eq!(second["attempts"], 1, "{second}");
-    assert_ne!(second["worker"], first["worker"], "the draining worker ran the second build: {second}");
-    let (started, ended) = (second["started_at"].as_str().unwrap(), first["finished_at"].as_str().unwrap());
-    assert!(
-        started < ended,
-        "the second build started at {started}, after the draining worker's build ended at {ended}: it waited for that worker"
-    );
-    let exit = wait_exit(draining, "the draining worker", Duration::from_secs(120), &log).await;
-    assert!(exit.success(), "the worker exited with {exit:?}");
-}
-
 slipway_jobs::on_both_engines!(
-    a_build_queued_while_a_worker_drains_is_left_to_another_worker,
     a_worker_stopped_with_sigterm_hands_back_a_build_it_had_not_started,
     a_worker_prefetches_more_jobs_than_it_has_slots_and_runs_one_at_a_time,
     a_second_sigterm_stops_the_worker_and_its_effect_at_once,
