@@ -99,7 +99,50 @@ async fn queue_loads_count_due_scheduled_and_claimed_jobs_apart(engine: Engine) 
     assert_eq!((loads[1].waiting, loads[1].oldest_waiting_ms), (0, None), "{loads:?}");
 }
 
+/// A worker process beats the rows of all its queue workers (the
+/// `builds` one and every sibling) but one that registers again after a
+/// failure; that one's row is made to look just older than apalis's
+/// heartbeat interval (on SQLite, where apalis refuses a name that beat
+/// within it), which is still far from stale.
+async fn a_worker_beats_its_queue_workers_but_one_that_registers_again(engine: Engine) {
+    use slipway_jobs::store::workers::{apalis_names, heartbeat_age_ms, keep_alive, make_registrable};
+    let w = world(engine, &[]).await;
+    let name = "worker@web-1.example-4242-abc123";
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let names = apalis_names(name);
+    assert_eq!(names.len(), 4, "{names:?}");
+    for id in names.iter().chain([&"worker@other-7-zzzzzz".to_owned()]) {
+        worker_row(engine, id, "builds", 600).execute(&mut conn).await.unwrap();
+    }
+    let rejoining = format!("{name}-nix");
+    assert_eq!(keep_alive(&mut conn, name, std::slice::from_ref(&rejoining)).await.unwrap(), 3);
+    for id in &names {
+        let age = heartbeat_age_ms(&mut conn, id).await.unwrap().unwrap();
+        if *id == rejoining {
+            assert!(age >= 600_000, "{id} was beaten while it registers again: {age} ms");
+        } else {
+            assert!(age < 2_000, "{id} was not beaten: {age} ms");
+        }
+    }
+    let other = heartbeat_age_ms(&mut conn, "worker@other-7-zzzzzz").await.unwrap().unwrap();
+    assert!(other >= 600_000, "another process's row was beaten: {other} ms");
+
+    assert_eq!(keep_alive(&mut conn, name, &[]).await.unwrap(), 4);
+    let interval = std::time::Duration::from_millis(2_500);
+    let aged = make_registrable(&mut conn, &rejoining, interval).await.unwrap();
+    let age = heartbeat_age_ms(&mut conn, &rejoining).await.unwrap().unwrap();
+    match engine {
+        // apalis-sqlite takes the name once `now - last_seen` exceeds the
+        // interval's whole seconds (2 here).
+        Engine::Sqlite => assert!(aged && (3_000..=4_000).contains(&age), "aged {aged}, {age} ms"),
+        Engine::Postgres => assert!(!aged && age < 2_000, "aged {aged}, {age} ms"),
+    }
+    let beaten = heartbeat_age_ms(&mut conn, name).await.unwrap().unwrap();
+    assert!(beaten < 2_000, "the builds worker's row was aged with it: {beaten} ms");
+}
+
 slipway_jobs::on_both_engines!(
+    a_worker_beats_its_queue_workers_but_one_that_registers_again,
     a_worker_process_is_one_row_with_its_host_queues_running_builds_and_latest_heartbeat,
     queue_loads_count_due_scheduled_and_claimed_jobs_apart,
 );

@@ -17,8 +17,9 @@
 
 use apalis::prelude::{Backend, WorkerContext};
 use apalis_core::backend::{BackendConfig, WireFormatBackend};
+use slipway_jobs::jobs::{Ctx, Rejoining};
 use std::collections::HashMap;
-use std::future::Future as _;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -90,36 +91,55 @@ impl Supervisor {
         failures.by_worker.get_mut(name).and_then(|r| r.pending.take()).unwrap_or(Duration::ZERO)
     }
 
-    /// The storage a (re)start of queue worker `name` runs on: `backend`,
-    /// held back for the worker's pause.
-    pub(crate) fn hold<B>(&self, name: &str, backend: B) -> Supervised<B> {
-        Supervised::new(backend, self.pause_before_start(name))
+    /// The storage a (re)start of queue worker `name` of `ctx`'s process
+    /// runs on: `backend`, held back for the worker's pause and, on a
+    /// restart, until its name can be registered again ([`Ctx::rejoin`]).
+    pub(crate) fn hold<B>(&self, name: &str, backend: B, ctx: &Ctx) -> Supervised<B> {
+        let pause = self.pause_before_start(name);
+        let mut held = Supervised::new(backend, pause);
+        if !pause.is_zero() {
+            let (ctx, name) = (ctx.clone(), name.to_owned());
+            held.rejoin = Some(Box::pin(async move { ctx.rejoin(&name).await }));
+        }
+        held
     }
 }
 
 /// A queue worker's storage as the supervisor holds it: the worker starts
 /// only after a pause (until then it is not ready: no registration, no
-/// heartbeat, no fetch; it waits on a timer, not on the thread). Everything
-/// else is the storage's own.
+/// heartbeat, no fetch; it waits on a timer, not on the thread), and a
+/// restarted one only once its row lets apalis register the name again.
+/// Everything else is the storage's own.
 pub(crate) struct Supervised<B> {
     backend: B,
     pause: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// A restart's preparation of the name, run after the pause.
+    rejoin: Option<Pin<Box<dyn Future<Output = Rejoining> + Send>>>,
+    /// Held from the preparation until the storage has registered (or
+    /// failed to): the process's heartbeats leave the name's row alone.
+    registering: Option<Rejoining>,
 }
 
 impl<B> Supervised<B> {
     /// `backend`, held back for `pause` from now (not at all for zero).
     pub(crate) fn new(backend: B, pause: Duration) -> Self {
         let pause = (!pause.is_zero()).then(|| Box::pin(tokio::time::sleep(pause)));
-        Self { backend, pause }
+        Self { backend, pause, rejoin: None, registering: None }
     }
 
-    /// Whether the pause is over (registering the waker while it is not).
+    /// Whether the pause and a restart's preparation are over (registering
+    /// the waker while they are not).
     fn started(&mut self, cx: &mut Context<'_>) -> bool {
         if let Some(sleep) = self.pause.as_mut() {
             if sleep.as_mut().poll(cx).is_pending() {
                 return false;
             }
             self.pause = None;
+        }
+        if let Some(rejoin) = self.rejoin.as_mut() {
+            let Poll::Ready(guard) = rejoin.as_mut().poll(cx) else { return false };
+            self.rejoin = None;
+            self.registering = Some(guard);
         }
         true
     }
@@ -133,7 +153,12 @@ impl<B: Backend> Backend for Supervised<B> {
         if !self.started(cx) {
             return Poll::Pending;
         }
-        self.backend.poll_ready(cx, worker)
+        let ready = self.backend.poll_ready(cx, worker);
+        // The storage registers on its first readiness: done or failed now.
+        if ready.is_ready() {
+            self.registering = None;
+        }
+        ready
     }
 
     fn poll_next(

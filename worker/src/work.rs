@@ -322,7 +322,7 @@ macro_rules! register_sibling {
         match $ctx.db.clone() {
             Db::Sqlite(pool) => $monitor.register(move |_restarts| {
                 WorkerBuilder::new(name.clone())
-                    .backend(supervisor.hold(&name, settings.sqlite::<$job>(&pool)))
+                    .backend(supervisor.hold(&name, settings.sqlite::<$job>(&pool), &data))
                     .data(data.clone())
                     .data(gate.clone())
                     .concurrency(concurrency)
@@ -330,7 +330,7 @@ macro_rules! register_sibling {
             }),
             Db::Postgres(pool) => $monitor.register(move |_restarts| {
                 WorkerBuilder::new(name.clone())
-                    .backend(supervisor.hold(&name, settings.postgres::<$job>(&pool)))
+                    .backend(supervisor.hold(&name, settings.postgres::<$job>(&pool), &data))
                     .data(data.clone())
                     .data(gate.clone())
                     .concurrency(concurrency)
@@ -370,7 +370,7 @@ fn register_all(
     macro_rules! builds_worker {
         ($storage:expr) => {
             WorkerBuilder::new(name.clone())
-                .backend(builds_supervisor.hold(&name, $storage))
+                .backend(builds_supervisor.hold(&name, $storage, &builds_ctx))
                 .data(builds_ctx.clone())
                 .data(slots.clone())
                 .data(metrics.clone())

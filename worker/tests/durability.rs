@@ -302,7 +302,60 @@ async fn a_worker_stopped_with_sigterm_hands_back_a_build_it_had_not_started(eng
     assert_eq!(done["attempts"], 1, "{done}");
 }
 
+/// A queue worker that fails is started again and serves its queue: here
+/// apalis's own heartbeat of the `builds` and `nix` queue workers fails
+/// (their rows are moved to another queue under them) while the process
+/// goes on beating their rows. On SQLite apalis refused to register a name
+/// whose row beat within its interval, so a queue worker that failed once
+/// (say on `database is locked`) never came back.
+async fn a_queue_worker_that_failed_registers_again_and_runs_the_next_deploy(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
+    let source = db.path("slow-source");
+    slow_source(&source, 0);
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    // A 2 s heartbeat: the process beats every second, so the rows never
+    // look older than apalis's 1 s interval by themselves.
+    let mut cmd = slow_worker(&db, port, &source);
+    cmd.env("SLIPWAY_HEARTBEAT", "2");
+    let _worker = start(cmd, &db, "worker.log");
+    let pool = open(&db).await;
+    let workers = match engine {
+        Engine::Sqlite => "Workers",
+        Engine::Postgres => "apalis.workers",
+    };
+    let serving = format!("SELECT COUNT(*) AS n FROM {workers} WHERE worker_type IN ('builds', 'nix')");
+    let count = |sql: String| {
+        let pool = pool.clone();
+        async move { Q::new(sql).fetch_one(&mut pool.acquire().await.ok()?).await.ok()?.int("n").ok() }
+    };
+    wait_for("the builds and nix queue workers to register", Duration::from_secs(30), || async {
+        (count(serving.clone()).await? == 2).then_some(())
+    })
+    .await;
+    let moved =
+        Q::new(format!("UPDATE {workers} SET worker_type = 'elsewhere' WHERE worker_type IN ('builds', 'nix')"))
+            .execute(&mut pool.acquire().await.unwrap())
+            .await
+            .unwrap();
+    assert_eq!(moved, 2);
+    let log = db.path("worker.log");
+    wait_for("both queue workers to fail and register again", Duration::from_secs(30), || async {
+        (count(serving.clone()).await? == 2).then_some(())
+    })
+    .await;
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("restarting it"), "no queue worker was restarted:\n{logged}");
+    let api = Api::connect(&db, port).await;
+    let (status, accepted) = api.submit("demo", &demo()).await.unwrap();
+    assert_eq!(status, 202, "{accepted}");
+    let path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
+    let done = wait_build(&api, &path, "the restarted builds worker to run the deploy", ENDED).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+}
+
 slipway_jobs::on_both_engines!(
+    a_queue_worker_that_failed_registers_again_and_runs_the_next_deploy,
     a_worker_stopped_with_sigterm_hands_back_a_build_it_had_not_started,
     a_worker_prefetches_more_jobs_than_it_has_slots_and_runs_one_at_a_time,
     a_second_sigterm_stops_the_worker_and_its_effect_at_once,

@@ -58,6 +58,9 @@ pub struct Here {
     /// heartbeat; `None` while it cannot. A worker judges another dead only
     /// after it could see the database itself for the whole missed-beat window.
     reachable_since: std::sync::Mutex<Option<std::time::Instant>>,
+    /// This process's apalis workers that register again after a failure
+    /// (by name): its heartbeats leave their rows alone meanwhile.
+    rejoining: std::sync::Mutex<Vec<String>>,
 }
 
 impl Default for Here {
@@ -66,6 +69,7 @@ impl Default for Here {
             running: Default::default(),
             abandoned: Default::default(),
             reachable_since: std::sync::Mutex::new(Some(std::time::Instant::now())),
+            rejoining: Default::default(),
         }
     }
 }
@@ -75,6 +79,14 @@ impl Here {
     pub(crate) fn enter(self: &Arc<Self>, id: &str) -> RunningHere {
         self.running.lock().expect("running builds lock").push(id.to_owned());
         RunningHere { here: Arc::clone(self), id: id.to_owned() }
+    }
+
+    /// Records that this process's apalis worker `name` registers again
+    /// after a failure, until the guard drops: heartbeats leave its row
+    /// alone meanwhile ([`Ctx::rejoin`]).
+    pub fn rejoining(self: &Arc<Self>, name: &str) -> Rejoining {
+        self.rejoining.lock().expect("rejoining lock").push(name.to_owned());
+        Rejoining { here: Arc::clone(self), name: name.to_owned() }
     }
 
     /// Whether build `id` runs in this process.
@@ -130,6 +142,23 @@ pub(crate) struct RunningHere {
     id: String,
 }
 
+/// An apalis worker of this process registering again ([`Here::rejoining`]);
+/// its heartbeats resume when this drops.
+#[derive(Debug)]
+pub struct Rejoining {
+    here: Arc<Here>,
+    name: String,
+}
+
+impl Drop for Rejoining {
+    fn drop(&mut self) {
+        let mut rejoining = self.here.rejoining.lock().expect("rejoining lock");
+        if let Some(i) = rejoining.iter().position(|n| *n == self.name) {
+            rejoining.remove(i);
+        }
+    }
+}
+
 impl Drop for RunningHere {
     fn drop(&mut self) {
         self.here.running.lock().expect("running builds lock").retain(|b| *b != self.id);
@@ -146,7 +175,9 @@ impl Ctx {
     /// database answered. A database that stops or starts answering is
     /// logged once each way, not on every beat.
     pub async fn beat(&self) {
-        let beat = async { crate::store::workers::keep_alive(&mut self.db.acquire().await?, &self.worker).await };
+        let rejoining = self.here.rejoining.lock().expect("rejoining lock").clone();
+        let beat =
+            async { crate::store::workers::keep_alive(&mut self.db.acquire().await?, &self.worker, &rejoining).await };
         let result = beat.await;
         match (self.here.beat(result.is_ok()), result) {
             (Some(false), Err(e)) => tracing::error!(
@@ -157,6 +188,26 @@ impl Ctx {
             (_, Err(e)) => tracing::debug!(error = %e, "could not record this worker's heartbeat"),
             _ => {}
         }
+    }
+
+    /// Readies this process's apalis worker `name` (its `builds` worker or
+    /// a sibling) to register again after it failed: heartbeats leave its
+    /// row alone until the returned guard drops, and the row is made to
+    /// look old enough for apalis to take the name again
+    /// ([`crate::store::workers::make_registrable`]). Without this, on
+    /// SQLite, a queue worker that failed once (say on `database is
+    /// locked`) never came back: apalis refused its name while the
+    /// process's beats kept the row fresh. A failure here is logged and
+    /// left to the registration, which fails and is tried again.
+    pub async fn rejoin(&self, name: &str) -> Rejoining {
+        let guard = self.here.rejoining(name);
+        let interval = crate::store::queue::apalis_heartbeat(self.config.heartbeat);
+        let aged =
+            async { crate::store::workers::make_registrable(&mut self.db.acquire().await?, name, interval).await };
+        if let Err(e) = aged.await {
+            tracing::debug!(error = %e, queue_worker = %name, "could not ready the queue worker's row to register again");
+        }
+        guard
     }
 
     /// Hands back, in one transaction, the builds and claimed jobs of this

@@ -406,6 +406,12 @@ enum Arg {
     Bytes(Option<Vec<u8>>),
 }
 
+/// `($first, …)`: `n` numbered placeholders for an `IN` list, on both engines.
+pub fn placeholders(first: usize, n: usize) -> String {
+    let list: Vec<String> = (first..first + n).map(|i| format!("${i}")).collect();
+    format!("({})", list.join(", "))
+}
+
 /// A query written once for both engines: `$n` placeholders, values bound in order.
 #[derive(Debug, Clone)]
 pub struct Q {

@@ -21,7 +21,7 @@ pub mod sboms;
 pub mod submit;
 pub mod workers;
 
-pub use db::{ping, Conn, Db, Engine, Row, SqliteDb, Q};
+pub use db::{ping, placeholders, Conn, Db, Engine, Row, SqliteDb, Q};
 
 use crate::config::Config;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

@@ -185,7 +185,7 @@ pub struct QueueSettings {
 impl QueueSettings {
     /// apalis's heartbeat and how many of its beats a worker may miss.
     fn beats(&self) -> (Duration, usize) {
-        (self.heartbeat / 2, (MISSED_HEARTBEATS * 2) as usize)
+        (apalis_heartbeat(self.heartbeat), (MISSED_HEARTBEATS * 2) as usize)
     }
 
     /// The queue's storage on SQLite, polled every [`SQLITE_POLL`].
@@ -212,6 +212,13 @@ impl QueueSettings {
         let wake = Strategy::new().apply(Wakeups::new(POSTGRES_POLL, Some(own_jobs(pool, self.queue))));
         PostgresStorage::<J>::new(pool).with_config(config).poll_with_strategy(wake)
     }
+}
+
+/// apalis's heartbeat interval for Slipway's `heartbeat`: half of it, so
+/// apalis declares a worker dead after [`MISSED_HEARTBEATS`] of Slipway's
+/// beats (twice as many of its own).
+pub fn apalis_heartbeat(heartbeat: Duration) -> Duration {
+    heartbeat / 2
 }
 
 /// The queue of schema builds and names evals (§6, MS-7).

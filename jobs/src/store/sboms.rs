@@ -306,9 +306,11 @@ async fn store_pieces(conn: &mut Conn, pieces: Pieces, items: &[Value]) -> Resul
         }
     }
     for chunk in distinct.chunks(BATCH) {
-        let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
-        let mut q =
-            Q::new(format!("SELECT id, hash, chunk FROM {} WHERE hash IN ({})", pieces.table, marks.join(", ")));
+        let mut q = Q::new(format!(
+            "SELECT id, hash, chunk FROM {} WHERE hash IN {}",
+            pieces.table,
+            super::placeholders(1, chunk.len())
+        ));
         for (hash, _) in chunk {
             q = q.text(*hash);
         }

@@ -2,19 +2,63 @@
 //! heartbeat (`last_seen`) tells a live worker from a dead one, and the
 //! claims a worker holds.
 
-use super::{Conn, Engine, StoreError, Q};
+use super::{placeholders, Conn, Engine, StoreError, Q};
 
-/// Marks apalis worker `name` alive now. apalis only beats while its worker
-/// polls for jobs, which a worker whose slots are all busy does not do; this
-/// keeps a busy, live worker from being taken for dead (Q-1).
-/// Its `nix`- and `callbacks`-queue workers (named with
-/// [`super::queue::SIBLING_SUFFIXES`]) are kept alive with it, for the same reason.
-pub async fn keep_alive(conn: &mut Conn, name: &str) -> Result<u64, StoreError> {
+/// The apalis workers of worker process `name`: its `builds`-queue
+/// worker, named `name`, then its siblings, named with
+/// [`super::queue::SIBLING_SUFFIXES`] (beaten and handed back together).
+pub fn apalis_names(name: &str) -> Vec<String> {
+    std::iter::once(name.to_owned())
+        .chain(super::queue::SIBLING_SUFFIXES.iter().map(|suffix| format!("{name}{suffix}")))
+        .collect()
+}
+
+/// Marks the apalis workers of worker process `name` ([`apalis_names`])
+/// alive now, all but those in `rejoining`. apalis only beats while its
+/// worker polls for jobs, which a worker whose slots are all busy does not
+/// do; this keeps a busy, live worker from being taken for dead (Q-1). A
+/// queue worker that registers again after a failure is left out (its row
+/// must look old for apalis to take the name again:
+/// [`make_registrable`]). Returns how many rows it marked.
+pub async fn keep_alive(conn: &mut Conn, name: &str, rejoining: &[String]) -> Result<u64, StoreError> {
+    let names: Vec<String> = apalis_names(name).into_iter().filter(|n| !rejoining.contains(n)).collect();
+    if names.is_empty() {
+        return Ok(0);
+    }
     let sql = match conn.engine() {
-        Engine::Sqlite => "UPDATE Workers SET last_seen = strftime('%s', 'now') WHERE id IN ($1, $2, $3)",
-        Engine::Postgres => "UPDATE apalis.workers SET last_seen = now() WHERE id IN ($1, $2, $3)",
+        Engine::Sqlite => "UPDATE Workers SET last_seen = strftime('%s', 'now') WHERE id IN",
+        Engine::Postgres => "UPDATE apalis.workers SET last_seen = now() WHERE id IN",
     };
-    siblings(Q::new(sql).text(name), name).execute(conn).await
+    bind_names(Q::new(format!("{sql} {}", placeholders(1, names.len()))), names).execute(conn).await
+}
+
+/// Lets apalis register worker `name` again after the worker failed (call
+/// with it left out of [`keep_alive`]). On SQLite apalis refuses a name
+/// whose row beat within its heartbeat interval (`apalis_heartbeat`, whole
+/// seconds), so the row's last beat is set just past that interval: still
+/// far inside the missed-beat window, so neither Slipway nor apalis takes
+/// the name's jobs for orphans. On PostgreSQL apalis takes a name again
+/// whenever no live session holds it: nothing to do. Returns whether a row
+/// was changed.
+pub async fn make_registrable(
+    conn: &mut Conn,
+    name: &str,
+    apalis_heartbeat: std::time::Duration,
+) -> Result<bool, StoreError> {
+    match conn.engine() {
+        Engine::Sqlite => {
+            let changed = Q::new(
+                "UPDATE Workers SET last_seen = strftime('%s', 'now') - $2 - 1
+                 WHERE id = $1 AND last_seen > strftime('%s', 'now') - $2 - 1",
+            )
+            .text(name)
+            .int(apalis_heartbeat.as_secs() as i64)
+            .execute(conn)
+            .await?;
+            Ok(changed > 0)
+        }
+        Engine::Postgres => Ok(false),
+    }
 }
 
 /// How long ago worker `name` last beat, in milliseconds; `None` when it
@@ -42,27 +86,24 @@ pub async fn release(conn: &mut Conn, name: &str) -> Result<u64, StoreError> {
         .text(name)
         .execute(conn)
         .await?;
+    let names = apalis_names(name);
     Ok(match conn.engine() {
         Engine::Sqlite => {
-            let q = Q::new(
+            let q = Q::new(format!(
                 "UPDATE Jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, attempts = attempts + 1
-                 WHERE lock_by IN ($1, $2, $3) AND status IN ('Running', 'Queued')",
-            )
-            .text(name);
-            siblings(q, name).execute(conn).await?
+                 WHERE lock_by IN {} AND status IN ('Running', 'Queued')",
+                placeholders(1, names.len())
+            ));
+            bind_names(q, names).execute(conn).await?
         }
         // Idle workers wake on the notification a new job sends, once this commits.
         Engine::Postgres => {
-            let released = siblings(
-                Q::new(
-                    "UPDATE apalis.jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, attempts = attempts + 1
-                     WHERE lock_by IN ($1, $2, $3) AND status IN ('Running', 'Queued') RETURNING id, job_type",
-                )
-                .text(name),
-                name,
-            )
-            .fetch_all(conn)
-            .await?;
+            let q = Q::new(format!(
+                "UPDATE apalis.jobs SET status = 'Pending', lock_by = NULL, lock_at = NULL, attempts = attempts + 1
+                 WHERE lock_by IN {} AND status IN ('Running', 'Queued') RETURNING id, job_type",
+                placeholders(1, names.len())
+            ));
+            let released = bind_names(q, names).fetch_all(conn).await?;
             for job in &released {
                 conn.notify_new_job(&job.text("job_type")?, &job.text("id")?).await?;
             }
@@ -71,10 +112,9 @@ pub async fn release(conn: &mut Conn, name: &str) -> Result<u64, StoreError> {
     })
 }
 
-/// Binds the names of worker `name`'s sibling apalis workers
-/// ([`super::queue::SIBLING_SUFFIXES`]) as the next parameters of `q`.
-fn siblings(q: Q, name: &str) -> Q {
-    super::queue::SIBLING_SUFFIXES.iter().fold(q, |q, suffix| q.text(format!("{name}{suffix}")))
+/// Binds `names` as the next parameters of `q`.
+fn bind_names(q: Q, names: Vec<String>) -> Q {
+    names.into_iter().fold(q, Q::text)
 }
 
 /// One queue as the fleet serves it (Q-8).
