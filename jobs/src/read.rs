@@ -4,7 +4,7 @@
 
 use crate::source::Instance;
 use crate::state::{BuildKind, DeploymentState};
-use crate::store::builds::{self, BuildRow};
+use crate::store::builds::{self, BuildRow, Newest};
 use crate::store::deployments::{self, DeploymentRow};
 use crate::store::readiness::{self, ReadinessRow};
 use crate::store::{Conn, StoreError};
@@ -34,28 +34,65 @@ pub async fn deployment(conn: &mut Conn, id: &str) -> Result<Option<DeploymentRe
     let Some(deployment) = deployments::get(conn, id).await? else { return Ok(None) };
     let last_build = builds::latest(conn, id).await?;
     let state_build = builds::deciding(conn, id).await?;
-    let deployed_instances = match builds::latest_succeeded(conn, id).await? {
+    let succeeded = builds::latest_succeeded(conn, id).await?;
+    let readiness = readiness::of_deployment(conn, id).await?;
+    Ok(Some(assemble(deployment, last_build, state_build, succeeded, readiness)))
+}
+
+/// Reads the deployments among `ids` that exist, in the order given (an
+/// id given twice is read twice). Five statements whatever the number of
+/// ids (the api takes at most 100), each as [`deployment`] reads one.
+pub async fn deployments(conn: &mut Conn, ids: &[String]) -> Result<Vec<DeploymentRead>, StoreError> {
+    let mut found = deployments::get_many(conn, ids).await?;
+    if found.is_empty() {
+        return Ok(Vec::new());
+    }
+    let stored: Vec<String> = found.keys().cloned().collect();
+    let mut latest = builds::newest_of_each(conn, &stored, Newest::Any).await?;
+    let mut deciding = builds::newest_of_each(conn, &stored, Newest::Deciding).await?;
+    let mut succeeded = builds::newest_of_each(conn, &stored, Newest::Succeeded).await?;
+    let mut readiness = readiness::of_deployments(conn, &stored).await?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        // A repeated id takes a copy of what the first took.
+        let read = match found.remove(id) {
+            Some(deployment) => assemble(
+                deployment,
+                latest.remove(id),
+                deciding.remove(id),
+                succeeded.remove(id),
+                readiness.remove(id).unwrap_or_default(),
+            ),
+            None => match out.iter().find(|r: &&DeploymentRead| r.deployment.id == *id) {
+                Some(first) => first.clone(),
+                None => continue,
+            },
+        };
+        out.push(read);
+    }
+    Ok(out)
+}
+
+/// A [`DeploymentRead`] from its rows: its state from the deciding build
+/// (ST-1), its deployed instances from the latest succeeded build when that
+/// is a deploy (TF-1).
+fn assemble(
+    deployment: DeploymentRow,
+    last_build: Option<BuildRow>,
+    state_build: Option<BuildRow>,
+    succeeded: Option<BuildRow>,
+    readiness: Vec<ReadinessRow>,
+) -> DeploymentRead {
+    let deployed_instances = match succeeded {
         Some(b) if b.kind == BuildKind::Deploy => b.instances,
         _ => Vec::new(),
     };
-    let readiness = readiness::of_deployment(conn, id).await?;
-    Ok(Some(DeploymentRead {
+    DeploymentRead {
         state: DeploymentState::derive(state_build.as_ref().map(|b| (b.kind, b.status))),
         deployment,
         state_build,
         last_build,
         deployed_instances,
         readiness,
-    }))
-}
-
-/// Reads the deployments among `ids` that exist, in the order given.
-pub async fn deployments(conn: &mut Conn, ids: &[String]) -> Result<Vec<DeploymentRead>, StoreError> {
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        if let Some(read) = deployment(conn, id).await? {
-            out.push(read);
-        }
     }
-    Ok(out)
 }

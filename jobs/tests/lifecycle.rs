@@ -7,7 +7,9 @@ use slipway_jobs::state::{BuildKind, BuildStatus, DeploymentState};
 use slipway_jobs::store::queue::BuildJob;
 use slipway_jobs::store::{builds, Engine};
 use slipway_jobs::submit;
-use slipway_jobs::test_support::{checker, source_with_deploy, submit_demo, wait_for, world, AnySource};
+use slipway_jobs::test_support::{
+    checker, record_success, source_with_deploy, submit_demo, wait_for, world, AnySource,
+};
 
 async fn a_build_cancelled_before_it_ran_leaves_the_state_of_the_last_build_that_ran(engine: Engine) {
     let w = world(engine, &[]).await;
@@ -120,7 +122,42 @@ echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SB
     }
 }
 
+/// `GET /deployments?ids=` reads many deployments in a few statements:
+/// each read is the one `GET /deployments/{id}` gives, in the order asked,
+/// a repeated id read twice and an unknown one left out, with the latest,
+/// the deciding and the latest succeeded build told apart.
+async fn reading_many_deployments_at_once_gives_what_reading_each_gives(engine: Engine) {
+    let w = world(engine, &[]).await;
+    // a: a deploy that ran, then one cancelled before it ran.
+    let ran = w.queue("a", BuildKind::Deploy, None).await;
+    record_success(&w.ctx.db, &ran).await;
+    let cancelled = w.queue("a", BuildKind::Deploy, None).await;
+    assert_eq!(submit::cancel(&w.ctx.db, &cancelled).await.unwrap(), submit::Cancel::Cancelled);
+    // b: a deploy that ran, then a destroy waiting; c: a deploy waiting.
+    let deployed = w.queue("b", BuildKind::Deploy, None).await;
+    record_success(&w.ctx.db, &deployed).await;
+    w.queue("b", BuildKind::Destroy, None).await;
+    w.queue("c", BuildKind::Deploy, None).await;
+
+    let ids: Vec<String> = ["c", "unknown", "a", "b", "a"].map(String::from).to_vec();
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    let many = slipway_jobs::read::deployments(&mut conn, &ids).await.unwrap();
+    let mut each = Vec::new();
+    for id in &ids {
+        each.extend(slipway_jobs::read::deployment(&mut conn, id).await.unwrap());
+    }
+    let ids_read: Vec<&str> = many.iter().map(|r| r.deployment.id.as_str()).collect();
+    assert_eq!(ids_read, ["c", "a", "b", "a"]);
+    assert_eq!(format!("{many:#?}"), format!("{each:#?}"));
+    let a = &many[1];
+    let picked = [&a.last_build, &a.state_build].map(|b| b.as_ref().map(|b| b.id.clone()));
+    assert_eq!(picked, [Some(cancelled), Some(ran)], "the latest and the deciding build of a");
+    assert_eq!(many[2].state, DeploymentState::Destroying, "b waits for its destroy");
+    assert_eq!(many[0].state, DeploymentState::Building, "c waits for its deploy");
+}
+
 slipway_jobs::on_both_engines!(
+    reading_many_deployments_at_once_gives_what_reading_each_gives,
     a_build_cancelled_before_it_ran_leaves_the_state_of_the_last_build_that_ran,
     a_newer_submit_supersedes_the_queued_deploys_and_only_the_newest_runs,
     a_deploy_and_a_destroy_never_supersede_each_other,

@@ -9,7 +9,7 @@ use slipway_jobs::test_support::TestDatabase;
 /// `store::builds::latest_succeeded`'s statement (its columns left out:
 /// they do not change the plan).
 const LATEST_SUCCEEDED: &str =
-    "SELECT id FROM builds WHERE deployment_id = $1 AND status = 'succeeded' AND dry_run = 0 ORDER BY seq DESC LIMIT 1";
+    "SELECT id FROM builds b WHERE b.deployment_id = $1 AND b.dry_run = 0 AND b.status = 'succeeded' ORDER BY b.seq DESC LIMIT 1";
 
 /// A database at migration 0015 with builds of two deployments, then
 /// migrated: the builds are all there, the latest succeeded one of each is
@@ -82,7 +82,7 @@ async fn builds_stored_before_migration_0016_are_read_by_deployment_and_status_a
     if let Db::Sqlite(pool) = &db {
         assert_eq!(
             explain(pool).await,
-            ["SEARCH builds USING INDEX builds_by_deployment_status (deployment_id=? AND status=?)"]
+            ["SEARCH b USING INDEX builds_by_deployment_status (deployment_id=? AND status=?)"]
         );
     }
 }

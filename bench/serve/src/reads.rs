@@ -7,7 +7,8 @@ use crate::proc::{bin_dir, free_port, percentile, wait_ready, Client, Process};
 use crate::seed;
 use anyhow::{ensure, Context as _};
 use serde_json::{json, Value};
-use slipway_jobs::store::{self, Db, Engine};
+use slipway_jobs::store::builds::{self, Newest};
+use slipway_jobs::store::{self, deployments, readiness, Db, Engine};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Row as _};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -92,34 +93,12 @@ fn statements(s: &Samples) -> Vec<(&'static str, &'static str, String, Vec<Strin
                           updated_at FROM deployments WHERE id = $1"
         .to_owned();
     let one = |v: &str| vec![v.to_owned()];
+    let many: Vec<String> = s.deployments.iter().take(100).cloned().collect();
     vec![
         ("GET /deployments/{id}", "deployments::get", deployment_get.clone(), one(&d)),
-        (
-            "GET /deployments/{id}",
-            "builds::latest",
-            format!(
-                "SELECT {BUILD_COLUMNS} FROM builds WHERE deployment_id = $1 AND dry_run = 0 ORDER BY seq DESC LIMIT 1"
-            ),
-            one(&d),
-        ),
-        (
-            "GET /deployments/{id}",
-            "builds::deciding",
-            format!(
-                "SELECT {BUILD_COLUMNS} FROM builds WHERE deployment_id = $1 AND dry_run = 0 \
-                 AND (status NOT IN ('cancelled', 'superseded') OR started_at IS NOT NULL) ORDER BY seq DESC LIMIT 1"
-            ),
-            one(&d),
-        ),
-        (
-            "GET /deployments/{id}",
-            "builds::latest_succeeded",
-            format!(
-                "SELECT {BUILD_COLUMNS} FROM builds WHERE deployment_id = $1 AND status = 'succeeded' AND dry_run = 0 \
-                 ORDER BY seq DESC LIMIT 1"
-            ),
-            one(&d),
-        ),
+        ("GET /deployments/{id}", "builds::latest", builds::newest_sql(Newest::Any), one(&d)),
+        ("GET /deployments/{id}", "builds::deciding", builds::newest_sql(Newest::Deciding), one(&d)),
+        ("GET /deployments/{id}", "builds::latest_succeeded", builds::newest_sql(Newest::Succeeded), one(&d)),
         (
             "GET /deployments/{id}",
             "readiness::of_deployment",
@@ -128,6 +107,26 @@ fn statements(s: &Samples) -> Vec<(&'static str, &'static str, String, Vec<Strin
                 .to_owned(),
             one(&d),
         ),
+        ("GET /deployments?ids=", "deployments::get_many", deployments::get_many_sql(many.len()), many.clone()),
+        (
+            "GET /deployments?ids=",
+            "builds::newest_of_each (latest)",
+            builds::newest_of_each_sql(Newest::Any, many.len()),
+            many.clone(),
+        ),
+        (
+            "GET /deployments?ids=",
+            "builds::newest_of_each (deciding)",
+            builds::newest_of_each_sql(Newest::Deciding, many.len()),
+            many.clone(),
+        ),
+        (
+            "GET /deployments?ids=",
+            "builds::newest_of_each (latest succeeded)",
+            builds::newest_of_each_sql(Newest::Succeeded, many.len()),
+            many.clone(),
+        ),
+        ("GET /deployments?ids=", "readiness::of_deployments", readiness::of_deployments_sql(many.len()), many.clone()),
         ("GET /deployments/{id}/builds", "deployments::get (require_exists)", deployment_get.clone(), one(&hot)),
         (
             "GET /deployments/{id}/builds",

@@ -179,13 +179,7 @@ pub async fn log_end(conn: &mut Conn, id: &str, attempt: i64) -> Result<(i64, i6
 
 /// The latest build of a deployment that is not a dry run.
 pub async fn latest(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow>, StoreError> {
-    let row = Q::new(format!(
-        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND dry_run = 0 ORDER BY seq DESC LIMIT 1"
-    ))
-    .text(deployment)
-    .fetch_optional(conn)
-    .await?;
-    row.as_ref().map(from_row).transpose()
+    newest(conn, deployment, Newest::Any).await
 }
 
 /// The build that decides a deployment's state (ST-1): its latest build
@@ -193,15 +187,75 @@ pub async fn latest(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow
 /// superseded by a newer submit (Q-7), changed nothing and does not count;
 /// nor does a dry run (§11).
 pub async fn deciding(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow>, StoreError> {
-    let row = Q::new(format!(
-        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND dry_run = 0
-           AND (status NOT IN ('cancelled', 'superseded') OR started_at IS NOT NULL)
-         ORDER BY seq DESC LIMIT 1"
-    ))
-    .text(deployment)
-    .fetch_optional(conn)
-    .await?;
+    newest(conn, deployment, Newest::Deciding).await
+}
+
+/// Which build of a deployment [`newest`] and [`newest_of_each`] read:
+/// the newest (highest `seq`) of the deployment's builds that are not dry
+/// runs and meet the condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Newest {
+    /// Any build ([`latest`]).
+    Any,
+    /// One that ran or may still run ([`deciding`]).
+    Deciding,
+    /// One that succeeded ([`latest_succeeded`]).
+    Succeeded,
+}
+
+impl Newest {
+    /// The condition on a build aliased `b`.
+    fn condition(self) -> &'static str {
+        match self {
+            Newest::Any => "b.dry_run = 0",
+            Newest::Deciding => {
+                "b.dry_run = 0 AND (b.status NOT IN ('cancelled', 'superseded') OR b.started_at IS NOT NULL)"
+            }
+            Newest::Succeeded => "b.dry_run = 0 AND b.status = 'succeeded'",
+        }
+    }
+}
+
+/// The newest build of `deployment` that `which` picks; `None` when none.
+/// One statement on `builds_by_deployment`, read backwards.
+pub async fn newest(conn: &mut Conn, deployment: &str, which: Newest) -> Result<Option<BuildRow>, StoreError> {
+    let row = Q::new(newest_sql(which)).text(deployment).fetch_optional(conn).await?;
     row.as_ref().map(from_row).transpose()
+}
+
+/// [`newest`]'s statement: the deployment is `$1`.
+pub fn newest_sql(which: Newest) -> String {
+    format!(
+        "SELECT {COLUMNS} FROM builds b WHERE b.deployment_id = $1 AND {} ORDER BY b.seq DESC LIMIT 1",
+        which.condition()
+    )
+}
+
+/// [`newest_of_each`]'s statement for `n` deployments (`$1` … `$n`).
+pub fn newest_of_each_sql(which: Newest, n: usize) -> String {
+    format!(
+        "SELECT {COLUMNS} FROM builds WHERE seq IN (
+           SELECT (SELECT b.seq FROM builds b WHERE b.deployment_id = d.id AND {} ORDER BY b.seq DESC LIMIT 1)
+           FROM deployments d WHERE d.id IN {})",
+        which.condition(),
+        super::placeholders(1, n)
+    )
+}
+
+/// [`newest`] for each of `deployments` at once, by deployment id (those
+/// with no such build, or not stored, are absent): one statement, which
+/// looks up each deployment's newest build as [`newest`] does.
+pub async fn newest_of_each(
+    conn: &mut Conn,
+    deployments: &[String],
+    which: Newest,
+) -> Result<std::collections::HashMap<String, BuildRow>, StoreError> {
+    if deployments.is_empty() {
+        return Ok(Default::default());
+    }
+    let q = Q::new(newest_of_each_sql(which, deployments.len()));
+    let rows = deployments.iter().fold(q, |q, id| q.text(id)).fetch_all(conn).await?;
+    rows.iter().map(|r| from_row(r).map(|b| (b.deployment_id.clone(), b))).collect()
 }
 
 /// Marks every queued deploy of `deployment` submitted after its latest
@@ -231,14 +285,7 @@ pub async fn supersede_queued_deploys(
 
 /// The latest succeeded build of a deployment (TF-1: instances of the last successful build).
 pub async fn latest_succeeded(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow>, StoreError> {
-    let row = Q::new(format!(
-        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND status = 'succeeded' AND dry_run = 0
-         ORDER BY seq DESC LIMIT 1"
-    ))
-    .text(deployment)
-    .fetch_optional(conn)
-    .await?;
-    row.as_ref().map(from_row).transpose()
+    newest(conn, deployment, Newest::Succeeded).await
 }
 
 /// What a new build carries.

@@ -50,6 +50,24 @@ pub async fn get(conn: &mut Conn, id: &str) -> Result<Option<DeploymentRow>, Sto
     row.as_ref().map(from_row).transpose()
 }
 
+/// The stored deployments among `ids`, by id, in one statement.
+pub async fn get_many(
+    conn: &mut Conn,
+    ids: &[String],
+) -> Result<std::collections::HashMap<String, DeploymentRow>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let q = Q::new(get_many_sql(ids.len()));
+    let rows = ids.iter().fold(q, |q, id| q.text(id)).fetch_all(conn).await?;
+    rows.iter().map(|r| from_row(r).map(|d| (d.id.clone(), d))).collect()
+}
+
+/// [`get_many`]'s statement for `n` ids (`$1` … `$n`).
+pub fn get_many_sql(n: usize) -> String {
+    format!("SELECT {COLUMNS} FROM deployments WHERE id IN {}", super::placeholders(1, n))
+}
+
 /// What a submit stores about its deployment.
 #[derive(Debug, Clone, Copy)]
 pub struct Snapshot<'a> {

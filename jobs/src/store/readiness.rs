@@ -97,6 +97,33 @@ pub async fn of_deployment(conn: &mut Conn, deployment: &str) -> Result<Vec<Read
     rows.iter().map(from_row).collect()
 }
 
+/// [`of_deployments`]' statement for `n` deployments (`$1` … `$n`).
+pub fn of_deployments_sql(n: usize) -> String {
+    format!(
+        "SELECT {COLUMNS} FROM instance_readiness WHERE deployment_id IN {} ORDER BY deployment_id, instance",
+        super::placeholders(1, n)
+    )
+}
+
+/// [`of_deployment`] for each of `deployments` at once, in one statement:
+/// by deployment id, each list ordered by instance (a deployment with no
+/// readiness rows is absent).
+pub async fn of_deployments(
+    conn: &mut Conn,
+    deployments: &[String],
+) -> Result<std::collections::HashMap<String, Vec<ReadinessRow>>, StoreError> {
+    let mut out: std::collections::HashMap<String, Vec<ReadinessRow>> = Default::default();
+    if deployments.is_empty() {
+        return Ok(out);
+    }
+    let q = Q::new(of_deployments_sql(deployments.len()));
+    for row in deployments.iter().fold(q, |q, id| q.text(id)).fetch_all(conn).await? {
+        let row = from_row(&row)?;
+        out.entry(row.deployment_id.clone()).or_default().push(row);
+    }
+    Ok(out)
+}
+
 /// What a probe of one instance found.
 #[derive(Debug, Clone)]
 pub struct Found<'a> {
