@@ -83,6 +83,23 @@ def render(results, command, git, quiet):
             + " | ".join(f(parts.get(key)) for key, _ in PARTS)
             + f" | {f(r.get('after_written_ms', {}).get('p50'))} |"
         )
+    slowest = [(r, s) for r in cases if r["mode"] == "single" for s in r.get("slowest", [])]
+    if slowest:
+        lines += [
+            "",
+            "The slowest single deployments of each case (its p99 of 100 is the second slowest), part by part in ms "
+            "(# is the deployment's place in the run, from 0):",
+            "",
+            "| engine | workers | # | overhead | submit answer | submit → stored | "
+            + " | ".join(label for _, label in PARTS) + " | end written → client |",
+            "| --- | --- | --- | --- | --- | --- | " + " | ".join("---" for _ in PARTS) + " | --- |",
+        ]
+        for r, s in slowest:
+            lines.append(
+                f"| {r['engine']} | {r['workers']} | {s['index']} | {f(s['overhead_ms'])} | {f(s['submit_ms'])} | "
+                f"{f(s.get('before_stored_ms'))} | " + " | ".join(f(s.get(key)) for key, _ in PARTS)
+                + f" | {f(s.get('after_written_ms'))} |"
+            )
     bursts = {(r["engine"], r["workers"]): r for r in cases if r["mode"] == "burst"}
     singles = {(r["engine"], r["workers"]): r for r in cases if r["mode"] == "single"}
     scaling = []

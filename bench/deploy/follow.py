@@ -184,6 +184,21 @@ def summary(runs):
         "before_stored_ms": of("before_stored_ms"),
         "after_written_ms": of("after_written_ms"),
         "build_parts_p50_ms": build_parts,
+        "slowest": [slow(i, r) for i, r in sorted(enumerate(runs), key=lambda x: -x[1]["overhead_ms"])[:3]],
+    }
+
+
+def slow(i, r):
+    """One of the slowest runs, part by part: where its overhead went."""
+    parts = ["queue_wait_ms", "claim_ms", "prepare_ms", "collect_ms", "record_ms", "sbom_store_ms"]
+    round_or_none = lambda v: None if v is None else round(v, 1)
+    return {
+        "index": i,
+        "overhead_ms": round(r["overhead_ms"], 1),
+        "submit_ms": round(r["submit_ms"], 1),
+        "before_stored_ms": round_or_none(r["before_stored_ms"]),
+        "after_written_ms": round_or_none(r["after_written_ms"]),
+        **{p: r["timings"].get(p) for p in parts},
     }
 
 
