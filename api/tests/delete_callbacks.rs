@@ -81,6 +81,12 @@ async fn a_callback_without_its_other_half_or_with_a_token_that_cannot_be_a_head
         }
         assert_eq!(stored_url(&h).await, None);
     }
+    // A field of the wrong type is named as such, also without its other half.
+    for field in ["callback_url", "callback_token"] {
+        let (_, answer) = delete(&h, &json!({ field: 5 })).await;
+        let reason = answer["callback"]["reason"].as_str().unwrap_or_default();
+        assert_eq!(reason, format!("{field} must be a string"), "{answer}");
+    }
     // A body without a callback: `callback` is null.
     let (status, answer) = delete(&h, &json!({})).await;
     assert_eq!((status, &answer["callback"]), (StatusCode::ACCEPTED, &Value::Null), "{answer}");

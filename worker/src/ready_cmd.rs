@@ -67,6 +67,11 @@ pub async fn run(config: Config, args: WaitReadyArgs) -> ExitCode {
     if let Err(e) = slipway_jobs::id::DeploymentId::parse(&args.deployment) {
         return refuse(args.output, format!("--deployment {:?}: {e}", args.deployment));
     }
+    // It only reads: a SQLite file that is not there is a mistyped
+    // DATABASE_URL, not a database to create.
+    if let Some(path) = config.sqlite_path().filter(|p| !p.exists()) {
+        return refuse(args.output, format!("no SQLite database at {}: check DATABASE_URL", path.display()));
+    }
     let db = match slipway_jobs::store::open(&config).await {
         Ok(db) => db,
         Err(e) => return refuse(args.output, format!("opening the database: {e}")),

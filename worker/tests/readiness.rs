@@ -118,3 +118,19 @@ async fn instances_become_ready_or_not_ready_and_wait_ready_says_so(engine: Engi
 }
 
 slipway_jobs::on_both_engines!(instances_become_ready_or_not_ready_and_wait_ready_says_so);
+
+/// `run wait-ready` only reads: a SQLite `DATABASE_URL` naming no file is
+/// refused, naming the path, and no database is created there.
+#[tokio::test]
+async fn wait_ready_refuses_a_sqlite_url_that_names_no_database_and_creates_none() {
+    let db = TestDatabase::new(Engine::Sqlite).await;
+    let missing = db.path("mistyped/slipway.db");
+    let mut cmd = command(&binary("slipway-worker"), &db, free_port());
+    cmd.env("DATABASE_URL", format!("sqlite://{}", missing.display()));
+    cmd.args(["run", "wait-ready", "--deployment", "demo", "--deadline", "5s"]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&missing.display().to_string()) && stderr.contains("DATABASE_URL"), "{stderr}");
+    assert!(!missing.exists() && !missing.parent().unwrap().exists(), "wait-ready created a database");
+}

@@ -416,16 +416,20 @@ fn check_callback(body: &Map<String, Value>, app: &AppState) -> Result<submit::C
             unknown.iter().take(5).map(|k| format!("{:?}", truncate(k, 64))).collect::<Vec<_>>().join(", ")
         )));
     }
-    let field = |name: &str| body.get(name).filter(|v| !v.is_null());
-    let (url, token) = match (field("callback_url"), field("callback_token")) {
+    // Each field's type first, so a field of the wrong type is named as
+    // such, not as missing its other half.
+    let text = |name: &str| match body.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(CallbackAnswer::refused(format!("{name} must be a string"))),
+    };
+    let (url, token) = match (text("callback_url")?, text("callback_token")?) {
         (Some(url), Some(token)) => (url, token),
         (Some(_), None) => {
             return Err(CallbackAnswer::refused("callback_url needs a callback_token to send with the push"))
         }
         _ => return Err(CallbackAnswer::refused("callback_token was given without a callback_url")),
     };
-    let Value::String(url) = url else { return Err(CallbackAnswer::refused("callback_url must be a string")) };
-    let Value::String(token) = token else { return Err(CallbackAnswer::refused("callback_token must be a string")) };
     if token.is_empty() || token.len() > MAX_CALLBACK_TOKEN || !token.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(CallbackAnswer::refused(format!(
             "callback_token must be 1 to {MAX_CALLBACK_TOKEN} visible ASCII characters (it is sent as a bearer token)"
