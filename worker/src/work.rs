@@ -545,7 +545,15 @@ async fn stop(ctx: Ctx, gate: Gate, beats: Beats) -> std::io::Result<Stopped> {
         let _no_more_beats = beats.0.lock().await;
         ctx.here.abandon();
         let builds = ctx.here.running().len();
-        let processes = tokio::task::spawn_blocking(slipway_jobs::effect::kill_own).await.unwrap_or(0);
+        let killing = ctx.clone();
+        let processes = tokio::task::spawn_blocking(move || {
+            let processes = slipway_jobs::effect::kill_own();
+            // Their scratch folders go before the exit, not as they end.
+            killing.remove_running_scratch();
+            processes
+        })
+        .await
+        .unwrap_or(0);
         if at_once.send(Stopped::AtOnce { processes, builds }).is_err() {
             // The graceful stop already ended (apalis's workers are gone).
             hand_back_at_once(&ctx, processes, builds).await;

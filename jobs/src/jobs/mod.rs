@@ -232,6 +232,27 @@ impl Ctx {
         self.work_dir(build_id).join(format!("attempt-{attempt}"))
     }
 
+    /// Removes the scratch folders (`attempt-<n>/tmp`, an effect's
+    /// `TMPDIR`) of the builds this process runs: for a worker stopping at
+    /// once, after it killed its effects, which would otherwise remove
+    /// their own as they end, racing the process's exit. Returns how
+    /// many it removed; one that cannot be removed is logged and left to
+    /// the sweep.
+    pub fn remove_running_scratch(&self) -> usize {
+        let mut removed = 0;
+        for build_id in self.here.running() {
+            for attempt in std::fs::read_dir(self.work_dir(&build_id)).into_iter().flatten().flatten() {
+                let scratch = attempt.path().join("tmp");
+                match std::fs::remove_dir_all(&scratch) {
+                    Ok(()) => removed += 1,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => tracing::warn!(build.id = %build_id, error = %e, "cannot remove a scratch folder"),
+                }
+            }
+        }
+        removed
+    }
+
     /// The provider state folder of one deployment: `<state dir>/provider/<id>`.
     pub fn provider_state_dir(&self, deployment: &str) -> PathBuf {
         self.config.state_dir.join("provider").join(deployment)
