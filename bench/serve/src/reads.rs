@@ -32,7 +32,7 @@ pub struct Args {
     #[arg(long, default_value_t = 2000)]
     counts: usize,
     /// PostgreSQL server (any existing database, for the admin connection);
-    /// the bench creates and drops `slipway_bench_reads` there.
+    /// the bench creates and drops `slipway_bench_reads` and `slipway_bench_reads_big` there.
     #[arg(long, env = "SLIPWAY_BENCH_SERVER", default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     server: String,
     /// Folder of the release binaries (default `$CARGO_TARGET_DIR/release` or `target/release`).
@@ -43,7 +43,8 @@ pub struct Args {
     plans_only: bool,
 }
 
-const PG_DATABASE: &str = "slipway_bench_reads";
+/// The PostgreSQL databases of the small and the big side.
+const PG_DATABASES: [&str; 2] = ["slipway_bench_reads", "slipway_bench_reads_big"];
 const QUEUE_SIZE: i64 = 1000;
 
 /// The columns `store::builds` reads (its `COLUMNS`).
@@ -166,7 +167,10 @@ fn statements(s: &Samples) -> Vec<(&'static str, &'static str, String, Vec<Strin
     ]
 }
 
-/// Runs the reads part: one JSON object.
+/// Runs the reads part: one JSON object. Per engine both databases are
+/// seeded and served at once, and each read is timed on them in turns
+/// ([`ROUNDS`] slices each), so that a slow spell of the machine lands on
+/// both sides of a ratio, not on one.
 pub async fn run(args: Args) -> anyhow::Result<Value> {
     let bin = bin_dir(args.bin.clone());
     let mut engines = Vec::new();
@@ -176,20 +180,13 @@ pub async fn run(args: Args) -> anyhow::Result<Value> {
             "postgres" => Engine::Postgres,
             other => anyhow::bail!("--engines takes postgres and sqlite, not {other}"),
         };
-        let mut sizes = Vec::new();
-        for n in [args.small, args.big] {
-            eprintln!("[reads] {name}: {n} deployments");
-            let scratch = tempfile::tempdir()?;
-            let result = one_database(&args, &bin, engine, n, scratch.path()).await;
-            if engine == Engine::Postgres {
-                drop_pg_database(&args.server).await?;
+        let result = both_databases(&args, &bin, engine).await;
+        if engine == Engine::Postgres {
+            for database in PG_DATABASES {
+                drop_pg_database(&args.server, database).await?;
             }
-            sizes.push(result.with_context(|| format!("{name}, {n} deployments"))?);
         }
-        if args.plans_only {
-            continue;
-        }
-        let (small, big) = (&sizes[0], &sizes[1]);
+        let Some((small, big)) = result.with_context(|| name.clone())? else { continue };
         let mut ratios = Vec::new();
         for (s, b) in small["reads"].as_array().unwrap().iter().zip(big["reads"].as_array().unwrap()) {
             ratios.push(json!({
@@ -203,18 +200,155 @@ pub async fn run(args: Args) -> anyhow::Result<Value> {
     Ok(json!({ "name": "reads", "seconds": args.seconds, "queue_size": QUEUE_SIZE, "engines": engines }))
 }
 
-async fn one_database(args: &Args, bin: &Path, engine: Engine, n: usize, scratch: &Path) -> anyhow::Result<Value> {
+/// Slices each read's `--seconds` is cut into, per database, taken in turns.
+const ROUNDS: u32 = 5;
+
+/// The small and the big database of `engine`, read in turns: `(small,
+/// big)`, each its figures; `None` with `--plans-only`.
+async fn both_databases(args: &Args, bin: &Path, engine: Engine) -> anyhow::Result<Option<(Value, Value)>> {
+    let scratch = tempfile::tempdir()?;
+    let mut sides = Vec::new();
+    for (n, database) in [args.small, args.big].into_iter().zip(PG_DATABASES) {
+        eprintln!("[reads] {engine:?}: {n} deployments");
+        let dir = scratch.path().join(n.to_string());
+        std::fs::create_dir_all(&dir)?;
+        let served = one_database(args, bin, engine, n, &dir, database).await;
+        match served.with_context(|| format!("{n} deployments"))? {
+            Some(side) => sides.push(side),
+            None => continue,
+        }
+    }
+    if sides.len() < 2 {
+        return Ok(None);
+    }
+    let read_names: Vec<&str> = sides[0].reads.iter().map(|(read, _)| *read).collect();
+    let mut measured: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
+    for (i, read) in read_names.iter().enumerate() {
+        let mut timings = [Timings::default(), Timings::default()];
+        for side in sides.iter_mut() {
+            side.warm_up(i).with_context(|| read.to_string())?;
+        }
+        for _ in 0..ROUNDS {
+            for (side, t) in sides.iter_mut().zip(timings.iter_mut()) {
+                side.time(i, args.seconds / f64::from(ROUNDS), t).with_context(|| read.to_string())?;
+            }
+        }
+        for (k, t) in timings.into_iter().enumerate() {
+            let mut m = t.summary();
+            eprintln!(
+                "[reads]   {} deployments, {read}: p50 {:.0} µs, p99 {:.0} µs",
+                sides[k].info["deployments"], m["p50_us"], m["p99_us"]
+            );
+            m["read"] = json!(read);
+            measured[k].push(m);
+        }
+    }
+    let mut out = Vec::new();
+    for (side, reads) in sides.into_iter().zip(measured) {
+        let Served { mut info, api, .. } = side;
+        let (rss, _, _) = api.memory()?;
+        api.stop()?;
+        info["api_rss_kib_after"] = json!(rss);
+        info["reads"] = json!(reads);
+        out.push(info);
+    }
+    let big = out.pop().expect("two sides");
+    let small = out.pop().expect("two sides");
+    Ok(Some((small, big)))
+}
+
+/// One database served by its own api, ready to be read.
+struct Served {
+    /// Its figures so far (seeding, plans, admission count).
+    info: Value,
+    api: Process,
+    client: Client,
+    token: String,
+    /// Each read's name and the paths it cycles through.
+    reads: Vec<(&'static str, Vec<String>)>,
+    /// Where each read's next request starts in its paths.
+    next: Vec<usize>,
+}
+
+/// One read's timed requests on one database.
+#[derive(Default)]
+struct Timings {
+    micros: Vec<f64>,
+    bytes: usize,
+}
+
+impl Timings {
+    fn summary(mut self) -> Value {
+        let n = self.micros.len();
+        self.micros.sort_by(f64::total_cmp);
+        json!({
+            "requests": n,
+            "p50_us": percentile(&self.micros, 50.0),
+            "p99_us": percentile(&self.micros, 99.0),
+            "mean_us": self.micros.iter().sum::<f64>() / n as f64,
+            "answer_bytes": self.bytes / n.max(1),
+        })
+    }
+}
+
+impl Served {
+    /// Read `i`'s warm-up: its paths once, for at most 3 s.
+    fn warm_up(&mut self, i: usize) -> anyhow::Result<()> {
+        let paths = &self.reads[i].1;
+        ensure!(!paths.is_empty(), "no sample");
+        let warm = Instant::now();
+        for path in paths {
+            let (status, body) = self.client.get(path, Some(&self.token))?;
+            ensure!(status == 200, "{path}: {status} {}", String::from_utf8_lossy(&body));
+            if warm.elapsed() > Duration::from_secs(3) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// `seconds` of read `i`'s requests (at least 4), timed into `t`; every
+    /// answer must be 200.
+    fn time(&mut self, i: usize, seconds: f64, t: &mut Timings) -> anyhow::Result<()> {
+        let paths = &self.reads[i].1;
+        let start = Instant::now();
+        let mut sent = 0;
+        while start.elapsed().as_secs_f64() < seconds || sent < 4 {
+            let path = &paths[self.next[i] % paths.len()];
+            self.next[i] += 1;
+            sent += 1;
+            let begun = Instant::now();
+            let (status, body) = self.client.get(path, Some(&self.token))?;
+            t.micros.push(begun.elapsed().as_secs_f64() * 1e6);
+            ensure!(status == 200, "{path}: {status} {}", String::from_utf8_lossy(&body));
+            t.bytes += body.len();
+        }
+        Ok(())
+    }
+}
+
+/// Seeds a database of `n` deployments (on PostgreSQL, `database`), takes
+/// its plans and admission count, and starts its api; `None` with
+/// `--plans-only`, which prints the plans instead.
+async fn one_database(
+    args: &Args,
+    bin: &Path,
+    engine: Engine,
+    n: usize,
+    scratch: &Path,
+    database: &str,
+) -> anyhow::Result<Option<Served>> {
     let sqlite_path = scratch.join("slipway.db");
     let url = match engine {
         Engine::Sqlite => format!("sqlite://{}", sqlite_path.display()),
         Engine::Postgres => {
-            drop_pg_database(&args.server).await?;
+            drop_pg_database(&args.server, database).await?;
             let admin: sqlx::postgres::PgConnectOptions = args.server.parse().context("parsing --server")?;
             let mut conn = admin.connect().await.with_context(|| format!("connecting to {}", args.server))?;
-            sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {PG_DATABASE}"))).execute(&mut conn).await?;
+            sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {database}"))).execute(&mut conn).await?;
             conn.close().await?;
             let base = args.server.rsplit_once('/').map_or(args.server.as_str(), |(b, _)| b);
-            format!("{base}/{PG_DATABASE}")
+            format!("{base}/{database}")
         }
     };
     // Slipway's own open: its migrations, its connection settings.
@@ -261,8 +395,17 @@ async fn one_database(args: &Args, bin: &Path, engine: Engine, n: usize, scratch
             );
         }
         eprintln!("admission count: {count}");
-        return Ok(json!({ "deployments": n, "reads": [], "plans": plans, "admission_count": count }));
+        return Ok(None);
     }
+    let mut info = json!({
+        "deployments": n,
+        "rows": counts,
+        "database_mb": size_mb,
+        "seed_s": seed_s,
+        "vacuum_analyze_s": vacuum_s,
+        "admission_count": count,
+        "plans": plans,
+    });
 
     // The api, as an operator starts it.
     let port = free_port()?;
@@ -280,29 +423,11 @@ async fn one_database(args: &Args, bin: &Path, engine: Engine, n: usize, scratch
     let token = mint(&api_bin, &env)?;
     let mut api = Process::start(&api_bin, &[], &env, &scratch.join("api.log"))?;
     let ready = wait_ready(&addr, &mut api, Duration::from_secs(60))?;
-    let mut client = Client::connect(&addr)?;
-    let mut measured = Vec::new();
-    for (read, paths) in reads(&samples) {
-        let m = measure(&mut client, &token, &paths, args.seconds).with_context(|| read.to_owned())?;
-        eprintln!("[reads]   {read}: p50 {:.0} µs, p99 {:.0} µs", m["p50_us"], m["p99_us"]);
-        let mut m = m;
-        m["read"] = json!(read);
-        measured.push(m);
-    }
-    let (rss, _, _) = api.memory()?;
-    api.stop()?;
-    Ok(json!({
-        "deployments": n,
-        "rows": counts,
-        "database_mb": size_mb,
-        "seed_s": seed_s,
-        "vacuum_analyze_s": vacuum_s,
-        "api_ready_ms": ready.as_secs_f64() * 1000.0,
-        "api_rss_kib_after": rss,
-        "reads": measured,
-        "admission_count": count,
-        "plans": plans,
-    }))
+    info["api_ready_ms"] = json!(ready.as_secs_f64() * 1000.0);
+    let client = Client::connect(&addr)?;
+    let reads = reads(&samples);
+    let next = vec![0; reads.len()];
+    Ok(Some(Served { info, api, client, token, reads, next }))
 }
 
 fn rand_u128() -> u128 {
@@ -322,42 +447,6 @@ pub fn mint(api_bin: &Path, env: &[(String, String)]) -> anyhow::Result<String> 
         .output()?;
     ensure!(out.status.success(), "slipway-api token: {}", String::from_utf8_lossy(&out.stderr));
     Ok(String::from_utf8(out.stdout)?.trim().to_owned())
-}
-
-/// Sends `paths` in turn over one connection: 3 s (at most one pass of the
-/// paths) of warm-up, then `seconds` of timed requests; every answer must be 200.
-fn measure(client: &mut Client, token: &str, paths: &[String], seconds: f64) -> anyhow::Result<Value> {
-    ensure!(!paths.is_empty(), "no sample");
-    let warm = Instant::now();
-    for path in paths {
-        let (status, body) = client.get(path, Some(token))?;
-        ensure!(status == 200, "{path}: {status} {}", String::from_utf8_lossy(&body));
-        if warm.elapsed() > Duration::from_secs(3) {
-            break;
-        }
-    }
-    let mut times = Vec::new();
-    let mut bytes = 0usize;
-    let start = Instant::now();
-    let mut i = 0;
-    while start.elapsed().as_secs_f64() < seconds || times.len() < 20 {
-        let path = &paths[i % paths.len()];
-        i += 1;
-        let t = Instant::now();
-        let (status, body) = client.get(path, Some(token))?;
-        times.push(t.elapsed().as_secs_f64() * 1e6);
-        ensure!(status == 200, "{path}: {status} {}", String::from_utf8_lossy(&body));
-        bytes += body.len();
-    }
-    let n = times.len();
-    times.sort_by(f64::total_cmp);
-    Ok(json!({
-        "requests": n,
-        "p50_us": percentile(&times, 50.0),
-        "p99_us": percentile(&times, 99.0),
-        "mean_us": times.iter().sum::<f64>() / n as f64,
-        "answer_bytes": bytes / n,
-    }))
 }
 
 async fn table_counts(db: &Db) -> anyhow::Result<Value> {
@@ -515,12 +604,10 @@ async fn time_count(db: &Db, n: usize) -> anyhow::Result<Value> {
     Ok(json!({ "queued": queued, "runs": n, "p50_us": percentile(&times, 50.0), "p99_us": percentile(&times, 99.0) }))
 }
 
-async fn drop_pg_database(server: &str) -> anyhow::Result<()> {
+async fn drop_pg_database(server: &str, database: &str) -> anyhow::Result<()> {
     let admin: sqlx::postgres::PgConnectOptions = server.parse().context("parsing --server")?;
     let mut conn = admin.connect().await.with_context(|| format!("connecting to {server}"))?;
-    sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)")))
-        .execute(&mut conn)
-        .await?;
+    sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))).execute(&mut conn).await?;
     conn.close().await?;
     Ok(())
 }
