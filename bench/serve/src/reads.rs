@@ -221,6 +221,9 @@ async fn both_databases(args: &Args, bin: &Path, engine: Engine) -> anyhow::Resu
     if sides.len() < 2 {
         return Ok(None);
     }
+    for side in sides.iter_mut() {
+        side.client = Some(Client::connect(&side.addr)?);
+    }
     let read_names: Vec<&str> = sides[0].reads.iter().map(|(read, _)| *read).collect();
     let mut measured: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
     for (i, read) in read_names.iter().enumerate() {
@@ -262,7 +265,11 @@ struct Served {
     /// Its figures so far (seeding, plans, admission count).
     info: Value,
     api: Process,
-    client: Client,
+    /// Its api's address.
+    addr: String,
+    /// Connected once both databases are ready (an api closes a
+    /// connection left idle while the other database is seeded).
+    client: Option<Client>,
     token: String,
     /// Each read's name and the paths it cycles through.
     reads: Vec<(&'static str, Vec<String>)>,
@@ -296,9 +303,10 @@ impl Served {
     fn warm_up(&mut self, i: usize) -> anyhow::Result<()> {
         let paths = &self.reads[i].1;
         ensure!(!paths.is_empty(), "no sample");
+        let client = self.client.as_mut().context("not connected")?;
         let warm = Instant::now();
         for path in paths {
-            let (status, body) = self.client.get(path, Some(&self.token))?;
+            let (status, body) = client.get(path, Some(&self.token))?;
             ensure!(status == 200, "{path}: {status} {}", String::from_utf8_lossy(&body));
             if warm.elapsed() > Duration::from_secs(3) {
                 break;
@@ -311,6 +319,7 @@ impl Served {
     /// answer must be 200.
     fn time(&mut self, i: usize, seconds: f64, t: &mut Timings) -> anyhow::Result<()> {
         let paths = &self.reads[i].1;
+        let client = self.client.as_mut().context("not connected")?;
         let start = Instant::now();
         let mut sent = 0;
         while start.elapsed().as_secs_f64() < seconds || sent < 4 {
@@ -318,7 +327,7 @@ impl Served {
             self.next[i] += 1;
             sent += 1;
             let begun = Instant::now();
-            let (status, body) = self.client.get(path, Some(&self.token))?;
+            let (status, body) = client.get(path, Some(&self.token))?;
             t.micros.push(begun.elapsed().as_secs_f64() * 1e6);
             ensure!(status == 200, "{path}: {status} {}", String::from_utf8_lossy(&body));
             t.bytes += body.len();
@@ -424,10 +433,9 @@ async fn one_database(
     let mut api = Process::start(&api_bin, &[], &env, &scratch.join("api.log"))?;
     let ready = wait_ready(&addr, &mut api, Duration::from_secs(60))?;
     info["api_ready_ms"] = json!(ready.as_secs_f64() * 1000.0);
-    let client = Client::connect(&addr)?;
     let reads = reads(&samples);
     let next = vec![0; reads.len()];
-    Ok(Some(Served { info, api, client, token, reads, next }))
+    Ok(Some(Served { info, api, addr, client: None, token, reads, next }))
 }
 
 fn rand_u128() -> u128 {
