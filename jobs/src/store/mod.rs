@@ -128,6 +128,11 @@ pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 /// ([`SqliteDb`]), before it is refused as unavailable.
 pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Each pooled SQLite connection's page cache, in SQLite's `cache_size`
+/// form (negative: KiB): 16 MiB, filled only as pages are read, where
+/// SQLite's default is 2 MiB.
+pub const SQLITE_CACHE_SIZE: &str = "-16384";
+
 /// Opens the database of `config` and runs pending migrations once.
 pub async fn open(config: &Config) -> Result<Db, StoreError> {
     if let Some(path) = config.sqlite_path() {
@@ -160,6 +165,7 @@ pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
         // Durable commits: an accepted submit survives a power cut.
         .synchronous(SqliteSynchronous::Full)
         .foreign_keys(true)
+        .pragma("cache_size", SQLITE_CACHE_SIZE)
         .busy_timeout(SQLITE_BUSY_TIMEOUT);
     // Processes opening the file at once (an api and a worker started
     // together) take turns: switching a new file to WAL needs an exclusive
