@@ -43,34 +43,27 @@ pub async fn deployment(conn: &mut Conn, id: &str) -> Result<Option<DeploymentRe
 /// id given twice is read twice). Five statements whatever the number of
 /// ids (the api takes at most 100), each as [`deployment`] reads one.
 pub async fn deployments(conn: &mut Conn, ids: &[String]) -> Result<Vec<DeploymentRead>, StoreError> {
-    let mut found = deployments::get_many(conn, ids).await?;
+    let found = deployments::get_many(conn, ids).await?;
     if found.is_empty() {
         return Ok(Vec::new());
     }
     let stored: Vec<String> = found.keys().cloned().collect();
-    let mut latest = builds::newest_of_each(conn, &stored, Newest::Any).await?;
-    let mut deciding = builds::newest_of_each(conn, &stored, Newest::Deciding).await?;
-    let mut succeeded = builds::newest_of_each(conn, &stored, Newest::Succeeded).await?;
-    let mut readiness = readiness::of_deployments(conn, &stored).await?;
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        // A repeated id takes a copy of what the first took.
-        let read = match found.remove(id) {
-            Some(deployment) => assemble(
-                deployment,
-                latest.remove(id),
-                deciding.remove(id),
-                succeeded.remove(id),
-                readiness.remove(id).unwrap_or_default(),
-            ),
-            None => match out.iter().find(|r: &&DeploymentRead| r.deployment.id == *id) {
-                Some(first) => first.clone(),
-                None => continue,
-            },
-        };
-        out.push(read);
-    }
-    Ok(out)
+    let latest = builds::newest_of_each(conn, &stored, Newest::Any).await?;
+    let deciding = builds::newest_of_each(conn, &stored, Newest::Deciding).await?;
+    let succeeded = builds::newest_of_each(conn, &stored, Newest::Succeeded).await?;
+    let readiness = readiness::of_deployments(conn, &stored).await?;
+    Ok(ids
+        .iter()
+        .filter_map(|id| {
+            Some(assemble(
+                found.get(id)?.clone(),
+                latest.get(id).cloned(),
+                deciding.get(id).cloned(),
+                succeeded.get(id).cloned(),
+                readiness.get(id).cloned().unwrap_or_default(),
+            ))
+        })
+        .collect())
 }
 
 /// A [`DeploymentRead`] from its rows: its state from the deciding build

@@ -254,7 +254,7 @@ pub async fn newest_of_each(
         return Ok(Default::default());
     }
     let q = Q::new(newest_of_each_sql(which, deployments.len()));
-    let rows = deployments.iter().fold(q, |q, id| q.text(id)).fetch_all(conn).await?;
+    let rows = q.texts(deployments).fetch_all(conn).await?;
     rows.iter().map(|r| from_row(r).map(|b| (b.deployment_id.clone(), b))).collect()
 }
 

@@ -445,6 +445,12 @@ impl Q {
         self
     }
 
+    /// Binds each of `values` as text, in order (an `IN` list's values,
+    /// after [`placeholders`]).
+    pub fn texts<S: Into<String>>(self, values: impl IntoIterator<Item = S>) -> Self {
+        values.into_iter().fold(self, Q::text)
+    }
+
     /// Binds text or NULL.
     pub fn opt_text(mut self, v: Option<impl Into<String>>) -> Self {
         self.args.push(Arg::Text(v.map(Into::into)));

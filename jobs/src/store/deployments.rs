@@ -59,7 +59,7 @@ pub async fn get_many(
         return Ok(Default::default());
     }
     let q = Q::new(get_many_sql(ids.len()));
-    let rows = ids.iter().fold(q, |q, id| q.text(id)).fetch_all(conn).await?;
+    let rows = q.texts(ids).fetch_all(conn).await?;
     rows.iter().map(|r| from_row(r).map(|d| (d.id.clone(), d))).collect()
 }
 

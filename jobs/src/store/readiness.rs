@@ -117,7 +117,7 @@ pub async fn of_deployments(
         return Ok(out);
     }
     let q = Q::new(of_deployments_sql(deployments.len()));
-    for row in deployments.iter().fold(q, |q, id| q.text(id)).fetch_all(conn).await? {
+    for row in q.texts(deployments).fetch_all(conn).await? {
         let row = from_row(&row)?;
         out.entry(row.deployment_id.clone()).or_default().push(row);
     }

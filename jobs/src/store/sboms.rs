@@ -306,14 +306,12 @@ async fn store_pieces(conn: &mut Conn, pieces: Pieces, items: &[Value]) -> Resul
         }
     }
     for chunk in distinct.chunks(BATCH) {
-        let mut q = Q::new(format!(
+        let q = Q::new(format!(
             "SELECT id, hash, chunk FROM {} WHERE hash IN {}",
             pieces.table,
             super::placeholders(1, chunk.len())
-        ));
-        for (hash, _) in chunk {
-            q = q.text(*hash);
-        }
+        ))
+        .texts(chunk.iter().map(|(hash, _)| *hash));
         for row in q.fetch_all(conn).await? {
             ids.insert(row.text("hash")?, (row.int("id")?, row.int("chunk")?));
         }

@@ -29,7 +29,7 @@ pub async fn keep_alive(conn: &mut Conn, name: &str, rejoining: &[String]) -> Re
         Engine::Sqlite => "UPDATE Workers SET last_seen = strftime('%s', 'now') WHERE id IN",
         Engine::Postgres => "UPDATE apalis.workers SET last_seen = now() WHERE id IN",
     };
-    bind_names(Q::new(format!("{sql} {}", placeholders(1, names.len()))), names).execute(conn).await
+    Q::new(format!("{sql} {}", placeholders(1, names.len()))).texts(names).execute(conn).await
 }
 
 /// Lets apalis register worker `name` again after the worker failed (call
@@ -94,7 +94,7 @@ pub async fn release(conn: &mut Conn, name: &str) -> Result<u64, StoreError> {
                  WHERE lock_by IN {} AND status IN ('Running', 'Queued')",
                 placeholders(1, names.len())
             ));
-            bind_names(q, names).execute(conn).await?
+            q.texts(names).execute(conn).await?
         }
         // Idle workers wake on the notification a new job sends, once this commits.
         Engine::Postgres => {
@@ -103,18 +103,13 @@ pub async fn release(conn: &mut Conn, name: &str) -> Result<u64, StoreError> {
                  WHERE lock_by IN {} AND status IN ('Running', 'Queued') RETURNING id, job_type",
                 placeholders(1, names.len())
             ));
-            let released = bind_names(q, names).fetch_all(conn).await?;
+            let released = q.texts(names).fetch_all(conn).await?;
             for job in &released {
                 conn.notify_new_job(&job.text("job_type")?, &job.text("id")?).await?;
             }
             released.len() as u64
         }
     })
-}
-
-/// Binds `names` as the next parameters of `q`.
-fn bind_names(q: Q, names: Vec<String>) -> Q {
-    names.into_iter().fold(q, Q::text)
 }
 
 /// One queue as the fleet serves it (Q-8).
