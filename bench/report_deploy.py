@@ -87,7 +87,7 @@ def render(results, command, git, quiet):
     if slowest:
         lines += [
             "",
-            "The slowest single deployments of each case (its p99 of 100 is the second slowest), part by part in ms "
+            "The slowest single deployments of each case (of 100, the p99 is the slowest one), part by part in ms "
             "(# is the deployment's place in the run, from 0):",
             "",
             "| engine | workers | # | overhead | submit answer | submit → stored | "
