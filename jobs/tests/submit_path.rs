@@ -10,23 +10,30 @@ use slipway_jobs::submit;
 use slipway_jobs::test_support::{checker, submit_demo, world, AnySource};
 
 /// The job row the submit's folded push writes equals, but for its id,
-/// payload and time, the row `apalis_postgres::queries::push_tasks` writes.
-#[tokio::test]
-async fn the_folded_job_push_writes_the_row_apalis_writes() {
-    let w = world(Engine::Postgres, &[]).await;
+/// payload and time, the row apalis's own push (`push_tasks`) writes, on
+/// each engine: the worker takes it as any other job.
+async fn the_folded_job_push_writes_the_row_apalis_writes(engine: Engine) {
+    let w = world(engine, &[]).await;
     let accepted = submit_demo(&w.ctx.db, &AnySource(checker()), "folded", 1000).await.unwrap();
     let mut tx = w.ctx.db.begin_write().await.unwrap();
     push_build_job(&mut tx, "by-apalis", None).await.unwrap();
     tx.commit().await.unwrap();
     let mut conn = w.ctx.db.acquire().await.unwrap();
-    let rows = Q::new(
-        "SELECT (to_jsonb(j) - 'id' - 'job' - 'run_at')::text AS rest, convert_from(job, 'UTF8') AS job,
-                (run_at <= now() AND run_at > now() - interval '1 minute')::int::int8 AS due
-         FROM apalis.jobs j ORDER BY convert_from(job, 'UTF8') LIKE '%by-apalis%'",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .unwrap();
+    let sql = match engine {
+        Engine::Postgres => {
+            "SELECT (to_jsonb(j) - 'id' - 'job' - 'run_at')::text AS rest, convert_from(job, 'UTF8') AS job,
+                    (run_at <= now() AND run_at > now() - interval '1 minute')::int::int8 AS due
+             FROM apalis.jobs j ORDER BY convert_from(job, 'UTF8') LIKE '%by-apalis%'"
+        }
+        Engine::Sqlite => {
+            "SELECT json_array(typeof(job), job_type, status, attempts, max_attempts, typeof(run_at), last_result,
+                               lock_at, lock_by, done_at, priority, metadata, idempotency_key, length(id)) AS rest,
+                    CAST(job AS TEXT) AS job,
+                    (run_at <= unixepoch() AND run_at > unixepoch() - 60) AS due
+             FROM Jobs ORDER BY CAST(job AS TEXT) LIKE '%by-apalis%'"
+        }
+    };
+    let rows = Q::new(sql).fetch_all(&mut conn).await.unwrap();
     assert_eq!(rows.len(), 2);
     let jobs: Vec<BuildJob> = rows.iter().map(|r| serde_json::from_str(&r.text("job").unwrap()).unwrap()).collect();
     assert_eq!(jobs[0].build_id, accepted.build_id, "the submit's job names its build");
@@ -35,6 +42,8 @@ async fn the_folded_job_push_writes_the_row_apalis_writes() {
     assert_eq!(rest[0], rest[1], "the folded push and apalis's differ");
     assert!(rows.iter().all(|r| r.int("due").unwrap() == 1), "a job is not due now");
 }
+
+slipway_jobs::on_both_engines!(the_folded_job_push_writes_the_row_apalis_writes);
 
 /// Q-3 when the cheap bound is loose: an old build still waits behind
 /// builds that ran, so the span of queued submit numbers is far above the

@@ -37,7 +37,7 @@ pub enum Db {
     Postgres(PgPool),
 }
 
-/// An SQLite pool and its writers' turn.
+/// An SQLite pool, and its writers' turn and connection.
 ///
 /// SQLite has one write lock per file. Writers that meet it held wait in
 /// SQLite's busy handler, which sleeps in steps of up to 100 ms and so adds
@@ -45,17 +45,28 @@ pub enum Db {
 /// write transactions of one process ([`Db::begin_write`]) take turns here
 /// instead, woken the moment the one before them ends; only writers of other
 /// processes (an api beside a worker) still meet in the busy handler.
-/// Dereferences to the pool.
+///
+/// They also write through one connection of their own. SQLite empties a
+/// connection's page cache whenever another connection has written since
+/// its last transaction; with the writes spread over the pool, every write
+/// transaction began by reading its pages again. On one connection, its
+/// cache holds while only this process writes.
+///
+/// Dereferences to the pool of the other connections (reads, and writes of
+/// one statement).
 #[derive(Debug, Clone)]
 pub struct SqliteDb {
     pool: SqlitePool,
     writers: Arc<Semaphore>,
+    writer: SqlitePool,
 }
 
 impl SqliteDb {
-    /// Wraps `pool`, with a turn of its own for its write transactions.
+    /// Wraps `pool`, with a turn and a connection of its own for its write
+    /// transactions (opened on first use, with `pool`'s options).
     pub fn new(pool: SqlitePool) -> Self {
-        Self { pool, writers: Arc::new(Semaphore::new(1)) }
+        let writer = super::sqlite_pool_options(1).connect_lazy_with((*pool.connect_options()).clone());
+        Self { pool, writers: Arc::new(Semaphore::new(1)), writer }
     }
 }
 
@@ -65,6 +76,14 @@ impl std::ops::Deref for SqliteDb {
     fn deref(&self) -> &SqlitePool {
         &self.pool
     }
+}
+
+/// What [`Db::hold_all`] holds, given back when dropped.
+#[derive(Debug)]
+pub struct Held {
+    /// SQLite's write turn.
+    _turn: Option<OwnedSemaphorePermit>,
+    _conns: Vec<Conn>,
 }
 
 /// A connection from the pool, or an open transaction.
@@ -207,7 +226,7 @@ impl Db {
                     .await
                     .map_err(|_| StoreError::Database(sqlx::Error::PoolTimedOut))?
                     .expect("the write turn stays open");
-                Conn::SqliteTx(p.begin_with("BEGIN IMMEDIATE").await?, turn)
+                Conn::SqliteTx(p.writer.begin_with("BEGIN IMMEDIATE").await?, turn)
             }
             Self::Postgres(p) => Conn::PostgresTx(p.begin().await?, Notices { pool: p.clone(), pending: Vec::new() }),
         })
@@ -215,9 +234,10 @@ impl Db {
 
     /// Holds every connection of the pool that is free, until no other task
     /// of this process is inside a statement or a transaction of this pool,
-    /// so this process holds no database lock. On SQLite that is every
-    /// connection, each then shown to hold no transaction and the file's
-    /// write lock shown free ([`sqlite_lock_free`]). On PostgreSQL a LISTEN
+    /// so this process holds no database lock. On SQLite that is the write
+    /// turn ([`SqliteDb`]) and every connection, each then shown to hold no
+    /// transaction and the file's write lock shown free
+    /// ([`sqlite_lock_free`]). On PostgreSQL a LISTEN
     /// of the job queues keeps a connection for itself, idle between
     /// notifications, so it takes what
     /// comes free within a short wait and then asks the server that every
@@ -225,7 +245,16 @@ impl Db {
     /// Otherwise all are given back and it starts again; a closed pool ends
     /// the wait with what is held. For failpoints that stop the process
     /// between two statements ([`crate::failpoint::hit_between_statements`]).
-    pub async fn hold_all(&self) -> Vec<Conn> {
+    pub async fn hold_all(&self) -> Held {
+        let turn = match self {
+            Self::Sqlite(p) => Some(p.writers.clone().acquire_owned().await.expect("the write turn stays open")),
+            Self::Postgres(_) => None,
+        };
+        Held { _turn: turn, _conns: self.hold_all_connections().await }
+    }
+
+    /// [`Db::hold_all`]'s connections.
+    async fn hold_all_connections(&self) -> Vec<Conn> {
         const SHORT: std::time::Duration = std::time::Duration::from_millis(200);
         let size = match self {
             Self::Sqlite(p) => p.options().get_max_connections(),
@@ -267,7 +296,10 @@ impl Db {
     /// Closes every connection (tests drop their databases after this).
     pub async fn close(&self) {
         match self {
-            Self::Sqlite(p) => p.close().await,
+            Self::Sqlite(p) => {
+                p.writer.close().await;
+                p.pool.close().await;
+            }
             Self::Postgres(p) => p.close().await,
         }
     }

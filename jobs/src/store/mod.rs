@@ -21,7 +21,7 @@ pub mod sboms;
 pub mod submit;
 pub mod workers;
 
-pub use db::{ping, placeholders, Conn, Db, Engine, Row, SqliteDb, Q};
+pub use db::{ping, placeholders, Conn, Db, Engine, Held, Row, SqliteDb, Q};
 
 use crate::config::Config;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -133,6 +133,15 @@ pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// SQLite's default is 2 MiB.
 pub const SQLITE_CACHE_SIZE: &str = "-16384";
 
+/// How long a pooled PostgreSQL connection may have been idle and still be
+/// handed out without a ping first. sqlx pings before every use by default,
+/// one more round trip to the server per statement or transaction (four in
+/// a submit); a connection used within the last second is taken as alive.
+/// Should the server have dropped it within that second (a restart), the
+/// request that gets it fails as the database being unavailable, and the
+/// connection is closed when it comes back.
+pub const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
 /// Opens the database of `config` and runs pending migrations once.
 pub async fn open(config: &Config) -> Result<Db, StoreError> {
     if let Some(path) = config.sqlite_path() {
@@ -151,6 +160,33 @@ pub async fn open(config: &Config) -> Result<Db, StoreError> {
         }
         _ => "(none)".to_owned(),
     }))
+}
+
+/// How Slipway pools SQLite connections, `max` of them: what
+/// [`open_sqlite`] uses for its reads and [`SqliteDb`] for its one writer.
+pub(crate) fn sqlite_pool_options(max: u32) -> SqlitePoolOptions {
+    SqlitePoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        // A file connection does not drop away as a server's can: no ping
+        // before each use (sqlx's default), a round trip to the
+        // connection's thread.
+        .test_before_acquire(false)
+        // A connection whose COMMIT or ROLLBACK failed (a disk I/O error, a
+        // full disk) comes back still counted as inside a transaction, and
+        // every `BEGIN` on it would fail from then on: it is closed instead
+        // of pooled. One counted inside may only have its rollback pending
+        // (a transaction dropped unfinished): the ping waits for it first.
+        // One counted outside has nothing pending that could change that.
+        .after_release(|conn, _meta| {
+            Box::pin(async move {
+                use sqlx::Connection as _;
+                if conn.is_in_transaction() {
+                    conn.ping().await?;
+                }
+                Ok(!conn.is_in_transaction())
+            })
+        })
 }
 
 /// Opens (and migrates) the SQLite database at `path`, creating the file and
@@ -174,22 +210,7 @@ pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
     // file; pooled connections leave the journal mode alone.
     let _lock = lock_file(&path.with_extension("migrate.lock")).await?;
     sqlx::SqliteConnection::connect_with(&options.clone().journal_mode(SqliteJournalMode::Wal)).await?.close().await?;
-    let pool = SqlitePoolOptions::new()
-        .max_connections(8)
-        .acquire_timeout(ACQUIRE_TIMEOUT)
-        // A connection whose COMMIT or ROLLBACK failed (a disk I/O error, a
-        // full disk) comes back still counted as inside a transaction, and
-        // every `BEGIN` on it would fail from then on: it is closed instead
-        // of pooled. The ping waits for a pending rollback to be done first.
-        .after_release(|conn, _meta| {
-            Box::pin(async move {
-                use sqlx::Connection as _;
-                conn.ping().await?;
-                Ok(!conn.is_in_transaction())
-            })
-        })
-        .connect_with(options)
-        .await?;
+    let pool = sqlite_pool_options(8).connect_with(options).await?;
     // apalis's own tables. We do not call `SqliteStorage::setup`, which would
     // also set `synchronous = OFF` on one pooled connection.
     apalis_sqlite::SqliteStorage::<()>::migrations().run(&pool).await?;
@@ -215,6 +236,16 @@ pub async fn open_postgres(url: &str) -> Result<Db, StoreError> {
     let pool = PgPoolOptions::new()
         .max_connections(16)
         .acquire_timeout(ACQUIRE_TIMEOUT)
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                use sqlx::Connection as _;
+                if meta.idle_for >= PING_AFTER_IDLE {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
         .after_connect(move |_conn, _meta| {
             Box::pin(async move {
                 if let Some(port) = tcp_port {
@@ -301,6 +332,74 @@ mod tests {
                 tx.rollback().await.unwrap();
             }
         }
+    }
+
+    /// A transaction dropped unfinished (a request cancelled mid-way) is
+    /// rolled back before its connection is used again: what it wrote is
+    /// gone and the next write transaction begins.
+    #[tokio::test]
+    async fn a_write_transaction_dropped_unfinished_writes_nothing_and_the_next_begins() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = super::open_sqlite(&dir.path().join("slipway.db")).await.unwrap();
+        for round in 0..3 {
+            let mut tx = db.begin_write().await.unwrap();
+            super::Q::new("INSERT INTO nix_slots (slot, holder, expires_at) VALUES ($1, 'dropped', 0)")
+                .int(round)
+                .execute(&mut tx)
+                .await
+                .unwrap();
+            drop(tx);
+            let tx = db.begin_write().await.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            tx.rollback().await.unwrap();
+        }
+        let mut conn = db.acquire().await.unwrap();
+        let n = super::Q::new("SELECT COUNT(*) AS n FROM nix_slots").fetch_one(&mut conn).await.unwrap();
+        assert_eq!(n.int("n").unwrap(), 0, "a dropped transaction's write was kept");
+    }
+
+    /// A process's SQLite write transactions run on one connection of
+    /// their own ([`super::SqliteDb`]), whose page cache then holds from one
+    /// to the next: a temporary table (seen only by the connection that made
+    /// it) made in one is there in the next, and not on the reads'.
+    #[tokio::test]
+    async fn a_process_s_sqlite_write_transactions_share_one_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = super::open_sqlite(&dir.path().join("slipway.db")).await.unwrap();
+        let mut tx = db.begin_write().await.unwrap();
+        super::Q::new("CREATE TEMP TABLE mark (x INTEGER)").execute(&mut tx).await.unwrap();
+        tx.commit().await.unwrap();
+        let exists = "SELECT COUNT(*) AS n FROM sqlite_temp_master WHERE name = 'mark'";
+        for n in 0..3 {
+            let mut tx = db.begin_write().await.unwrap();
+            let row = super::Q::new(exists).fetch_one(&mut tx).await.unwrap();
+            assert_eq!(row.int("n").unwrap(), 1, "write transaction {n} ran on another connection");
+            tx.rollback().await.unwrap();
+        }
+        let mut reads = Vec::new();
+        for _ in 0..8 {
+            let mut conn = db.acquire().await.unwrap();
+            let row = super::Q::new(exists).fetch_one(&mut conn).await.unwrap();
+            assert_eq!(row.int("n").unwrap(), 0, "a read connection is the writers' connection");
+            reads.push(conn);
+        }
+    }
+
+    /// [`super::Db::hold_all`] on SQLite holds the write turn too: no write
+    /// transaction begins until what it holds is given back.
+    #[tokio::test]
+    async fn holding_every_sqlite_connection_holds_the_write_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = super::open_sqlite(&dir.path().join("slipway.db")).await.unwrap();
+        let held = db.hold_all().await;
+        let mut write = tokio::spawn({
+            let db = db.clone();
+            async move { db.begin_write().await?.commit().await }
+        });
+        if let Ok(done) = tokio::time::timeout(std::time::Duration::from_millis(500), &mut write).await {
+            panic!("a write transaction began while every connection was held: {:?}", done.unwrap());
+        }
+        drop(held);
+        write.await.unwrap().unwrap();
     }
 
     /// A write that SQLite cannot take now (the lock held elsewhere past

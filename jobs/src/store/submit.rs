@@ -18,10 +18,12 @@
 //!    event are sent after the commit ([`Conn::notify`]), so that the
 //!    submits' commits share their WAL flushes.
 //!
-//! On SQLite, whose `BEGIN IMMEDIATE` already holds the one write lock and
-//! whose statements make no network round trip, the same steps run as a few
-//! plain statements (it has no data-modifying CTEs); the job is pushed by
-//! apalis's own query.
+//! On SQLite, whose `BEGIN IMMEDIATE` already holds the one write lock, the
+//! same two steps: the upsert, then one round trip to the connection's
+//! thread that runs the steps of statement 2 as plain statements in order
+//! (SQLite has no data-modifying CTEs) and reads back what they did. Every
+//! round trip is a hand-over between threads, taken while the process's
+//! write turn is held, so fewer of them let more submits commit.
 
 use super::queue::{BUILDS_QUEUE, BUILD_JOB_ATTEMPTS};
 use super::{builds, deployments, events, Conn, Engine, StoreError, Q};
@@ -276,50 +278,57 @@ async fn write_build_sqlite(
     cap: i64,
     now: i64,
 ) -> Result<Written, StoreError> {
-    if supersede {
-        builds::supersede_queued_deploys(conn, b.deployment_id, b.id, now).await?;
-    }
-    // The build's turn has come when no other build of the deployment is
-    // queued or running (ST-2).
-    let sql = "INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
-                                   operator_secrets, readiness, dry_run, dispatched, version)
-               SELECT $1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, turn, turn
-               FROM (SELECT CASE WHEN EXISTS (SELECT 1 FROM builds WHERE deployment_id = $2
-                                                AND status IN ('queued', 'running'))
-                                 THEN 0 ELSE 1 END AS turn) AS t
-               RETURNING dispatched";
-    let dispatched = builds::bind_new_build(Q::new(sql), &b, now).fetch_one(conn).await?.int("dispatched")? == 1;
+    // One round trip to the connection's thread: the statements run in
+    // order, each binding the numbered values it names, and the last one
+    // reads back what they did. The build's turn has come when no other
+    // build of the deployment is queued or running (ST-2); its job is then
+    // the row apalis-sqlite's own push writes (`push_tasks`; the test
+    // `the_folded_job_push_writes_the_row_apalis_writes` compares them).
+    // The event's `HAVING` writes nothing for a dry run.
+    let sql = format!(
+        "{SUPERSEDE};
+         INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
+                             operator_secrets, readiness, dry_run, dispatched, version)
+         SELECT $1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, turn, turn
+         FROM (SELECT CASE WHEN EXISTS (SELECT 1 FROM builds WHERE deployment_id = $2
+                                          AND status IN ('queued', 'running'))
+                           THEN 0 ELSE 1 END AS turn) AS t;
+         INSERT INTO Jobs (job, id, job_type, status, attempts, max_attempts, run_at, last_result, lock_at, lock_by,
+                           done_at, priority, metadata, idempotency_key)
+         SELECT $15, $13, $14, 'Pending', 0, $16, $17, NULL, NULL, NULL, NULL, 0, $20, NULL
+         FROM builds WHERE id = $1 AND dispatched = 1;
+         INSERT INTO deployment_events (deployment_id, n, state, build_id, at)
+         SELECT $2, COALESCE(MAX(n), 0) + 1, $18, $1, $7 FROM deployment_events WHERE deployment_id = $2
+         HAVING $18 IS NOT NULL;
+         SELECT (SELECT dispatched FROM builds WHERE id = $1) AS dispatched,
+                EXISTS (SELECT 1 FROM builds WHERE deployment_id = $2 AND status IN ('queued', 'running')
+                          AND dispatched = 1) AS busy,
+                CASE WHEN b <= $19 THEN b
+                     ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM builds WHERE status = 'queued' LIMIT $19 + 1) AS q)
+                END AS queued
+         FROM {SPAN}"
+    );
+    let rows = builds::bind_new_build(Q::new(sql), &b, now)
+        .text(format!("superseded by build {}, submitted before this one ran", b.id))
+        .int(i64::from(supersede))
+        .text(ulid::Ulid::generate().to_string())
+        .text(BUILDS_QUEUE)
+        .bytes(super::queue::build_job_payload(b.id))
+        .int(BUILD_JOB_ATTEMPTS as i64)
+        .int(now.div_euclid(1000))
+        .opt_text(event.map(|e| e.as_str()))
+        .int(cap)
+        .text(super::queue::SQLITE_JOB_METADATA)
+        .fetch_all(conn)
+        .await?;
+    let row = rows.last().ok_or_else(|| StoreError::Queue("the submit's statement read nothing back".to_owned()))?;
     crate::failpoint::hit("build_inserted");
+    let dispatched = row.int("dispatched")? == 1;
     if dispatched {
-        super::queue::push_build_job(conn, b.id, None).await?;
         crate::failpoint::hit("job_pushed");
-    } else {
-        // Usually a build ahead is dispatched and this one waits; otherwise
-        // an earlier waiting build's turn has come.
+    } else if row.int("busy")? == 0 {
+        // An earlier build waits with none dispatched: its turn, not ours.
         builds::dispatch_next(conn, b.deployment_id).await?;
     }
-    if let Some(state) = event {
-        Q::new(
-            "INSERT INTO deployment_events (deployment_id, n, state, build_id, at)
-             SELECT $1, COALESCE(MAX(n), 0) + 1, $2, $3, $4 FROM deployment_events WHERE deployment_id = $1",
-        )
-        .text(b.deployment_id)
-        .text(state.as_str())
-        .text(b.id)
-        .int(now)
-        .execute(conn)
-        .await?;
-    }
-    // This build is counted, being visible here.
-    let queued = Q::new(format!(
-        "SELECT CASE WHEN b <= $1 THEN b
-                     ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM builds WHERE status = 'queued' LIMIT $1 + 1) AS q)
-                END AS n
-         FROM {SPAN}"
-    ))
-    .int(cap)
-    .fetch_one(conn)
-    .await?
-    .int("n")?;
-    Ok(Written { queued, unseen: 0, dispatched })
+    Ok(Written { queued: row.int("queued")?, unseen: 0, dispatched })
 }
