@@ -91,20 +91,26 @@ def render(lines, command, git):
         "busy: one, the live nix workers and the held slots together), the read of the deployment's secret pins "
         "when OpenBao is not configured (one), and the transaction: `BEGIN`, the deployment's upsert that takes "
         "its row lock and the admission lock, one statement that supersedes, inserts the build, pushes its job, "
-        "records the event and counts the queue, `COMMIT`.",
+        "records the event and counts the queue, `COMMIT`, then the wake-ups. Each of the four connections it "
+        "takes from the pool is pinged by sqlx when it is given back; none is pinged before use unless it sat "
+        "idle for a second (`store::PING_AFTER_IDLE`). On SQLite the same reads, then the write turn: `BEGIN "
+        "IMMEDIATE`, the upsert, and one round trip that runs the other steps, on the process's one writer "
+        "connection, whose page cache survives from one submit to the next (docs/DECISIONS.md).",
         "",
-        "What limits it on PostgreSQL, on this 2-core machine: the cores. During the every-slot-busy run "
-        "(2026-12-02) `top` showed no idle CPU: the api at about half a core, its sixteen PostgreSQL backends "
-        "at about 1.2 cores (the submit's statement of CTEs is 0.47 ms of the 0.67 ms a submit's statements "
-        "take in the server, `pg_stat_statements`), and `wrk`; pgbench's figure is measured without the api "
-        "and `wrk` beside it. The commits no longer wait for one another: the wake-ups of a submit (its job, "
-        "its channel event) are sent after the commit in a statement of their own (docs/DECISIONS.md), where "
-        "a `NOTIFY` inside the transaction held PostgreSQL's notification lock through the WAL flush and made "
-        "the commits take turns (1.6x the commit rate of that transaction shape under pgbench). What would "
-        "close the rest: a server with cores of its own (the api and PostgreSQL apart, as a fleet runs), then "
-        "fewer indexes written per build and job row. On SQLite the writes take turns by design (one write "
-        "lock); each commit waits for its own `fsync` of the WAL (`synchronous = FULL`, so an accepted submit "
-        "survives a power cut).",
+        "What limits it on PostgreSQL, on this 2-core machine: the cores. The machine has no idle CPU during "
+        "these runs: a system-wide profile (2026-12-02) put PostgreSQL's backends at 64 % of it (12 % in "
+        "`send`, answering round trips; 13 % setting up the executor for the statements), the rest the api "
+        "and `wrk`; pgbench's figure is measured without the api and `wrk` beside it. The commits do not "
+        "wait for one another: the wake-ups of a submit are sent after the commit in a statement of their "
+        "own (docs/DECISIONS.md). The p99 `wrk` sees on PostgreSQL is not the api's: with its access log on, "
+        "the api's own p99 from a request's head to its answer's was 16.6 ms (p99.9 35 ms) while `wrk` "
+        "measured 100 ms in the same run; giving `wrk` or the api a higher CPU priority, or the api 1 or 4 "
+        "runtime threads, left `wrk`'s p99 at 75 to 120 ms, so the wait is outside the api's handling and not "
+        "found yet. What would close the rest: a server with cores of its own (the api and PostgreSQL apart, "
+        "as a fleet runs), then fewer round trips and indexes written per submit. On SQLite the writes take "
+        "turns by design (one write lock); each commit waits for its own `fsync` of the WAL (`synchronous = "
+        "FULL`, so an accepted submit survives a power cut), and each round trip to a connection's thread is "
+        "a hand-over between threads (about three context switches).",
         "",
         f"| Bar | Target | This run | met / not met |",
         "| --- | --- | --- | --- |",
