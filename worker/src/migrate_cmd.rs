@@ -147,8 +147,13 @@ fn parse_section(text: &str) -> Result<Vec<String>, String> {
     Ok(path)
 }
 
+/// The keys a renames entry has; any other is ignored, as a submit's
+/// migration ignores it, and named on stderr (a misspelt `kind`, say).
+const ENTRY_KEYS: [&str; 3] = ["from", "to", "kind"];
+
 /// The renames table in `file`, each entry checked on its own so that the
-/// error names the entry that is wrong.
+/// error names the entry that is wrong. A key an entry does not have is
+/// named in a warning on stderr.
 fn read_table(file: &Path) -> Result<Vec<Rename>, String> {
     let shape = r#"a renames table is a JSON list of {"from": [..], "to": [..], "kind": "option"|"value"} entries"#;
     let Value::Array(entries) = read_json(file, "renames file")? else {
@@ -158,6 +163,14 @@ fn read_table(file: &Path) -> Result<Vec<Rename>, String> {
         .into_iter()
         .enumerate()
         .map(|(i, entry)| {
+            if let Value::Object(keys) = &entry {
+                for key in keys.keys().filter(|k| !ENTRY_KEYS.contains(&k.as_str())) {
+                    eprintln!(
+                        "slipway-worker run migrate: warning: renames file {}: entry {i}: unknown key {key:?}                          ignored (an entry has \"from\", \"to\" and \"kind\")",
+                        file.display()
+                    );
+                }
+            }
             serde_json::from_value(entry)
                 .map_err(|e| format!("renames file {}: entry {i}: {e}; {shape}", file.display()))
         })

@@ -218,6 +218,27 @@ fn bad_input_is_refused_with_the_file_and_what_is_wrong_and_exit_code_two() {
     }
 }
 
+/// A key a renames entry does not have (a misspelt `kind`) is ignored, as a
+/// submit's migration ignores it, and named on stderr with its entry; the
+/// JSON report on stdout stays the report alone.
+#[test]
+fn an_unknown_key_in_a_renames_entry_is_named_in_a_warning_and_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let renames = dir.path().join("renames.json");
+    std::fs::write(&renames, r#"[{"from": ["a"], "to": ["b"]}, {"from": ["c"], "to": ["d"], "knid": "value"}]"#)
+        .unwrap();
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, r#"{"a": 1, "c": 2}"#).unwrap();
+    let (renames, config) = (renames.display().to_string(), config.display().to_string());
+    let ran = migrate(&["--renames", &renames, "--config", &config, "--output", "json"]);
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.json()["output"], serde_json::json!({"b": 1, "d": 2}));
+    for word in ["warning", "renames.json", "entry 1", "\"knid\""] {
+        assert!(ran.stderr.contains(word), "the warning does not name {word:?}: {}", ran.stderr);
+    }
+    assert!(!ran.stderr.contains("entry 0"), "a known entry was warned about: {}", ran.stderr);
+}
+
 /// The same settings that `migrate` ignores make a command that loads them
 /// fail, so [`migrate`]'s environment is a real check that it reads none.
 #[test]
