@@ -186,6 +186,31 @@ const SUPERSEDE: &str = "UPDATE builds SET status = 'superseded', reason = 'supe
     WHERE $12 = 1 AND deployment_id = $2 AND kind = 'deploy' AND status = 'queued' AND dry_run = 0
       AND seq > COALESCE((SELECT MAX(seq) FROM builds WHERE deployment_id = $2 AND kind = 'destroy'), 0)";
 
+/// Binds statement 2's values on either engine: `$1`–`$10` the build
+/// ([`builds::bind_new_build`]), `$11` the error the superseded builds get,
+/// `$12` whether to supersede, `$13` the job's id, `$14` its queue, `$15`
+/// its attempts, `$16` when it runs (seconds), `$17` the event's state,
+/// `$18` the admission cap. The caller binds the job's payload as `$19`, in
+/// its engine's type.
+fn bind_statement_2(
+    q: Q,
+    b: &builds::NewBuild<'_>,
+    supersede: bool,
+    event: Option<crate::state::DeploymentState>,
+    cap: i64,
+    now: i64,
+) -> Q {
+    builds::bind_new_build(q, b, now)
+        .text(format!("superseded by build {}, submitted before this one ran", b.id))
+        .int(i64::from(supersede))
+        .text(ulid::Ulid::generate().to_string())
+        .text(BUILDS_QUEUE)
+        .int(BUILD_JOB_ATTEMPTS as i64)
+        .int(now.div_euclid(1000))
+        .opt_text(event.map(|e| e.as_str()))
+        .int(cap)
+}
+
 async fn write_build_postgres(
     conn: &mut Conn,
     b: builds::NewBuild<'_>,
@@ -218,21 +243,21 @@ async fn write_build_postgres(
          job AS (
            INSERT INTO apalis.jobs (id, job_type, job, status, attempts, max_attempts, run_at, priority, metadata,
                                     idempotency_key)
-           SELECT $13, $14, convert_to($15, 'UTF8'), 'Pending', 0, $16::integer, to_timestamp($17), 0, ''::hstore,
+           SELECT $13, $14, convert_to($19, 'UTF8'), 'Pending', 0, $15::integer, to_timestamp($16), 0, ''::hstore,
                   NULL
            FROM st WHERE NOT blocked
            RETURNING id
          ),
          ev AS (
            INSERT INTO deployment_events (deployment_id, n, state, build_id, at)
-           SELECT $2, COALESCE(MAX(n), 0) + 1, $18::text, $1, $7 FROM deployment_events WHERE deployment_id = $2
-           HAVING $18::text IS NOT NULL
+           SELECT $2, COALESCE(MAX(n), 0) + 1, $17::text, $1, $7 FROM deployment_events WHERE deployment_id = $2
+           HAVING $17::text IS NOT NULL
            RETURNING n
          )
-         SELECT CASE WHEN (SELECT b FROM {SPAN}) + 1 + current_setting('max_connections')::bigint <= $19
+         SELECT CASE WHEN (SELECT b FROM {SPAN}) + 1 + current_setting('max_connections')::bigint <= $18
                      THEN (SELECT b FROM {SPAN}) + 1
                      ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM builds WHERE status = 'queued'
-                                                   AND id NOT IN (SELECT id FROM sup) LIMIT $19) AS others) + 1
+                                                   AND id NOT IN (SELECT id FROM sup) LIMIT $18) AS others) + 1
                 END AS queued,
                 current_setting('max_connections')::bigint AS unseen,
                 (SELECT dispatched FROM ins) AS dispatched,
@@ -240,16 +265,8 @@ async fn write_build_postgres(
                 (SELECT id FROM job) AS job_id,
                 (SELECT n FROM ev) AS event"
     );
-    let row = builds::bind_new_build(Q::new(sql), &b, now)
-        .text(format!("superseded by build {}, submitted before this one ran", b.id))
-        .int(i64::from(supersede))
-        .text(ulid::Ulid::generate().to_string())
-        .text(BUILDS_QUEUE)
+    let row = bind_statement_2(Q::new(sql), &b, supersede, event, cap, now)
         .text(super::queue::build_job_payload(b.id))
-        .int(BUILD_JOB_ATTEMPTS as i64)
-        .int(now.div_euclid(1000))
-        .opt_text(event.map(|e| e.as_str()))
-        .int(cap)
         .fetch_one(conn)
         .await?;
     crate::failpoint::hit("build_inserted");
@@ -295,29 +312,21 @@ async fn write_build_sqlite(
                            THEN 0 ELSE 1 END AS turn) AS t;
          INSERT INTO Jobs (job, id, job_type, status, attempts, max_attempts, run_at, last_result, lock_at, lock_by,
                            done_at, priority, metadata, idempotency_key)
-         SELECT $15, $13, $14, 'Pending', 0, $16, $17, NULL, NULL, NULL, NULL, 0, $20, NULL
+         SELECT $19, $13, $14, 'Pending', 0, $15, $16, NULL, NULL, NULL, NULL, 0, $20, NULL
          FROM builds WHERE id = $1 AND dispatched = 1;
          INSERT INTO deployment_events (deployment_id, n, state, build_id, at)
-         SELECT $2, COALESCE(MAX(n), 0) + 1, $18, $1, $7 FROM deployment_events WHERE deployment_id = $2
-         HAVING $18 IS NOT NULL;
+         SELECT $2, COALESCE(MAX(n), 0) + 1, $17, $1, $7 FROM deployment_events WHERE deployment_id = $2
+         HAVING $17 IS NOT NULL;
          SELECT (SELECT dispatched FROM builds WHERE id = $1) AS dispatched,
                 EXISTS (SELECT 1 FROM builds WHERE deployment_id = $2 AND status IN ('queued', 'running')
                           AND dispatched = 1) AS busy,
-                CASE WHEN b <= $19 THEN b
-                     ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM builds WHERE status = 'queued' LIMIT $19 + 1) AS q)
+                CASE WHEN b <= $18 THEN b
+                     ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM builds WHERE status = 'queued' LIMIT $18 + 1) AS q)
                 END AS queued
          FROM {SPAN}"
     );
-    let rows = builds::bind_new_build(Q::new(sql), &b, now)
-        .text(format!("superseded by build {}, submitted before this one ran", b.id))
-        .int(i64::from(supersede))
-        .text(ulid::Ulid::generate().to_string())
-        .text(BUILDS_QUEUE)
+    let rows = bind_statement_2(Q::new(sql), &b, supersede, event, cap, now)
         .bytes(super::queue::build_job_payload(b.id))
-        .int(BUILD_JOB_ATTEMPTS as i64)
-        .int(now.div_euclid(1000))
-        .opt_text(event.map(|e| e.as_str()))
-        .int(cap)
         .text(super::queue::SQLITE_JOB_METADATA)
         .fetch_all(conn)
         .await?;
