@@ -55,7 +55,7 @@ def render(results, command, git, quiet):
         "",
         f"Binaries: {', '.join(sorted({r.get('binaries', 'release') for r in results}))}. "
         "A `slipway-api` and 1 or 4 `slipway-worker`s (`--queues builds`, default `BUILD_SLOTS` 4 "
-        "each) on a fresh database; the module source is `bench/deploy/noop-source` (pure Nix), whose deploy effect "
+        "each) on a fresh database (PostgreSQL over loopback with `sslmode=disable`, no TLS); the module source is `bench/deploy/noop-source` (pure Nix), whose deploy effect "
         "writes a one-node `nodes.json` and exits 0. No worker serves the `nix` queue while measuring, so a submit "
         "skips its names eval at once and no Nix runs per deploy. The client (`bench/deploy/follow.py`) submits, "
         "then follows the deployment on `GET /deployments/{id}/events` until `active`. *Overhead* is submit → "

@@ -29,6 +29,9 @@ import threading
 import time
 import urllib.parse
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import cpu  # noqa: E402  (bench/cpu.py)
+
 
 def connect(base):
     u = urllib.parse.urlsplit(base)
@@ -113,51 +116,6 @@ def deploy(base, token, source, dep_id, configuration=NOOP):
     }
 
 
-# CPU time by who spends it, from /proc (Linux): the api, the workers (their
-# effects and Nix runs included once reaped), PostgreSQL's processes, this
-# client, and the rest of the machine.
-GROUPS = (("slipway-api", "api"), ("slipway-worke", "workers"), ("postgres", "postgres"))
-
-
-def cpu_snapshot():
-    """Machine-wide busy and idle ticks, and CPU ticks per process."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + fields[4]
-    procs = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                text = f.read()
-        except OSError:
-            continue
-        comm = text[text.index("(") + 1:text.rindex(")")]
-        rest = text[text.rindex(")") + 2:].split()
-        # utime, stime, cutime, cstime: fields 14 to 17 of stat(5).
-        procs[pid] = (comm, sum(int(x) for x in rest[11:15]))
-    return {"total": sum(fields[:8]), "idle": idle, "procs": procs}
-
-
-def cpu_used(before, after):
-    """Busy share of the machine between two snapshots, and CPU seconds by group."""
-    hz = os.sysconf("SC_CLK_TCK")
-    total = after["total"] - before["total"]
-    seconds = {"api": 0.0, "workers": 0.0, "postgres": 0.0, "client": 0.0, "other": 0.0}
-    for pid, (comm, ticks) in after["procs"].items():
-        spent = ticks - before["procs"].get(pid, (comm, 0))[1]
-        group = next((g for prefix, g in GROUPS if comm.startswith(prefix)), None)
-        if group is None:
-            group = "client" if pid == str(os.getpid()) else "other"
-        seconds[group] += spent / hz
-    return {
-        "busy_pct": round(100 * (1 - (after["idle"] - before["idle"]) / total), 1) if total else None,
-        "cores": os.cpu_count(),
-        "seconds": {k: round(v, 2) for k, v in seconds.items()},
-    }
-
-
 def pct(values, p):
     v = sorted(values)
     if not v:
@@ -233,17 +191,17 @@ def main(argv):
                 errors.append(repr(e))
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-        before = cpu_snapshot()
+        before = cpu.snapshot()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        cpu = cpu_used(before, cpu_snapshot())
+        cpu_use = cpu.used(before, cpu.settled(), client_pids=(str(os.getpid()),))
         if errors:
             sys.exit(f"{len(errors)} deployments failed: {errors[0]}")
         drain = (max(r["t_end"] for r in runs) - min(r["t0"] for r in runs)) * 1000
         out = {"label": label, "mode": mode, "drain_ms": round(drain, 1),
-               "deploys_per_s": round(n / (drain / 1000), 1), "cpu": cpu, **summary(runs)}
+               "deploys_per_s": round(n / (drain / 1000), 1), "cpu": cpu_use, **summary(runs)}
     print(json.dumps(out))
 
 
