@@ -166,11 +166,12 @@ def render(lines, command, git):
         "",
         "What a submit costs the database (`jobs/tests/submit_path.rs` counts it): on PostgreSQL, the admission "
         "check before the body is read (one statement), the names eval's lookup (the kept result: one; every slot "
-        "busy: one, the live nix workers and the held slots together), the read of the deployment's secret pins "
-        "when OpenBao is not configured (one), and the transaction: `BEGIN`, the deployment's upsert that takes "
-        "its row lock and the admission lock, one statement that supersedes, inserts the build, pushes its job, "
-        "records the event and counts the queue, `COMMIT`, then the wake-ups. Each of the four connections it "
-        "takes from the pool is pinged by sqlx when it is given back; none is pinged before use unless it sat "
+        "busy: one, the live nix workers and the held slots together), and the transaction: `BEGIN`, the "
+        "deployment's upsert that takes its row lock and the admission lock, one statement that supersedes, "
+        "inserts the build, pushes its job, records the event, counts the queue and, when OpenBao is not "
+        "configured, reads whether an earlier build pins secrets OpenBao keeps, `COMMIT`, then the wake-ups on "
+        "a connection of their own. Each of the four connections it takes from the pool (admission, names, "
+        "transaction, wake-ups) is pinged by sqlx when it is given back; none is pinged before use unless it sat "
         "idle for a second (`store::PING_AFTER_IDLE`). On SQLite the same reads, then the write turn: `BEGIN "
         "IMMEDIATE`, the upsert, and one round trip that runs the other steps, on the process's one writer "
         "connection, whose page cache survives from one submit to the next (docs/DECISIONS.md).",

@@ -529,11 +529,13 @@ async fn an_api_without_openbao_refuses_a_deployment_whose_secrets_openbao_keeps
     // A replica configured without OpenBao, on the same database.
     let url = h.database.url.clone();
     let other = harness_on(slipway_jobs::test_support::TestDatabase::new(engine).await, Some(url), &[]).await;
+    let before = stored_rows(&h, "demo").await;
     let (status, body) = other.put("demo", &json!({ "configuration": demo() })).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_error_shape(&body, "service_unavailable");
     assert!(body["message"].as_str().unwrap().contains("OPENBAO_ADDR"), "{body}");
     assert_eq!(rows(&h).await, (1, 1, 1), "the replica stored something");
+    assert_eq!(stored_rows(&h, "demo").await, before, "the replica changed the stored configuration");
     // A deployment without secrets in OpenBao is served as usual there.
     let (status, body) = other.put("fresh", &json!({ "configuration": demo() })).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");

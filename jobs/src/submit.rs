@@ -269,12 +269,6 @@ pub async fn submit(
     let mut checked = checker
         .check(request.configuration, secrets.is_none().then_some(NO_SECRET_STORE))
         .map_err(SubmitError::InvalidConfiguration)?;
-    if secrets.is_none() && !checked.secrets.is_empty() {
-        let pins = builds::latest_secret_pins(&mut db.acquire().await?, request.deployment.as_str()).await?;
-        if pins.is_some_and(|p| !p.set.is_empty()) {
-            return Err(SubmitError::SecretStoreMissing(request.deployment.to_string()));
-        }
-    }
     let names = sources.names(stored_source.as_deref(), &checked.configuration).await?;
     let (names, names_skipped) = match names {
         NamesEval::Evaluated(names) => (Some(names), None),
@@ -309,6 +303,10 @@ pub async fn submit(
             names: names_value.as_ref(),
             operator_secrets: Some(&pins),
             dry_run,
+            // Without OpenBao here, a deployment whose earlier builds pin
+            // secrets that OpenBao keeps is refused (an api replica
+            // configured unlike the others), inside the transaction.
+            refuse_kept_secrets: secrets.is_none() && !checked.secrets.is_empty(),
         };
         let stored = store(db, id, stored, kind, request.queueing.limit, admission).await?;
         match stored {
@@ -420,6 +418,9 @@ struct Stored<'a> {
     names: Option<&'a Value>,
     operator_secrets: Option<&'a SecretPins>,
     dry_run: bool,
+    /// Roll back with [`SubmitError::SecretStoreMissing`] when the
+    /// deployment's latest earlier build pins secrets OpenBao keeps.
+    refuse_kept_secrets: bool,
 }
 
 /// A dry run's `secretsSet` and `secretsClear` (§11): what a real submit
@@ -541,9 +542,11 @@ async fn place_secrets(
 
 /// One submit transaction (MG-7, Q-1): the deployment row, the build row and
 /// its job, committed together, within the Q-3 bound `limit`. `Ok(None)`:
-/// rolled back, to be run again under [`Admission::Exclusive`]. Four round
-/// trips on PostgreSQL (`BEGIN`, two statements, `COMMIT`; see
-/// [`crate::store::submit`]).
+/// rolled back, to be run again under [`Admission::Exclusive`];
+/// [`SubmitError::SecretStoreMissing`] (rolled back) when
+/// `stored.refuse_kept_secrets` and an earlier build pins secrets OpenBao
+/// keeps. Four round trips on PostgreSQL (`BEGIN`, two statements,
+/// `COMMIT`; see [`crate::store::submit`]).
 async fn store(
     db: &Db,
     id: &DeploymentId,
@@ -552,8 +555,8 @@ async fn store(
     limit: Option<u32>,
     admission: Admission,
 ) -> Result<Option<String>, SubmitError> {
-    use crate::store::submit::{lock_and_upsert, write_build, AdmissionLock};
-    let Stored { checked, module_source, names, operator_secrets, dry_run } = stored;
+    use crate::store::submit::{lock_and_upsert, write_build, AdmissionLock, WriteBuild};
+    let Stored { checked, module_source, names, operator_secrets, dry_run, refuse_kept_secrets } = stored;
     let mut tx = db.begin_write().await?;
     let snapshot = deployments::Snapshot {
         id: id.as_str(),
@@ -592,7 +595,12 @@ async fn store(
     let supersede = kind == BuildKind::Deploy && !dry_run;
     // Other queued builds are counted up to the bound: this one makes one more.
     let cap = limit.map_or(0, i64::from);
-    let written = write_build(&mut tx, new, supersede, event, cap, now).await?;
+    let how = WriteBuild { supersede, event, cap, check_kept_secrets: refuse_kept_secrets };
+    let written = write_build(&mut tx, new, how, now).await?;
+    if written.secrets_kept {
+        tx.rollback().await?;
+        return Err(SubmitError::SecretStoreMissing(id.to_string()));
+    }
     if let Some(limit) = limit {
         let queued = written.queued;
         let unseen = if admission == Admission::Exclusive { 0 } else { written.unseen };

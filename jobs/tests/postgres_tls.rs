@@ -12,10 +12,8 @@ use slipway_jobs::test_support::TestDatabase;
 /// Whether the pooled connections of a Slipway pool opened on `url` use TLS.
 async fn pooled_connection_uses_tls(url: &str) -> bool {
     let Db::Postgres(pool) = open_postgres(url).await.unwrap() else { unreachable!() };
-    let tls: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let tls: bool =
+        sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetch_one(&pool).await.unwrap();
     pool.close().await;
     tls
 }

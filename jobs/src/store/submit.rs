@@ -14,9 +14,13 @@
 //!    records the channel event (DL-3), and counts the queued builds for
 //!    the admission (Q-3). Its snapshot is taken after statement 1 holds
 //!    both locks, so it sees every build of the deployment and, under the
-//!    exclusive lock, every queued build. The wake-ups of the job and of the
-//!    event are sent after the commit ([`Conn::notify`]), so that the
-//!    submits' commits share their WAL flushes.
+//!    exclusive lock, every queued build. A submit without OpenBao also
+//!    reads in it whether the deployment's earlier builds pin secrets
+//!    OpenBao keeps (§8), instead of a read of its own before the
+//!    transaction: one round trip and one pooled connection fewer. The
+//!    wake-ups of the job and of the event are sent after the commit
+//!    ([`Conn::notify`]), so that the submits' commits share their WAL
+//!    flushes.
 //!
 //! On SQLite, whose `BEGIN IMMEDIATE` already holds the one write lock, the
 //! same two steps: the upsert, then one round trip to the connection's
@@ -114,30 +118,65 @@ pub struct Written {
     pub unseen: i64,
     /// Whether this build's job was pushed (its turn has come, ST-2).
     pub dispatched: bool,
+    /// Asked for with `check_kept_secrets`: whether the deployment's latest
+    /// earlier build (not a dry run) pins operator secrets that OpenBao
+    /// holds (a non-empty `set`, §8). Always `false` when not asked.
+    pub secrets_kept: bool,
 }
 
 /// Statement 2 (see the module doc): supersedes `build`'s deployment's queued
-/// deploys when `supersede` (Q-7), inserts `build` queued, pushes its job
-/// when no other build of its deployment is queued or running (ST-2),
-/// records `event` (the deployment's state from this build on, DL-3; `None`
-/// for a dry run, which changes no state) and counts the queued builds up to
-/// `cap` others. Call holding the deployment's lock ([`lock_and_upsert`]),
+/// deploys when `how.supersede` (Q-7), inserts `build` queued, pushes its
+/// job when no other build of its deployment is queued or running (ST-2),
+/// records `how.event` (the deployment's state from this build on, DL-3;
+/// `None` for a dry run, which changes no state) and counts the queued
+/// builds up to `how.cap` others. Call holding the deployment's lock ([`lock_and_upsert`]),
 /// with `now` read under it. Should the deployment hold an earlier waiting
 /// build and none dispatched (a state no transaction leaves), that build is
-/// dispatched instead, as [`builds::dispatch_next`] does.
+/// dispatched instead, as [`builds::dispatch_next`] does. With
+/// `check_kept_secrets`, the same statement also reads whether an earlier
+/// build of the deployment pins secrets OpenBao keeps
+/// ([`Written::secrets_kept`], as [`builds::latest_secret_pins`] reads it):
+/// a submit without OpenBao then rolls back instead of a read of its own.
 pub async fn write_build(
     conn: &mut Conn,
     build: builds::NewBuild<'_>,
-    supersede: bool,
-    event: Option<crate::state::DeploymentState>,
-    cap: i64,
+    how: WriteBuild,
     now: i64,
 ) -> Result<Written, StoreError> {
-    let written = match conn.engine() {
-        Engine::Postgres => write_build_postgres(conn, build, supersede, event, cap, now).await?,
-        Engine::Sqlite => write_build_sqlite(conn, build, supersede, event, cap, now).await?,
+    let mut done = match conn.engine() {
+        Engine::Postgres => write_build_postgres(conn, build, how, now).await?,
+        Engine::Sqlite => write_build_sqlite(conn, build, how, now).await?,
     };
-    Ok(written)
+    if let Some(pins) = done.1.filter(|_| how.check_kept_secrets) {
+        let pins: crate::secrets::SecretPins = super::json_col(&pins, "builds.operator_secrets")?;
+        done.0.secrets_kept = !pins.set.is_empty();
+    }
+    Ok(done.0)
+}
+
+/// How [`write_build`] writes a submit's build besides the build itself.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteBuild {
+    /// Supersede the deployment's queued deploys (Q-7).
+    pub supersede: bool,
+    /// The channel event to record (DL-3); `None` for a dry run.
+    pub event: Option<crate::state::DeploymentState>,
+    /// Count the other queued builds up to this many (Q-3).
+    pub cap: i64,
+    /// Also read [`Written::secrets_kept`].
+    pub check_kept_secrets: bool,
+}
+
+/// The column of statement 2 that gives the operator secrets the
+/// deployment's latest earlier build pins (`kept_pins`), or `NULL` when not
+/// asked for. `id <> $1`: on SQLite the statement reads after its insert.
+fn kept_pins_column(check: bool) -> &'static str {
+    if check {
+        "(SELECT operator_secrets FROM builds WHERE deployment_id = $2 AND id <> $1
+            AND operator_secrets IS NOT NULL AND dry_run = 0 ORDER BY seq DESC LIMIT 1) AS kept_pins"
+    } else {
+        "NULL AS kept_pins"
+    }
 }
 
 /// An upper bound `b` on the queued builds a statement's snapshot holds, in
@@ -192,14 +231,8 @@ const SUPERSEDE: &str = "UPDATE builds SET status = 'superseded', reason = 'supe
 /// its attempts, `$16` when it runs (seconds), `$17` the event's state,
 /// `$18` the admission cap. The caller binds the job's payload as `$19`, in
 /// its engine's type.
-fn bind_statement_2(
-    q: Q,
-    b: &builds::NewBuild<'_>,
-    supersede: bool,
-    event: Option<crate::state::DeploymentState>,
-    cap: i64,
-    now: i64,
-) -> Q {
+fn bind_statement_2(q: Q, b: &builds::NewBuild<'_>, w: WriteBuild, now: i64) -> Q {
+    let WriteBuild { supersede, event, cap, .. } = w;
     builds::bind_new_build(q, b, now)
         .text(format!("superseded by build {}, submitted before this one ran", b.id))
         .int(i64::from(supersede))
@@ -214,11 +247,9 @@ fn bind_statement_2(
 async fn write_build_postgres(
     conn: &mut Conn,
     b: builds::NewBuild<'_>,
-    supersede: bool,
-    event: Option<crate::state::DeploymentState>,
-    cap: i64,
+    w: WriteBuild,
     now: i64,
-) -> Result<Written, StoreError> {
+) -> Result<(Written, Option<String>), StoreError> {
     // `blocked`: a build of the deployment is queued (waiting or
     // dispatched) or running, other than those superseded now; with none,
     // this build's turn has come (ST-2). `busy`: one of them is dispatched.
@@ -263,12 +294,12 @@ async fn write_build_postgres(
                 (SELECT dispatched FROM ins) AS dispatched,
                 (SELECT CASE WHEN busy THEN 1 ELSE 0 END FROM st)::bigint AS busy,
                 (SELECT id FROM job) AS job_id,
-                (SELECT n FROM ev) AS event"
+                (SELECT n FROM ev) AS event,
+                {kept}",
+        kept = kept_pins_column(w.check_kept_secrets)
     );
-    let row = bind_statement_2(Q::new(sql), &b, supersede, event, cap, now)
-        .text(super::queue::build_job_payload(b.id))
-        .fetch_one(conn)
-        .await?;
+    let row =
+        bind_statement_2(Q::new(sql), &b, w, now).text(super::queue::build_job_payload(b.id)).fetch_one(conn).await?;
     crate::failpoint::hit("build_inserted");
     // Sent once the transaction has committed (`Conn::notify`).
     if let Some(job) = row.opt_text("job_id")? {
@@ -284,17 +315,16 @@ async fn write_build_postgres(
         // An earlier build waits with none dispatched: its turn, not ours.
         builds::dispatch_next(conn, b.deployment_id).await?;
     }
-    Ok(Written { queued: row.int("queued")?, unseen: row.int("unseen")?, dispatched })
+    let written = Written { queued: row.int("queued")?, unseen: row.int("unseen")?, dispatched, secrets_kept: false };
+    Ok((written, row.opt_text("kept_pins")?))
 }
 
 async fn write_build_sqlite(
     conn: &mut Conn,
     b: builds::NewBuild<'_>,
-    supersede: bool,
-    event: Option<crate::state::DeploymentState>,
-    cap: i64,
+    w: WriteBuild,
     now: i64,
-) -> Result<Written, StoreError> {
+) -> Result<(Written, Option<String>), StoreError> {
     // One round trip to the connection's thread: the statements run in
     // order, each binding the numbered values it names, and the last one
     // reads back what they did. The build's turn has come when no other
@@ -322,10 +352,12 @@ async fn write_build_sqlite(
                           AND dispatched = 1) AS busy,
                 CASE WHEN b <= $18 THEN b
                      ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM builds WHERE status = 'queued' LIMIT $18 + 1) AS q)
-                END AS queued
-         FROM {SPAN}"
+                END AS queued,
+                {kept}
+         FROM {SPAN}",
+        kept = kept_pins_column(w.check_kept_secrets)
     );
-    let rows = bind_statement_2(Q::new(sql), &b, supersede, event, cap, now)
+    let rows = bind_statement_2(Q::new(sql), &b, w, now)
         .bytes(super::queue::build_job_payload(b.id))
         .text(super::queue::SQLITE_JOB_METADATA)
         .fetch_all(conn)
@@ -339,5 +371,6 @@ async fn write_build_sqlite(
         // An earlier build waits with none dispatched: its turn, not ours.
         builds::dispatch_next(conn, b.deployment_id).await?;
     }
-    Ok(Written { queued: row.int("queued")?, unseen: 0, dispatched })
+    let written = Written { queued: row.int("queued")?, unseen: 0, dispatched, secrets_kept: false };
+    Ok((written, row.opt_text("kept_pins")?))
 }
