@@ -536,6 +536,13 @@ async fn an_api_without_openbao_refuses_a_deployment_whose_secrets_openbao_keeps
     assert!(body["message"].as_str().unwrap().contains("OPENBAO_ADDR"), "{body}");
     assert_eq!(rows(&h).await, (1, 1, 1), "the replica stored something");
     assert_eq!(stored_rows(&h, "demo").await, before, "the replica changed the stored configuration");
+    // A secret value sent there is the replica's fault too, not the body's.
+    let (status, body) =
+        other.put("demo", &json!({ "configuration": with_value(json!("sent-to-a-replica-Qx4")) })).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("OPENBAO_ADDR"), "{body}");
+    assert!(!body.to_string().contains("sent-to-a-replica-Qx4"), "{body}");
+    assert_eq!(stored_rows(&h, "demo").await, before, "the replica changed the stored configuration");
     // A deployment without secrets in OpenBao is served as usual there.
     let (status, body) = other.put("fresh", &json!({ "configuration": demo() })).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");

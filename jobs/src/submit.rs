@@ -266,9 +266,24 @@ pub async fn submit(
     request: SubmitRequest,
 ) -> Result<Accepted, SubmitError> {
     let (checker, stored_source) = sources.checker_for(request.module_source.as_deref()).await?;
-    let mut checked = checker
-        .check(request.configuration, secrets.is_none().then_some(NO_SECRET_STORE))
-        .map_err(SubmitError::InvalidConfiguration)?;
+    let mut checked = match checker.check(request.configuration, secrets.is_none().then_some(NO_SECRET_STORE)) {
+        Ok(checked) => checked,
+        Err(listing) => {
+            // A secret value refused for want of OpenBao is this api's fault,
+            // not the body's, when the deployment's secrets are kept in one
+            // (a replica configured unlike the others): `503`, as for the
+            // same submit without the value. One read, on this refusal only.
+            let for_want_of_openbao =
+                listing.problems.iter().any(|p| p.kind == "secret" && p.message == NO_SECRET_STORE);
+            if secrets.is_none() && for_want_of_openbao {
+                let pins = builds::latest_secret_pins(&mut db.acquire().await?, request.deployment.as_str()).await?;
+                if pins.is_some_and(|p| !p.set.is_empty()) {
+                    return Err(SubmitError::SecretStoreMissing(request.deployment.to_string()));
+                }
+            }
+            return Err(SubmitError::InvalidConfiguration(listing));
+        }
+    };
     let names = sources.names(stored_source.as_deref(), &checked.configuration).await?;
     let (names, names_skipped) = match names {
         NamesEval::Evaluated(names) => (Some(names), None),
