@@ -49,6 +49,11 @@ pub struct SecretPins {
 }
 
 impl SecretPins {
+    /// Whether a field holds a value in OpenBao (`set` is not empty).
+    pub fn keeps_values(&self) -> bool {
+        !self.set.is_empty()
+    }
+
     /// Whether there is nothing to read or clear.
     pub fn is_empty(&self) -> bool {
         self.set.is_empty() && self.clear.is_empty()

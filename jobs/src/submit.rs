@@ -277,7 +277,7 @@ pub async fn submit(
                 listing.problems.iter().any(|p| p.kind == "secret" && p.message == NO_SECRET_STORE);
             if secrets.is_none() && for_want_of_openbao {
                 let pins = builds::latest_secret_pins(&mut db.acquire().await?, request.deployment.as_str()).await?;
-                if pins.is_some_and(|p| !p.set.is_empty()) {
+                if pins.is_some_and(|p| p.keeps_values()) {
                     return Err(SubmitError::SecretStoreMissing(request.deployment.to_string()));
                 }
             }

@@ -318,14 +318,21 @@ pub async fn latest_secret_pins(
     conn: &mut Conn,
     deployment: &str,
 ) -> Result<Option<crate::secrets::SecretPins>, StoreError> {
-    let row = Q::new(
-        "SELECT operator_secrets FROM builds WHERE deployment_id = $1 AND operator_secrets IS NOT NULL AND dry_run = 0
-         ORDER BY seq DESC LIMIT 1",
-    )
-    .text(deployment)
-    .fetch_optional(conn)
-    .await?;
+    let row = Q::new(latest_secret_pins_sql("$1", None)).text(deployment).fetch_optional(conn).await?;
     row.map(|r| json_col(&r.text("operator_secrets")?, "builds.operator_secrets")).transpose()
+}
+
+/// The statement of [`latest_secret_pins`]: the `operator_secrets` of the
+/// newest build (not a dry run) that has them of the deployment whose id
+/// is bound at placeholder `deployment` (such as `$1`), leaving out the
+/// build whose id is bound at `excluding`. Also a column of a submit's
+/// statement 2 ([`super::submit::write_build`]).
+pub(crate) fn latest_secret_pins_sql(deployment: &str, excluding: Option<&str>) -> String {
+    let excluding = excluding.map(|id| format!(" AND id <> {id}")).unwrap_or_default();
+    format!(
+        "SELECT operator_secrets FROM builds WHERE deployment_id = {deployment}{excluding}
+           AND operator_secrets IS NOT NULL AND dry_run = 0 ORDER BY seq DESC LIMIT 1"
+    )
 }
 
 /// The `(application, field)` pairs that builds of `deployment` submitted

@@ -118,9 +118,10 @@ pub struct Written {
     pub unseen: i64,
     /// Whether this build's job was pushed (its turn has come, ST-2).
     pub dispatched: bool,
-    /// Asked for with `check_kept_secrets`: whether the deployment's latest
-    /// earlier build (not a dry run) pins operator secrets that OpenBao
-    /// holds (a non-empty `set`, §8). Always `false` when not asked.
+    /// Asked for with [`WriteBuild::check_kept_secrets`]: whether the
+    /// deployment's latest earlier build (not a dry run) pins operator
+    /// secrets that OpenBao holds (a non-empty `set`, §8). Always `false`
+    /// when not asked.
     pub secrets_kept: bool,
 }
 
@@ -129,11 +130,11 @@ pub struct Written {
 /// job when no other build of its deployment is queued or running (ST-2),
 /// records `how.event` (the deployment's state from this build on, DL-3;
 /// `None` for a dry run, which changes no state) and counts the queued
-/// builds up to `how.cap` others. Call holding the deployment's lock ([`lock_and_upsert`]),
-/// with `now` read under it. Should the deployment hold an earlier waiting
+/// builds up to `how.cap` others. Call holding the deployment's lock
+/// ([`lock_and_upsert`]), with `now` read under it. Should the deployment hold an earlier waiting
 /// build and none dispatched (a state no transaction leaves), that build is
 /// dispatched instead, as [`builds::dispatch_next`] does. With
-/// `check_kept_secrets`, the same statement also reads whether an earlier
+/// `how.check_kept_secrets`, the same statement also reads whether an earlier
 /// build of the deployment pins secrets OpenBao keeps
 /// ([`Written::secrets_kept`], as [`builds::latest_secret_pins`] reads it):
 /// a submit without OpenBao then rolls back instead of a read of its own.
@@ -143,15 +144,10 @@ pub async fn write_build(
     how: WriteBuild,
     now: i64,
 ) -> Result<Written, StoreError> {
-    let mut done = match conn.engine() {
-        Engine::Postgres => write_build_postgres(conn, build, how, now).await?,
-        Engine::Sqlite => write_build_sqlite(conn, build, how, now).await?,
-    };
-    if let Some(pins) = done.1.filter(|_| how.check_kept_secrets) {
-        let pins: crate::secrets::SecretPins = super::json_col(&pins, "builds.operator_secrets")?;
-        done.0.secrets_kept = !pins.set.is_empty();
+    match conn.engine() {
+        Engine::Postgres => write_build_postgres(conn, build, how, now).await,
+        Engine::Sqlite => write_build_sqlite(conn, build, how, now).await,
     }
-    Ok(done.0)
 }
 
 /// How [`write_build`] writes a submit's build besides the build itself.
@@ -170,13 +166,19 @@ pub struct WriteBuild {
 /// The column of statement 2 that gives the operator secrets the
 /// deployment's latest earlier build pins (`kept_pins`), or `NULL` when not
 /// asked for. `id <> $1`: on SQLite the statement reads after its insert.
-fn kept_pins_column(check: bool) -> &'static str {
+fn kept_pins_column(check: bool) -> String {
     if check {
-        "(SELECT operator_secrets FROM builds WHERE deployment_id = $2 AND id <> $1
-            AND operator_secrets IS NOT NULL AND dry_run = 0 ORDER BY seq DESC LIMIT 1) AS kept_pins"
+        format!("({}) AS kept_pins", builds::latest_secret_pins_sql("$2", Some("$1")))
     } else {
-        "NULL AS kept_pins"
+        "NULL AS kept_pins".to_owned()
     }
+}
+
+/// [`Written::secrets_kept`] from statement 2's `kept_pins`.
+fn secrets_kept(row: &super::Row) -> Result<bool, StoreError> {
+    let Some(pins) = row.opt_text("kept_pins")? else { return Ok(false) };
+    let pins: crate::secrets::SecretPins = super::json_col(&pins, "builds.operator_secrets")?;
+    Ok(pins.keeps_values())
 }
 
 /// An upper bound `b` on the queued builds a statement's snapshot holds, in
@@ -249,7 +251,7 @@ async fn write_build_postgres(
     b: builds::NewBuild<'_>,
     w: WriteBuild,
     now: i64,
-) -> Result<(Written, Option<String>), StoreError> {
+) -> Result<Written, StoreError> {
     // `blocked`: a build of the deployment is queued (waiting or
     // dispatched) or running, other than those superseded now; with none,
     // this build's turn has come (ST-2). `busy`: one of them is dispatched.
@@ -315,8 +317,12 @@ async fn write_build_postgres(
         // An earlier build waits with none dispatched: its turn, not ours.
         builds::dispatch_next(conn, b.deployment_id).await?;
     }
-    let written = Written { queued: row.int("queued")?, unseen: row.int("unseen")?, dispatched, secrets_kept: false };
-    Ok((written, row.opt_text("kept_pins")?))
+    Ok(Written {
+        queued: row.int("queued")?,
+        unseen: row.int("unseen")?,
+        dispatched,
+        secrets_kept: secrets_kept(&row)?,
+    })
 }
 
 async fn write_build_sqlite(
@@ -324,7 +330,7 @@ async fn write_build_sqlite(
     b: builds::NewBuild<'_>,
     w: WriteBuild,
     now: i64,
-) -> Result<(Written, Option<String>), StoreError> {
+) -> Result<Written, StoreError> {
     // One round trip to the connection's thread: the statements run in
     // order, each binding the numbered values it names, and the last one
     // reads back what they did. The build's turn has come when no other
@@ -371,6 +377,5 @@ async fn write_build_sqlite(
         // An earlier build waits with none dispatched: its turn, not ours.
         builds::dispatch_next(conn, b.deployment_id).await?;
     }
-    let written = Written { queued: row.int("queued")?, unseen: 0, dispatched, secrets_kept: false };
-    Ok((written, row.opt_text("kept_pins")?))
+    Ok(Written { queued: row.int("queued")?, unseen: 0, dispatched, secrets_kept: secrets_kept(row)? })
 }
