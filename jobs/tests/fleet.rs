@@ -141,8 +141,50 @@ async fn a_worker_beats_its_queue_workers_but_one_that_registers_again(engine: E
     assert!(beaten < 2_000, "the builds worker's row was aged with it: {beaten} ms");
 }
 
+/// The dashboard reads the queues and the workers in one read transaction
+/// (`Db::begin_read`): a claim that commits between its two reads (the job
+/// taken off the queue, its build running on a worker) shows in neither,
+/// and in both once read again. Read apart, the CI once saw the build's
+/// slot in use while its job still waited.
+async fn the_fleet_is_read_in_one_snapshot_so_a_claim_between_its_reads_shows_in_both_or_neither(engine: Engine) {
+    let w = world(engine, &[]).await;
+    let name = "worker@web-1.example-4242-abc123";
+    let build = w.queue("demo", BuildKind::Deploy, None).await;
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    worker_row(engine, name, BUILDS_QUEUE, 0).execute(&mut conn).await.unwrap();
+    let jobs = match engine {
+        Engine::Sqlite => "Jobs",
+        Engine::Postgres => "apalis.jobs",
+    };
+
+    let mut read = w.ctx.db.begin_read().await.unwrap();
+    let loads = fleet::queue_loads(&mut read, &[BUILDS_QUEUE]).await.unwrap();
+    assert_eq!((loads[0].waiting, loads[0].running), (1, 0), "{loads:?}");
+    // The worker claims: its job leaves the queue, its build runs there.
+    Q::new(format!("UPDATE {jobs} SET status = 'Queued', lock_by = $1 WHERE job_type = $2"))
+        .text(name)
+        .text(BUILDS_QUEUE)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    Q::new("UPDATE builds SET status = 'running', worker = $1 WHERE id = $2")
+        .text(name)
+        .text(&build)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let workers = fleet::workers(&mut read, 3600).await.unwrap();
+    assert_eq!(workers[0].slots_in_use, 0, "the claim showed inside the snapshot: {workers:?}");
+    read.commit().await.unwrap();
+
+    let (loads, workers) =
+        (fleet::queue_loads(&mut conn, &[BUILDS_QUEUE]).await.unwrap(), fleet::workers(&mut conn, 3600).await.unwrap());
+    assert_eq!((loads[0].waiting, loads[0].running, workers[0].slots_in_use), (0, 1, 1), "{loads:?} {workers:?}");
+}
+
 slipway_jobs::on_both_engines!(
     a_worker_beats_its_queue_workers_but_one_that_registers_again,
     a_worker_process_is_one_row_with_its_host_queues_running_builds_and_latest_heartbeat,
     queue_loads_count_due_scheduled_and_claimed_jobs_apart,
+    the_fleet_is_read_in_one_snapshot_so_a_claim_between_its_reads_shows_in_both_or_neither,
 );

@@ -159,8 +159,11 @@ async fn fleet_view(State(app): State<AppState>, Auth(claims): Auth) -> Result<M
     }
     let alive_ms = crate::routes::fleet::alive_window_ms(&app);
     let queues: Vec<&str> = queue::ALL_QUEUES.iter().copied().filter(|q| *q != queue::MAINTENANCE_QUEUE).collect();
-    let mut conn = app.db.acquire().await?;
-    let loads = fleet::queue_loads(&mut conn, &queues).await?;
-    let workers = fleet::workers(&mut conn, crate::routes::fleet::WORKERS_WINDOW_S).await?;
+    // One snapshot for both reads: read apart, a claim landing between
+    // them showed a build's slot in use while its job still waited.
+    let mut read = app.db.begin_read().await?;
+    let loads = fleet::queue_loads(&mut read, &queues).await?;
+    let workers = fleet::workers(&mut read, crate::routes::fleet::WORKERS_WINDOW_S).await?;
+    read.commit().await?;
     Ok(views::fleet(&loads, &workers, alive_ms))
 }

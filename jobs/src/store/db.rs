@@ -91,9 +91,10 @@ pub struct Held {
 pub enum Conn {
     /// A pooled SQLite connection.
     Sqlite(PoolConnection<Sqlite>),
-    /// An SQLite write transaction, holding its process's write turn
-    /// ([`SqliteDb`]) until it ends.
-    SqliteTx(Transaction<'static, Sqlite>, OwnedSemaphorePermit),
+    /// An SQLite transaction: a write transaction holds its process's
+    /// write turn ([`SqliteDb`]) until it ends; a read transaction
+    /// ([`Db::begin_read`]) holds none.
+    SqliteTx(Transaction<'static, Sqlite>, Option<OwnedSemaphorePermit>),
     /// A pooled PostgreSQL connection.
     Postgres(PoolConnection<Postgres>),
     /// A PostgreSQL transaction, and the notifications it sends once it
@@ -226,9 +227,27 @@ impl Db {
                     .await
                     .map_err(|_| StoreError::Database(sqlx::Error::PoolTimedOut))?
                     .expect("the write turn stays open");
-                Conn::SqliteTx(p.writer.begin_with("BEGIN IMMEDIATE").await?, turn)
+                Conn::SqliteTx(p.writer.begin_with("BEGIN IMMEDIATE").await?, Some(turn))
             }
             Self::Postgres(p) => Conn::PostgresTx(p.begin().await?, Notices { pool: p.clone(), pending: Vec::new() }),
+        })
+    }
+
+    /// Begins a read transaction: every statement in it sees the database
+    /// as one moment left it, whatever commits in between. On PostgreSQL
+    /// `REPEATABLE READ READ ONLY` (the snapshot is taken at its first
+    /// statement, and a write in it fails); on SQLite a deferred `BEGIN` on
+    /// a pooled connection, whose first read fixes the snapshot (WAL mode),
+    /// without the write turn. End it with [`Conn::commit`]; dropped, it is
+    /// rolled back. For views that add up several reads (the dashboard's
+    /// fleet) and must not show one change half made.
+    pub async fn begin_read(&self) -> Result<Conn, StoreError> {
+        Ok(match self {
+            Self::Sqlite(p) => Conn::SqliteTx(p.pool.begin().await?, None),
+            Self::Postgres(p) => Conn::PostgresTx(
+                p.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?,
+                Notices { pool: p.clone(), pending: Vec::new() },
+            ),
         })
     }
 
