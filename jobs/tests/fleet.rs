@@ -24,6 +24,11 @@ fn worker_row(engine: Engine, id: &str, queue: &str, ago_s: i64) -> Q {
     Q::new(sql).text(id).text(queue).int(ago_s)
 }
 
+/// Build `build` running on worker `name`, as its claim leaves it.
+fn running_on(name: &str, build: &str) -> Q {
+    Q::new("UPDATE builds SET status = 'running', worker = $1 WHERE id = $2").text(name).text(build)
+}
+
 async fn a_worker_process_is_one_row_with_its_host_queues_running_builds_and_latest_heartbeat(engine: Engine) {
     let w = world(engine, &[]).await;
     let name = "worker@web-1.example-4242-abc123";
@@ -37,12 +42,7 @@ async fn a_worker_process_is_one_row_with_its_host_queues_running_builds_and_lat
     ] {
         worker_row(engine, &id, queue, ago).execute(&mut conn).await.unwrap();
     }
-    Q::new("UPDATE builds SET status = 'running', worker = $1 WHERE id = $2")
-        .text(name)
-        .text(&build)
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    running_on(name, &build).execute(&mut conn).await.unwrap();
 
     let workers = fleet::workers(&mut conn, 3600).await.unwrap();
     assert_eq!(workers.len(), 1, "{workers:?}");
@@ -167,12 +167,7 @@ async fn the_fleet_is_read_in_one_snapshot_so_a_claim_between_its_reads_shows_in
         .execute(&mut conn)
         .await
         .unwrap();
-    Q::new("UPDATE builds SET status = 'running', worker = $1 WHERE id = $2")
-        .text(name)
-        .text(&build)
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    running_on(name, &build).execute(&mut conn).await.unwrap();
     let workers = fleet::workers(&mut read, 3600).await.unwrap();
     assert_eq!(workers[0].slots_in_use, 0, "the claim showed inside the snapshot: {workers:?}");
     read.commit().await.unwrap();
