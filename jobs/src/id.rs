@@ -13,23 +13,49 @@ pub const MAX_SLUG: usize = 25;
 const SUFFIX_LEN: usize = 6;
 const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
-/// Why an identifier was refused.
+/// Longest part of a refused identifier an error quotes, in characters.
+const QUOTED: usize = 48;
+
+/// Why an identifier was refused. Each holds the fault as a phrase
+/// ([`label_fault`]): what is wrong and where, quoting the identifier
+/// escaped and cut to 48 characters, so the message stays short and one
+/// line whatever was sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdError {
     /// ID-1: not a DNS label of 1–40 characters of `[a-z0-9]` with inner `-`.
-    #[error("a deployment id is a DNS label of 1 to {MAX_DEPLOYMENT_ID} characters: lower-case letters, digits and inner hyphens; got {0:?}")]
+    #[error("a deployment id is a DNS label of 1 to {MAX_DEPLOYMENT_ID} characters: lower-case letters, digits and inner hyphens; {0}")]
     DeploymentId(String),
     /// ID-2: a slug is lower-case letters, digits and inner hyphens.
-    #[error("a slug is lower-case letters, digits and inner hyphens; got {0:?}")]
+    #[error("a slug is lower-case letters, digits and inner hyphens; {0}")]
     Slug(String),
 }
 
-/// True when `s` is a DNS label body: `[a-z0-9]` with inner `-`, not empty.
-fn is_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
+/// What keeps `s` from being a DNS label body of at most `max` characters,
+/// as a phrase for [`IdError`] (`got "Demo", whose character 1 is "D"`);
+/// `None` when it is one. The first fault found is named: empty, too
+/// long, a character outside `[a-z0-9-]` (counted from 1), then a hyphen
+/// at either end.
+fn label_fault(s: &str, max: usize) -> Option<String> {
+    let chars = s.chars().count();
+    let quoted = || {
+        let shown: String = s.chars().take(QUOTED).collect();
+        format!("{shown:?}{}", if chars > QUOTED { "…" } else { "" })
+    };
+    if s.is_empty() {
+        return Some("got an empty one".to_owned());
+    }
+    if chars > max {
+        return Some(format!("got {chars} characters: {}", quoted()));
+    }
+    if let Some((at, c)) =
+        s.chars().enumerate().find(|(_, c)| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
+    {
+        return Some(format!("got {}, whose character {} is {:?}", quoted(), at + 1, c.to_string()));
+    }
+    if s.starts_with('-') {
+        return Some(format!("got {}, which starts with a hyphen", quoted()));
+    }
+    s.ends_with('-').then(|| format!("got {}, which ends with a hyphen", quoted()))
 }
 
 /// An opaque deployment id (ID-1): a DNS label of 1–40 characters. Slipway
@@ -41,10 +67,9 @@ pub struct DeploymentId(String);
 impl DeploymentId {
     /// Parses an id; anything but a DNS label of 1–40 characters is [`IdError::DeploymentId`].
     pub fn parse(s: &str) -> Result<Self, IdError> {
-        if s.len() <= MAX_DEPLOYMENT_ID && is_label(s) {
-            Ok(Self(s.to_owned()))
-        } else {
-            Err(IdError::DeploymentId(s.to_owned()))
+        match label_fault(s, MAX_DEPLOYMENT_ID) {
+            None => Ok(Self(s.to_owned())),
+            Some(fault) => Err(IdError::DeploymentId(fault)),
         }
     }
 
@@ -98,8 +123,8 @@ pub fn new_build_id(deployment: &DeploymentId, at: OffsetDateTime) -> String {
 /// A fresh DNS label for `slug` (ID-2, seed 004 `NewLabel`): the slug cut to
 /// [`MAX_SLUG`] characters, `-`, and 6 random `[a-z0-9]`.
 pub fn new_label(slug: &str) -> Result<String, IdError> {
-    if !is_label(slug) {
-        return Err(IdError::Slug(slug.to_owned()));
+    if let Some(fault) = label_fault(slug, usize::MAX) {
+        return Err(IdError::Slug(fault));
     }
     // The slug is ASCII, so byte and character counts agree.
     let prefix = slug[..slug.len().min(MAX_SLUG)].trim_end_matches('-');
@@ -122,10 +147,33 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_id_is_told_its_first_fault_in_a_short_line_whatever_its_length() {
+        let long = "a".repeat(100_000);
+        let refused = |id: &str| DeploymentId::parse(id).unwrap_err().to_string();
+        for (id, fault) in [
+            ("", "got an empty one".to_owned()),
+            (long.as_str(), format!("got {} characters: \"aaa", long.len())),
+            ("deMo", r#"got "deMo", whose character 3 is "M""#.to_owned()),
+            ("demo\\", r#"whose character 5 is "\\""#.to_owned()),
+            ("dé", r#"whose character 2 is "é""#.to_owned()),
+            ("-demo", "which starts with a hyphen".to_owned()),
+            ("demo-", "which ends with a hyphen".to_owned()),
+        ] {
+            let message = refused(id);
+            assert!(message.contains(&fault), "{id:?}: {message}");
+            assert!(message.len() < 300 && !message.contains('\n'), "{message}");
+        }
+        let newline = refused(&format!("{}\n{}", "x".repeat(10), "y".repeat(20)));
+        assert!(newline.contains(r#"whose character 11 is "\n""#) && !newline.contains('\n'), "{newline}");
+        let slug = new_label(&format!("{long}A")).unwrap_err().to_string();
+        assert!(slug.contains(&format!("whose character {} is \"A\"", long.len() + 1)) && slug.len() < 300, "{slug}");
+    }
+
+    #[test]
     fn a_cut_slug_never_ends_in_a_hyphen() {
         // 25th character is a hyphen: the label must still be a DNS label.
         let slug = "abcdefghijklmnopqrstuvwx-yz";
         let label = new_label(slug).unwrap();
-        assert!(is_label(&label), "{label}");
+        assert_eq!(label_fault(&label, usize::MAX), None, "{label}");
     }
 }
