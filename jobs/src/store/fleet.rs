@@ -17,7 +17,9 @@ pub struct QueueLoad {
     pub waiting: i64,
     /// Jobs waiting for a later time (a retry's back-off, a readiness probe's next round).
     pub scheduled: i64,
-    /// Jobs a worker has claimed and not finished.
+    /// Jobs a worker has claimed and not finished, counting those it has
+    /// fetched ahead (`BUILD_PREFETCH`) that still wait for one of its
+    /// build slots.
     pub running: i64,
     /// How long the oldest due job has waited, in milliseconds (whole
     /// seconds on SQLite, whose queue keeps times in seconds); `None` when
