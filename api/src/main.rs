@@ -38,6 +38,8 @@ fn main() -> ExitCode {
     use clap::{CommandFactory as _, FromArgMatches as _};
     let matches = Cli::command().after_help(slipway_jobs::config::settings_help()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Whatever the umask it started with, what it creates is its own (SEC-3).
+    slipway_jobs::sandbox::private_umask();
     // SLIPWAY_LOG, else RUST_LOG, else the default; SLIPWAY_LOG_FORMAT (docs/CONFIGURATION.md).
     if let Err(e) = slipway_jobs::logs::init("slipway-api") {
         eprintln!("slipway-api: {e}");
@@ -71,6 +73,8 @@ fn token(config: &Config, deployments: Vec<String>, ttl: &str, sub: &str, operat
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
+    slipway_jobs::sandbox::private_dir(&config.state_dir)
+        .with_context(|| format!("making the state folder {} private", config.state_dir.display()))?;
     let db = slipway_jobs::store::open(&config).await.context("opening the database")?;
     let bind = config.bind.clone();
     let read_timeout = config.request_timeout;

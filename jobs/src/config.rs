@@ -8,6 +8,10 @@
 //! afterwards. The log filter ([`log_filter`]) is read before the
 //! configuration, so that loading it can be logged.
 
+mod sandbox;
+
+pub use sandbox::{parse_size, GitConfig, SandboxConfig};
+
 use crate::callback::Origins;
 use secrecy::SecretString;
 use std::collections::BTreeMap;
@@ -262,6 +266,15 @@ pub struct Config {
     /// (past it `408 request_timeout`). An idle keep-alive connection is
     /// closed after it too. Workers ignore it.
     pub request_timeout: Duration,
+    /// How processes run on a module source are contained and bounded
+    /// (`SLIPWAY_SANDBOX_*`, `SLIPWAY_NIX_*`, `NIX_MEMORY_LIMIT`, the
+    /// output and source limits; SEC-3).
+    pub sandbox: SandboxConfig,
+    /// How `git` fetches a module source (`SLIPWAY_GIT_*`).
+    pub git: GitConfig,
+    /// `SLIPWAY_CONFIG`: the configuration file this was loaded from, if
+    /// any (hidden from every sandbox, whatever its permissions).
+    pub file: Option<PathBuf>,
 }
 
 /// Parses a list of queues (`SLIPWAY_QUEUES`, `--queues`): comma separated
@@ -339,6 +352,20 @@ pub const KEYS: &[&str] = &[
     "SLIPWAY_METRICS_ADDR",
     "SLIPWAY_METRICS_TOKEN",
     "SLIPWAY_REQUEST_TIMEOUT",
+    "SLIPWAY_SANDBOX_USER",
+    "SLIPWAY_SANDBOX_PATHS",
+    "SLIPWAY_EFFECT_NETWORK",
+    "SLIPWAY_NIX_ALLOWED_URIS",
+    "SLIPWAY_NIX_REQUIRE_SANDBOX",
+    "NIX_MEMORY_LIMIT",
+    "SLIPWAY_OUTPUT_LIMIT",
+    "SLIPWAY_NODE_LIMIT",
+    "SLIPWAY_SOURCE_LIMIT",
+    "SLIPWAY_GIT_PROXY",
+    "SLIPWAY_GIT_SSH_KEY",
+    "SLIPWAY_GIT_KNOWN_HOSTS",
+    "SLIPWAY_GIT_CREDENTIALS",
+    "SLIPWAY_GIT_CA_FILE",
 ];
 
 /// What a binary's `--help` says of its settings: where they come from and
@@ -408,7 +435,9 @@ impl Config {
         // not wipe the file's value, which would silently drop, say, a
         // configured SLIPWAY_JWT_ISSUER and with it the `iss` check.
         keys.extend(env.filter(|(_, v)| !v.is_empty()));
-        Self::from_keys(&keys)
+        let mut config = Self::from_keys(&keys)?;
+        config.file = Some(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
+        Ok(config)
     }
 
     /// Builds a configuration from `KEY → value` pairs (file and environment merged).
@@ -484,6 +513,9 @@ impl Config {
                 .filter(|t| !t.is_empty())
                 .map(|t| SecretString::from(t.to_owned())),
             request_timeout: duration(keys, "SLIPWAY_REQUEST_TIMEOUT", 30)?,
+            sandbox: SandboxConfig::from_keys(keys)?,
+            git: GitConfig::from_keys(keys)?,
+            file: None,
         })
     }
 

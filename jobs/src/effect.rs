@@ -46,9 +46,9 @@ pub struct EffectSpec {
     pub args: Vec<String>,
     /// Working directory: the attempt's work folder.
     pub dir: PathBuf,
-    /// The environment the effect gets besides [`INHERITED_ENV`], the
-    /// markers and `TMPDIR` (nothing else of the worker's is inherited, so no
-    /// credential of the worker leaks into it).
+    /// The environment the effect gets besides the sandbox's
+    /// ([`crate::sandbox::Policy::env`]) and the markers (nothing else of
+    /// the worker's is inherited, so no credential of the worker leaks into it).
     pub env: Vec<(String, String)>,
     /// Wall-clock deadline, counted from the start (waiting for the
     /// deployment's lock included).
@@ -59,9 +59,12 @@ pub struct EffectSpec {
     pub attempt: i64,
     /// The deployment's lock file on this host, held by the effect for its life.
     pub lock: PathBuf,
-    /// The effect's `TMPDIR`: created before it starts, removed with
+    /// The effect's scratch folder, its `/tmp` (and `TMPDIR` and `HOME`)
+    /// inside the sandbox: created before it starts, removed with
     /// everything in it once every process of the effect is gone.
     pub scratch: PathBuf,
+    /// Who the effect runs as and what of the host it sees (SEC-3).
+    pub sandbox: crate::sandbox::Sandbox,
 }
 
 /// Why an effect was stopped before it ended on its own.
@@ -97,26 +100,6 @@ pub struct SpawnError {
 
 /// How long output may sit in memory before it is flushed to the sink.
 const FLUSH_EVERY: Duration = Duration::from_millis(200);
-
-/// The environment variables an effect inherits from the worker; everything
-/// else it gets is set explicitly ([`EffectSpec::env`]). The operator's Nix
-/// settings (`NIX_CONFIG`, `NIX_PATH`, …) pass through unchanged.
-pub const INHERITED_ENV: &[&str] = &[
-    "PATH",
-    "HOME",
-    "LANG",
-    "LC_ALL",
-    "TZ",
-    "USER",
-    "NIX_REMOTE",
-    "NIX_STATE_DIR",
-    "NIX_STORE_DIR",
-    "NIX_CONFIG",
-    "NIX_CONF_DIR",
-    "NIX_USER_CONF_FILES",
-    "NIX_PATH",
-    "NIX_SSL_CERT_FILE",
-];
 
 /// The variable naming the build an effect belongs to.
 pub const MARKER_ENV: &str = "SLIPWAY_EFFECT";
@@ -191,17 +174,15 @@ fn children(pid: u32) -> Vec<u32> {
 /// How long output may still arrive after the effect ended or was killed.
 const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
-/// The command line that contains `program`: the deployment's lock, then a
-/// PID namespace whose first process is the effect.
-fn contained(
-    lock: &std::path::Path,
-    program: &std::path::Path,
-    program_args: &[String],
-) -> (String, Vec<std::ffi::OsString>) {
-    let mut args: Vec<std::ffi::OsString> = vec!["--exclusive".into(), "--no-fork".into(), lock.into()];
+/// The command line that contains an effect: the deployment's lock, then a
+/// PID namespace whose first process is the sandbox (`bwrap`) holding the
+/// effect ([`crate::sandbox::Policy::command`]).
+fn contained(spec: &EffectSpec) -> (String, Vec<std::ffi::OsString>) {
+    let mut args: Vec<std::ffi::OsString> = vec!["--exclusive".into(), "--no-fork".into(), spec.lock.clone().into()];
     args.extend(["unshare", "--pid", "--fork", "--kill-child", "--"].map(Into::into));
-    args.push(program.into());
-    args.extend(program_args.iter().map(Into::into));
+    let (sandbox, sandbox_args) = spec.sandbox.command(&spec.scratch, &spec.dir, &spec.program, &spec.args);
+    args.push(sandbox.into());
+    args.extend(sandbox_args);
     ("flock".to_owned(), args)
 }
 
@@ -260,29 +241,23 @@ pub async fn run(
     let spawn_error = |source| SpawnError { program: spec.program.display().to_string(), source };
     let prepare = || -> std::io::Result<()> {
         std::fs::create_dir_all(&spec.scratch)?;
-        // Nix builds as its build users (nixbld*) under TMPDIR: they must
-        // be able to pass through it whatever the worker's umask (0077
-        // under many service managers). They cannot list it; each build's
-        // own folder is Nix's, 0700 and theirs.
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&spec.scratch, std::fs::Permissions::from_mode(0o711))?;
+        spec.sandbox.policy.give(&spec.scratch)?;
         if let Some(dir) = spec.lock.parent() {
             std::fs::create_dir_all(dir)?;
         }
         Ok(())
     };
     prepare().map_err(spawn_error)?;
-    let mut env: Vec<(String, String)> =
-        INHERITED_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
+    let mut env = spec.sandbox.policy.env();
     env.extend(spec.env.iter().cloned());
-    env.push(("TMPDIR".to_owned(), spec.scratch.display().to_string()));
     env.push((MARKER_ENV.to_owned(), spec.build.clone()));
     env.push((ATTEMPT_ENV.to_owned(), spec.attempt.to_string()));
     env.push((OWNER_ENV.to_owned(), owner().to_owned()));
-    let (program, args) = contained(&spec.lock, &spec.program, &spec.args);
+    let (program, args) = contained(spec);
+    let memory = spec.sandbox.policy.memory as libc::rlim_t;
     let expression =
         duct::cmd(program, args).dir(&spec.dir).full_env(env).stdin_null().stderr_to_stdout().unchecked().before_spawn(
-            |cmd| {
+            move |cmd| {
                 use std::os::unix::process::CommandExt;
                 let parent = std::process::id() as libc::pid_t;
                 cmd.process_group(0);
@@ -295,6 +270,16 @@ pub async fn run(
                         // The worker died between fork and prctl: go with it.
                         if libc::getppid() != parent {
                             libc::_exit(1);
+                        }
+                        // The sandbox makes the folders leading to what it shows
+                        // (0755, by the umask): the worker's own 077 would
+                        // close them to the sandbox user. What the effect
+                        // writes stays in folders that are the sandbox user's alone.
+                        libc::umask(0o022);
+                        // NIX_MEMORY_LIMIT: each process of the effect, Nix's evaluator included.
+                        let limit = libc::rlimit { rlim_cur: memory, rlim_max: memory };
+                        if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                            return Err(std::io::Error::last_os_error());
                         }
                         Ok(())
                     });
@@ -642,12 +627,13 @@ impl ToolRun {
 }
 
 /// Runs `program args…` in `dir` with the same containment as an effect
-/// (its own PID namespace, killed with the worker) until it exits or
-/// `deadline` passes; every process it started is gone when this returns.
-/// `marker` tags its processes (`SLIPWAY_EFFECT`) so a sweep can tell whose
-/// they were; `env` comes on top of [`INHERITED_ENV`]. Used for the `git`
-/// and `nix-build` runs of the `nix` queue (MS-7).
+/// (its own PID namespace, killed with the worker, in `sandbox`) until it exits or `deadline` passes; every process
+/// it started is gone when this returns. `marker` tags its processes
+/// (`SLIPWAY_EFFECT`) so a sweep can tell whose they were; `env` comes on
+/// top of the sandbox's ([`crate::sandbox::Policy::env`]). Used for the
+/// `git` and Nix runs of the `nix` queue (MS-7).
 pub async fn run_tool(
+    sandbox: crate::sandbox::Sandbox,
     dir: &std::path::Path,
     program: &str,
     args: &[String],
@@ -666,6 +652,7 @@ pub async fn run_tool(
         attempt: 1,
         lock: std::env::temp_dir().join(format!("slipway-tool-{run_id}.lock")),
         scratch: std::env::temp_dir().join(format!("slipway-tool-{run_id}")),
+        sandbox,
     };
     let log = MemoryLog::default();
     let (_keep, stop) = tokio::sync::watch::channel(None);

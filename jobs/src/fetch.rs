@@ -16,7 +16,9 @@
 //! under one deadline: past it, every process of the fetch is killed and the
 //! fetch is [`FetchError::Timeout`]. A `path:` source is used where it is.
 
+use crate::config::Config;
 use crate::effect::{run_tool, EffectOutcome, ToolRun};
+use crate::sandbox::{Policy, Sandbox, View};
 use crate::source::{GitPin, ModuleSource};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -130,21 +132,22 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// answered `500` or `502` ([`crate::outbound::Class::RetryOnce`]) is tried
 /// once more after [`RETRY_PAUSE`], within the same deadline; any other
 /// failure is returned at once, classified by [`FetchError::class`].
-pub async fn fetch(state_dir: &Path, source: &ModuleSource, deadline: Duration) -> Result<Fetched, FetchError> {
+pub async fn fetch(config: &Config, source: &ModuleSource, deadline: Duration) -> Result<Fetched, FetchError> {
     let until = Instant::now() + deadline;
-    match fetch_once(state_dir, source, deadline).await {
+    match fetch_once(config, source, deadline).await {
         Err(e) if e.class() == crate::outbound::Class::RetryOnce && Instant::now() + RETRY_PAUSE < until => {
             tracing::warn!(source = %source, error = %e, "the git server answered 500 or 502; fetching once more");
             tokio::time::sleep(RETRY_PAUSE).await;
-            fetch_once(state_dir, source, until.saturating_duration_since(Instant::now())).await
+            fetch_once(config, source, until.saturating_duration_since(Instant::now())).await
         }
         other => other,
     }
 }
 
 /// One try of [`fetch`].
-async fn fetch_once(state_dir: &Path, source: &ModuleSource, deadline: Duration) -> Result<Fetched, FetchError> {
+async fn fetch_once(config: &Config, source: &ModuleSource, deadline: Duration) -> Result<Fetched, FetchError> {
     let until = Instant::now() + deadline;
+    let state_dir = &config.state_dir;
     let source_ref = source.to_string();
     let (url, pin) = match source {
         ModuleSource::Path(dir) => {
@@ -160,10 +163,13 @@ async fn fetch_once(state_dir: &Path, source: &ModuleSource, deadline: Duration)
     let local = |reason: String| FetchError::Local { source_ref: source_ref.clone(), reason };
     let cache = cache_dir(state_dir);
     std::fs::create_dir_all(&cache).map_err(|e| local(format!("cannot create {}: {e}", cache.display())))?;
-    let git = Git { source_ref: &source_ref, until, deadline };
+    let policy = Policy::new(config).map_err(local)?;
+    // A `file://` repository (SLIPWAY_ALLOW_PATH_SOURCES) is shown to git read-only.
+    let local_repo = url.strip_prefix("file://").map(PathBuf::from);
+    let git = Git { source_ref: &source_ref, until, deadline, policy, local_repo };
     let revision = match pin {
         GitPin::Rev(rev) => rev.clone(),
-        GitPin::Ref(name) => git.resolve(&cache, url, name).await?,
+        GitPin::Ref(name) => git.resolve(url, name).await?,
     };
     let pinned = format!("git+{url}?rev={revision}");
     if let Some(dir) = cached(state_dir, &revision) {
@@ -179,7 +185,9 @@ async fn fetch_once(state_dir: &Path, source: &ModuleSource, deadline: Duration)
     }
     let work = cache.join(format!(".fetch-{revision}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).map_err(|e| local(format!("cannot create {}: {e}", work.display())))?;
+    std::fs::create_dir_all(&work)
+        .and_then(|()| git.policy.give(&work))
+        .map_err(|e| local(format!("cannot create {}: {e}", work.display())))?;
     let result = git.checkout(&work, url, &revision).await;
     let result = result.and_then(|()| {
         let _ = std::fs::remove_dir_all(work.join(".git"));
@@ -201,19 +209,37 @@ struct Git<'a> {
     source_ref: &'a str,
     until: Instant,
     deadline: Duration,
+    /// The sandbox every `git` of the fetch runs in.
+    policy: Policy,
+    /// The folder of a `file://` repository, which git may read.
+    local_repo: Option<PathBuf>,
 }
 
 impl Git<'_> {
-    /// Runs `git args…` in `dir`; an error unless it exits 0.
-    async fn run(&self, dir: &Path, step: &str, args: &[&str]) -> Result<ToolRun, FetchError> {
+    /// Runs `git args…` in `dir` (the fetch's own folder, which it may
+    /// write, or `None`: its scratch folder), with the host's network; an
+    /// error unless it exits 0.
+    async fn run(&self, dir: Option<&Path>, step: &str, args: &[&str]) -> Result<ToolRun, FetchError> {
         let left = self.until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(FetchError::Timeout { source_ref: self.source_ref.to_owned(), deadline: self.deadline });
         }
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        if self.local_repo.is_some() && matches!(args.first().map(String::as_str), Some("fetch" | "ls-remote")) {
+            // A `file://` repository is not the sandbox user's: its
+            // upload-pack reads it anyway (a `-c` of ours does not reach it).
+            args.insert(1, "--upload-pack=git -c 'safe.directory=*' upload-pack".to_owned());
+        }
         // No prompt for credentials: a fetch that needs them fails at once.
         let env = [("GIT_TERMINAL_PROMPT", "0"), ("GIT_ASKPASS", "/bin/false"), ("SSH_ASKPASS", "/bin/false")];
-        let run = run_tool(dir, "git", &args, &env, &format!("slipway-fetch:{}", self.source_ref), left)
+        let view = View {
+            read: self.local_repo.iter().cloned().collect(),
+            write: dir.map(Path::to_path_buf).into_iter().collect(),
+            network: true,
+        };
+        let sandbox = Sandbox { policy: self.policy.clone(), view };
+        let dir = dir.unwrap_or(Path::new("/tmp"));
+        let run = run_tool(sandbox, dir, "git", &args, &env, &format!("slipway-fetch:{}", self.source_ref), left)
             .await
             .map_err(|e| FetchError::Local { source_ref: self.source_ref.to_owned(), reason: e.to_string() })?;
         match run.outcome {
@@ -230,8 +256,8 @@ impl Git<'_> {
     }
 
     /// The commit `name` (a branch, else a tag) names in the repository now.
-    async fn resolve(&self, dir: &Path, url: &str, name: &str) -> Result<String, FetchError> {
-        let run = self.run(dir, "git ls-remote", &["ls-remote", "--", url, name]).await?;
+    async fn resolve(&self, url: &str, name: &str) -> Result<String, FetchError> {
+        let run = self.run(None, "git ls-remote", &["ls-remote", "--", url, name]).await?;
         let refs: Vec<(&str, &str)> = run.output.lines().filter_map(|l| l.split_once('\t')).collect();
         let find = |full: &str| refs.iter().find(|(_, r)| *r == full).map(|(rev, _)| rev.to_string());
         find(name)
@@ -245,16 +271,16 @@ impl Git<'_> {
 
     /// Checks `revision` of `url` out into the empty folder `work`.
     async fn checkout(&self, work: &Path, url: &str, revision: &str) -> Result<(), FetchError> {
-        self.run(work, "git init", &["init", "-q"]).await?;
+        self.run(Some(work), "git init", &["init", "-q"]).await?;
         // Most servers hand out a commit by id; those that do not get every
         // branch and tag fetched, and the commit looked up among them.
-        let by_id = self.run(work, "git fetch", &["fetch", "-q", "--depth", "1", "--", url, revision]).await;
+        let by_id = self.run(Some(work), "git fetch", &["fetch", "-q", "--depth", "1", "--", url, revision]).await;
         match by_id {
             Ok(_) => {}
             Err(FetchError::Timeout { .. }) => return by_id.map(|_| ()),
             Err(_) => {
                 self.run(
-                    work,
+                    Some(work),
                     "git fetch",
                     &["fetch", "-q", "--", url, "+refs/heads/*:refs/h/*", "+refs/tags/*:refs/t/*"],
                 )
@@ -262,13 +288,13 @@ impl Git<'_> {
             }
         }
         let commit = format!("{revision}^{{commit}}");
-        if self.run(work, "git cat-file", &["cat-file", "-e", &commit]).await.is_err() {
+        if self.run(Some(work), "git cat-file", &["cat-file", "-e", &commit]).await.is_err() {
             return Err(FetchError::NoSuchRevision {
                 source_ref: self.source_ref.to_owned(),
                 revision: revision.to_owned(),
             });
         }
-        self.run(work, "git checkout", &["-c", "advice.detachedHead=false", "checkout", "-q", revision]).await?;
+        self.run(Some(work), "git checkout", &["-c", "advice.detachedHead=false", "checkout", "-q", revision]).await?;
         Ok(())
     }
 }

@@ -18,6 +18,7 @@ pub mod openbao;
 pub mod outbound;
 pub mod read;
 pub mod readiness;
+pub mod sandbox;
 pub mod sbom;
 pub mod secrets;
 pub mod source;

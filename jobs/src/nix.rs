@@ -174,6 +174,8 @@ pub struct NixRun<'a> {
     pub until: Instant,
     /// Marks the job's processes (`SLIPWAY_EFFECT`).
     pub marker: &'a str,
+    /// The sandbox every Nix run of the job runs in (SEC-3).
+    pub policy: &'a crate::sandbox::Policy,
 }
 
 /// Output of a failed Nix run, for the operator's log.
@@ -198,10 +200,23 @@ impl NixRun<'_> {
             return Err(self.timeout("the build"));
         }
         let dir = self.dir.display().to_string();
-        let mut argv: Vec<String> = vec!["-E".into(), CORE_EXPR.into()];
+        // Restricted evaluation (SEC-3): the source and this job's folder
+        // are the only paths outside the store the evaluation may read.
+        let mut argv: Vec<String> = self.policy.nix_options();
+        argv.extend(["-I".into(), format!("source={dir}"), "-I".into(), format!("work={}", self.work.display())]);
+        argv.extend(["-E".into(), CORE_EXPR.into()]);
         argv.extend(["--argstr", "dir", &dir, "--argstr", "providerName", self.provider].map(String::from));
         argv.extend(args.iter().map(|a| a.to_string()));
-        let run = run_tool(self.work, program, &argv, &[], self.marker, self.left())
+        let view = crate::sandbox::View {
+            read: vec![self.dir.to_path_buf()],
+            write: vec![self.work.to_path_buf()],
+            network: !self.policy.allowed_uris.is_empty(),
+        };
+        self.policy.give(self.work).map_err(|e| {
+            NixFailure::new(FailureCode::BuildFailed, None, format!("cannot prepare the work folder: {e}"))
+        })?;
+        let sandbox = crate::sandbox::Sandbox { policy: self.policy.clone(), view };
+        let run = run_tool(sandbox, self.work, program, &argv, &[], self.marker, self.left())
             .await
             .map_err(|e| NixFailure::new(FailureCode::BuildFailed, None, e.to_string()))?;
         log.push_str(&run.output);

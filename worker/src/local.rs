@@ -40,7 +40,15 @@ async fn build_outputs(config: &Config, dir: &Path) -> Result<slipway_jobs::sour
     let work = tempfile::tempdir().map_err(|e| format!("cannot create a work folder: {e}"))?;
     let marker = format!("slipway-nix:run-{}", std::process::id());
     let until = std::time::Instant::now() + config.nix_timeout;
-    let nix = slipway_jobs::nix::NixRun { dir, provider: &config.provider, work: work.path(), until, marker: &marker };
+    let policy = slipway_jobs::sandbox::Policy::new(config)?;
+    let nix = slipway_jobs::nix::NixRun {
+        dir,
+        provider: &config.provider,
+        work: work.path(),
+        until,
+        marker: &marker,
+        policy: &policy,
+    };
     let mut log = String::new();
     let pinned = format!("path:{}", dir.display());
     let built = nix.build_schema(&pinned, None, &mut log).await.map_err(|f| f.message)?;
@@ -83,6 +91,9 @@ pub async fn run(
         Ok(v) => v,
         Err(e) => return refuse(output, format!("configuration {}: {e}", file.display())),
     };
+    if let Err(e) = slipway_jobs::sandbox::check(&config).await {
+        return refuse(output, e);
+    }
     let outputs = match build_outputs(&config, &dir).await {
         Ok(o) => o,
         Err(e) => return refuse(output, format!("module source {}: {e}", dir.display())),

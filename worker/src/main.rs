@@ -122,6 +122,8 @@ fn main() -> ExitCode {
     use clap::{CommandFactory as _, FromArgMatches as _};
     let matches = Cli::command().after_help(slipway_jobs::config::settings_help()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Whatever the umask it started with, what it creates is its own (SEC-3).
+    slipway_jobs::sandbox::private_umask();
     // SLIPWAY_LOG, else RUST_LOG, else the default; SLIPWAY_LOG_FORMAT (docs/CONFIGURATION.md).
     if let Err(e) = slipway_jobs::logs::init("slipway-worker") {
         eprintln!("slipway-worker: {e}");

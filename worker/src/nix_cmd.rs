@@ -69,8 +69,9 @@ async fn prepare(
     let parsed = ModuleSource::parse(source).map_err(|e| refuse(output, "invalid_module_source", e))?;
     slipway_jobs::nix::check_provider(&config.provider)
         .map_err(|e| refuse(output, "invalid_input", format!("SLIPWAY_PROVIDER: {e}")))?;
+    slipway_jobs::sandbox::check(config).await.map_err(|e| refuse(output, "invalid_input", e))?;
     let started = Instant::now();
-    let fetched = fetch::fetch(&config.state_dir, &parsed, config.nix_timeout)
+    let fetched = fetch::fetch(config, &parsed, config.nix_timeout)
         .await
         .map_err(|e| failed(output, &NixFailure::from_fetch(&e), e.log()))?;
     let fetch_ms = started.elapsed().as_millis() as u64;
@@ -91,7 +92,18 @@ pub async fn schema(config: Config, args: SchemaArgs) -> ExitCode {
     };
     let pinned = if fetched.pinned.is_empty() { args.source.clone() } else { fetched.pinned.clone() };
     let marker = format!("slipway-nix:run-{}", std::process::id());
-    let nix = NixRun { dir: &fetched.dir, provider: &config.provider, work: work.path(), until, marker: &marker };
+    let policy = match slipway_jobs::sandbox::Policy::new(&config) {
+        Ok(p) => p,
+        Err(e) => return refuse(args.output, "invalid_input", e),
+    };
+    let nix = NixRun {
+        dir: &fetched.dir,
+        provider: &config.provider,
+        work: work.path(),
+        until,
+        marker: &marker,
+        policy: &policy,
+    };
     let mut log = String::new();
     let mut built = match nix.build_schema(&pinned, fetched.revision.as_deref(), &mut log).await {
         Ok(b) => b,
@@ -139,7 +151,18 @@ pub async fn names(config: Config, args: NamesArgs) -> ExitCode {
         Err(code) => return code,
     };
     let marker = format!("slipway-nix:run-{}", std::process::id());
-    let nix = NixRun { dir: &fetched.dir, provider: &config.provider, work: work.path(), until, marker: &marker };
+    let policy = match slipway_jobs::sandbox::Policy::new(&config) {
+        Ok(p) => p,
+        Err(e) => return refuse(args.output, "invalid_input", e),
+    };
+    let nix = NixRun {
+        dir: &fetched.dir,
+        provider: &config.provider,
+        work: work.path(),
+        until,
+        marker: &marker,
+        policy: &policy,
+    };
     let mut log = String::new();
     let names = match nix.eval_names(&configuration, &mut log).await {
         Ok(n) => n,

@@ -216,6 +216,9 @@ where
 /// Runs the worker until SIGINT or SIGTERM, serving `queues` (Q-8).
 pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<String>) -> anyhow::Result<()> {
     slipway_jobs::effect::check_containment().map_err(|e| anyhow::anyhow!(e))?;
+    slipway_jobs::sandbox::private_dir(&config.state_dir)
+        .with_context(|| format!("making the state folder {} private", config.state_dir.display()))?;
+    slipway_jobs::sandbox::check(&config).await.map_err(|e| anyhow::anyhow!(e))?;
     if !config.default_source_dir.join("core/default.nix").is_file() {
         anyhow::bail!(
             "SLIPWAY_DEFAULT_SOURCE_DIR {} holds no core/default.nix: point it at the built-in module source \

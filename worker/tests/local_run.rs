@@ -50,10 +50,11 @@ fn a_local_deploy_and_destroy_report_every_node_as_json() {
     assert_eq!(report["summary"]["nodes"], deployed.len());
 }
 
-/// Item: a worker passes the operator's Nix configuration to effects as it
-/// is (binary caches stay on), and adds none of its own.
+/// SEC-3: an effect gets the operator's Nix settings that choose where
+/// store paths come from, and the sandbox's own that keep an evaluation
+/// restricted; an operator's setting that would weaken them never reaches it.
 #[test]
-fn an_effect_gets_the_operators_nix_configuration_unchanged() {
+fn an_effect_gets_the_operators_cache_settings_but_never_one_that_weakens_an_evaluation() {
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("source");
     let status = Command::new("cp").arg("-r").arg(repo().join("nix")).arg(&source).status().unwrap();
@@ -61,7 +62,8 @@ fn an_effect_gets_the_operators_nix_configuration_unchanged() {
     std::fs::write(
         source.join("core/effects/deploy"),
         r#"#!/bin/sh
-printf '%s' "${NIX_CONFIG-unset}" > "$STATE_DIR/../nix-config"
+printf '%s' "${NIX_CONFIG-unset}" > "$STATE_DIR/nix-config"
+printf '%s' "${NIX_PATH-unset}" > "$STATE_DIR/nix-path"
 echo '{"nodes": [{"name": "web", "dnsNames": [], "outcome": "deployed"}]}' > "$SBOM_OUT_DIR/nodes.json"
 echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SBOM_OUT_DIR/web.cdx.json"
 "#,
@@ -70,29 +72,29 @@ echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SB
     let source = format!("path:{}", source.display());
     let config = repo().join("examples/demo.json");
     let args = ["deploy", "--source", &source, "--config", config.to_str().unwrap()];
-    let seen = || std::fs::read_to_string(dir.path().join("provider/nix-config")).unwrap();
-    let operators = "substituters =\nmax-jobs = 3";
+    let seen = |file: &str| std::fs::read_to_string(dir.path().join("provider/local").join(file)).unwrap();
+    let operators = "substituters =\nmax-jobs = 3\nallow-unsafe-native-code-during-evaluation = true\n\
+                     restrict-eval = false\nextra-allowed-uris = file:///";
     let out = Command::new(env!("CARGO_BIN_EXE_slipway-worker"))
         .arg("run")
         .args(args)
         .env("SLIPWAY_STATE_DIR", dir.path())
         .env("NIX_CONFIG", operators)
+        .env("NIX_PATH", "nixpkgs=/etc")
         .env_remove("SLIPWAY_CONFIG")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(seen(), operators);
-    // Without one, the effect gets none (the outputs are built already).
-    let out = Command::new(env!("CARGO_BIN_EXE_slipway-worker"))
-        .arg("run")
-        .args(args)
-        .env("SLIPWAY_STATE_DIR", dir.path())
-        .env_remove("NIX_CONFIG")
-        .env_remove("SLIPWAY_CONFIG")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(seen(), "unset");
+    let nix_config = seen("nix-config");
+    let lines: Vec<&str> = nix_config.lines().collect();
+    for kept in ["substituters =", "max-jobs = 3", "restrict-eval = true", "allow-import-from-derivation = false"] {
+        assert!(lines.contains(&kept), "{kept:?} is not in the effect's NIX_CONFIG: {nix_config}");
+    }
+    assert!(lines.contains(&"allow-unsafe-native-code-during-evaluation = false"), "{nix_config}");
+    for dropped in ["allow-unsafe-native-code-during-evaluation = true", "restrict-eval = false", "file:///"] {
+        assert!(!nix_config.contains(dropped), "{dropped:?} reached the effect: {nix_config}");
+    }
+    assert_eq!(seen("nix-path"), "", "the host's NIX_PATH reached the effect");
 }
 
 #[test]

@@ -387,7 +387,7 @@ pub(crate) async fn resolve_source(build: &BuildRow, ctx: &Ctx) -> Result<PathBu
         None => ctx.config.default_source_dir.clone(),
         Some(s) => {
             let source = ModuleSource::parse(s).map_err(|e| e.to_string())?;
-            let fetched = crate::fetch::fetch(&ctx.config.state_dir, &source, ctx.config.nix_timeout).await;
+            let fetched = crate::fetch::fetch(&ctx.config, &source, ctx.config.nix_timeout).await;
             fetched
                 .map_err(|e| {
                     // Logged once as "build failed" where the build ends;

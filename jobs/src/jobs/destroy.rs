@@ -30,8 +30,34 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
         Err(e) => return no_change(fail(report, Reason::WorkerError, e)),
     };
     let mut judged = judge(ctx, report, outcome, &work);
+    if judged.report.status == BuildStatus::Succeeded {
+        let state = ctx.provider_state_dir(&build.deployment_id);
+        if let Err(e) = remove_state(&state) {
+            judged.report.warnings.push(format!("the deployment's state folder could not be removed: {e}"));
+        }
+    }
     judged.effect = Some(span);
     judged
+}
+
+/// Removes a destroyed deployment's state folder (its effect, which runs as
+/// the sandbox user, empties it but may not remove the folder itself), and
+/// every indirect GC root of Nix that still points into it: the effect
+/// cannot remove those (SEC-3), and Nix would keep what they name until
+/// its next garbage collection.
+fn remove_state(state: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(state) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let nix_state = std::env::var_os("NIX_STATE_DIR").map(std::path::PathBuf::from);
+    let auto = nix_state.unwrap_or_else(|| "/nix/var/nix".into()).join("gcroots/auto");
+    for entry in std::fs::read_dir(auto).into_iter().flatten().flatten() {
+        if std::fs::read_link(entry.path()).is_ok_and(|target| target.starts_with(state)) {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 /// The outcome of the destroy whose effect ended as `outcome`, from what it

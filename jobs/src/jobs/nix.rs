@@ -95,7 +95,13 @@ async fn compute(row: &NixRow, ctx: &Ctx, log: &mut String) -> Result<Value, Nix
         message: format!("cannot create a work folder on the worker: {e}"),
     })?;
     let marker = format!("slipway-nix:{}", &row.key.chars().take(80).collect::<String>());
-    let nix = NixRun { dir: &fetched.dir, provider: &row.provider, work: &work, until, marker: &marker };
+    let policy = crate::sandbox::Policy::new(&ctx.config).map_err(|message| NixFailure {
+        code: FailureCode::BuildFailed,
+        output: None,
+        message,
+    })?;
+    let nix =
+        NixRun { dir: &fetched.dir, provider: &row.provider, work: &work, until, marker: &marker, policy: &policy };
     let result = match row.kind {
         NixKind::SchemaBuild => {
             nix.build_schema(&fetched.pinned, fetched.revision.as_deref(), log).await.map(|mut built: BuiltSchema| {
@@ -129,7 +135,7 @@ pub(crate) async fn source_dir(source: &str, ctx: &Ctx, deadline: Duration) -> R
         output: None,
         message: e.to_string(),
     })?;
-    fetch::fetch(&ctx.config.state_dir, &parsed, deadline).await.map_err(|e| {
+    fetch::fetch(&ctx.config, &parsed, deadline).await.map_err(|e| {
         // Logged once as "nix job failed" where the job ends; the tool's
         // output only at debug.
         tracing::debug!(error = %e, log = e.log(), "fetching a module source failed");

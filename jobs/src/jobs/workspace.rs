@@ -219,7 +219,15 @@ pub(crate) async fn run_effect(
         std::fs::write(&file, serde_json::to_vec_pretty(&build.configuration).expect("configuration serialises"))?;
         Ok(file)
     };
-    let config_file = prepare().map_err(|e| format!("cannot prepare the build's work folder: {e}"))?;
+    let policy = crate::sandbox::Policy::new(&ctx.config)?;
+    let config_file = prepare()
+        .and_then(|file| {
+            // The effect runs as the sandbox user: its own folders are its to write.
+            policy.give(&work)?;
+            policy.give(&state)?;
+            Ok(file)
+        })
+        .map_err(|e| format!("cannot prepare the build's work folder: {e}"))?;
     let abs = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
     let (work_abs, state_abs, source_abs) = (abs(&work), abs(&state), abs(source));
     let secrets_env =
@@ -249,6 +257,14 @@ pub(crate) async fn run_effect(
         attempt: build.attempts,
         lock: ctx.deployment_lock(&build.deployment_id),
         scratch: work.join("tmp"),
+        sandbox: crate::sandbox::Sandbox {
+            policy,
+            view: crate::sandbox::View {
+                read: vec![source.to_path_buf()],
+                write: vec![work.clone(), state.clone()],
+                network: ctx.config.sandbox.effect_network,
+            },
+        },
     };
     // Each folder as the effect sees it, and as the worker's configuration names it.
     let paths = [

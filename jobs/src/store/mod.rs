@@ -189,8 +189,24 @@ pub(crate) fn sqlite_pool_options(max: u32) -> SqlitePoolOptions {
         })
 }
 
+/// Makes the SQLite file and its WAL and shared-memory files readable by
+/// their owner only (`0600`), whatever mode an older release or another
+/// umask gave them (SEC-3: no build user reads another tenant's rows).
+fn private_files(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Opens (and migrates) the SQLite database at `path`, creating the file and
-/// its folder when missing.
+/// its folder when missing; the file is its owner's alone ([`private_files`]).
 pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(sqlx::Error::Io(e)))?;
@@ -210,6 +226,7 @@ pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
     // file; pooled connections leave the journal mode alone.
     let _lock = lock_file(&path.with_extension("migrate.lock")).await?;
     sqlx::SqliteConnection::connect_with(&options.clone().journal_mode(SqliteJournalMode::Wal)).await?.close().await?;
+    private_files(path).map_err(|e| StoreError::Database(sqlx::Error::Io(e)))?;
     let pool = sqlite_pool_options(8).connect_with(options).await?;
     // apalis's own tables. We do not call `SqliteStorage::setup`, which would
     // also set `synchronous = OFF` on one pooled connection.
