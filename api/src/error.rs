@@ -245,7 +245,9 @@ impl From<SourceError> for ApiError {
 /// message says which output and why; the build log stays on the job.
 /// `output_missing` and `source_too_old` `422`; a build that failed `422`
 /// (`invalid_configuration` `400` when the `names` eval refused the
-/// configuration, EV-1); `fetch_failed` `502`; `timeout` `504`.
+/// configuration, EV-1); `fetch_failed` `502`; `timeout` `504`; what a
+/// source's own content caused past a bound of SEC-3 (`out_of_memory`,
+/// `output_too_large`, `source_too_large`, `source_unsafe`) `422`.
 impl From<NixFailure> for ApiError {
     fn from(f: NixFailure) -> Self {
         let details = json!({ "output": f.output });
@@ -255,9 +257,13 @@ impl From<NixFailure> for ApiError {
             }
             FailureCode::FetchFailed => (StatusCode::BAD_GATEWAY, f.code.as_str()),
             FailureCode::Timeout => (StatusCode::GATEWAY_TIMEOUT, f.code.as_str()),
-            FailureCode::OutputMissing | FailureCode::SourceTooOld | FailureCode::BuildFailed => {
-                (StatusCode::UNPROCESSABLE_ENTITY, f.code.as_str())
-            }
+            FailureCode::OutputMissing
+            | FailureCode::SourceTooOld
+            | FailureCode::BuildFailed
+            | FailureCode::OutOfMemory
+            | FailureCode::OutputTooLarge
+            | FailureCode::SourceTooLarge
+            | FailureCode::SourceUnsafe => (StatusCode::UNPROCESSABLE_ENTITY, f.code.as_str()),
         };
         Self::new(status, code, f.message).with_details(details)
     }

@@ -25,7 +25,9 @@ pub const DOCUMENTS: [(&str, &str); 4] = [
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{message}")]
 pub struct NixFailure {
-    /// `output_missing`, `source_too_old`, `build_failed`, `fetch_failed` or `timeout`.
+    /// `output_missing`, `source_too_old`, `build_failed`, `fetch_failed`,
+    /// `timeout`, `out_of_memory`, `output_too_large`, `source_too_large`
+    /// or `source_unsafe`.
     pub code: FailureCode,
     /// The output concerned (`schema`, `names`, …), when one is.
     pub output: Option<String>,
@@ -47,6 +49,16 @@ pub enum FailureCode {
     FetchFailed,
     /// The fetch and build ran past `NIX_TIMEOUT` and were killed.
     Timeout,
+    /// A Nix or git process of the job reached `NIX_MEMORY_LIMIT` (SEC-3).
+    OutOfMemory,
+    /// A document output (or a `names` output's node count) is larger than
+    /// `SLIPWAY_OUTPUT_LIMIT` (`SLIPWAY_NODE_LIMIT`); it was not read.
+    OutputTooLarge,
+    /// The fetched source is larger than `SLIPWAY_SOURCE_LIMIT`; it was not kept.
+    SourceTooLarge,
+    /// The source's tree holds something a source may not, such as a
+    /// symbolic link leaving the tree; the message names the path.
+    SourceUnsafe,
 }
 
 impl FailureCode {
@@ -58,6 +70,10 @@ impl FailureCode {
             Self::BuildFailed => "build_failed",
             Self::FetchFailed => "fetch_failed",
             Self::Timeout => "timeout",
+            Self::OutOfMemory => "out_of_memory",
+            Self::OutputTooLarge => "output_too_large",
+            Self::SourceTooLarge => "source_too_large",
+            Self::SourceUnsafe => "source_unsafe",
         }
     }
 }
