@@ -50,7 +50,8 @@ pub struct App {
     pub config: Config,
     /// The database.
     pub db: Db,
-    /// Token verification (SEC-1).
+    /// Token verification (SEC-1) with the keys live now (SEC-4: those of
+    /// a keys file are reloaded by [`crate::rotation::watch`]).
     pub verifier: Verifier,
     /// The module sources a submit is checked against: the built-in one,
     /// its outputs baked in and its schema compiled (MS-5), and any allowed
@@ -122,6 +123,7 @@ impl AppState {
             metrics: {
                 let metrics = slipway_jobs::metrics::Metrics::new();
                 metrics.register_refusals();
+                metrics.register_key_reloads();
                 metrics
             },
         })))
@@ -140,9 +142,7 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let app = AppState::from_ref(state);
-        let header = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        app.verifier.verify(header).map(Auth)
+        AppState::from_ref(state).verifier.verify_headers(&parts.headers).map(Auth)
     }
 }
 
@@ -175,8 +175,7 @@ impl Auth {
 /// which answers the same error).
 async fn admission(State(app): State<AppState>, request: Request, next: Next) -> Response {
     // Authentication first: the queue depth is not for anonymous callers.
-    let header = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    if let Err(e) = app.verifier.verify(header) {
+    if let Err(e) = app.verifier.verify_headers(request.headers()) {
         return e.into_response();
     }
     match slipway_jobs::submit::admit(&app.db, app.config.queue_size).await {

@@ -1,11 +1,18 @@
-//! Bearer-token authentication (SEC-1, PRODUCT.md §9 and §12).
+//! Bearer-token authentication (SEC-1, SEC-4; PRODUCT.md §9 and §12).
 //!
 //! Tokens are JWTs from configured front-ends: HS256 with
-//! `SLIPWAY_JWT_SECRET`, or EdDSA with `SLIPWAY_JWT_PUBLIC_KEY`. A token must
-//! carry `exp`, the configured `aud` (and `iss` when one is configured), and a
-//! `deployments` claim: the ids it may touch, or `["*"]`. An operator's
-//! token also carries `"operator": true`, which opens the fleet routes
-//! (`GET /queues`, `GET /workers`); a front-end's token never does.
+//! `SLIPWAY_JWT_SECRET`, EdDSA with `SLIPWAY_JWT_PUBLIC_KEY`, or either with
+//! the several keys of `SLIPWAY_JWT_KEYS_FILE` ([`crate::keys`]), which the
+//! api reloads without a restart ([`crate::rotation`]). With a keys file, a
+//! token whose header names a `kid` is checked against that key only (an
+//! unknown kid is refused); a token without one against each key of its
+//! `alg`. A token must carry `exp`, the configured `aud` (and `iss` when one
+//! is configured), and a `deployments` claim: the ids it may touch, or
+//! `["*"]`. An operator's token also carries `"operator": true`, which
+//! opens the fleet routes (`GET /queues`, `GET /workers`); a front-end's
+//! token never does. A header with `crit` (an extension this service would
+//! have to understand, RFC 7515 §4.1.11) and a request with two
+//! `Authorization` headers are refused.
 //!
 //! jsonwebtoken checks the signature (`jsonwebtoken::crypto::verify`); the
 //! algorithm and the claims are checked here, so each refusal says which
@@ -15,13 +22,16 @@
 //! may be fractional.)
 
 use crate::error::ApiError;
+use crate::keys::{Key, KeySet, KeysError, KeysFile};
+use axum::http::{header, HeaderMap};
 use base64::Engine as _;
 use jsonwebtoken::errors::ErrorKind;
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header};
-use secrecy::ExposeSecret;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use slipway_jobs::config::Config;
+use slipway_jobs::id::quoted;
+use std::sync::{Arc, PoisonError, RwLock};
 
 /// The `aud` claim: a string or a list of strings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,16 +91,39 @@ pub enum TokenError {
     /// An `Authorization` header of another scheme.
     #[error("the Authorization header is not a bearer token")]
     NotBearer,
+    /// More than one `Authorization` header: which one counts would be a guess.
+    #[error("send one Authorization header, not several")]
+    SeveralHeaders,
+    /// A stream's token both in the `Authorization` header and as `?access_token=`.
+    #[error("send the token once: in the Authorization header or as access_token, not both")]
+    TwoCarriers,
     /// Not three base64url parts with a JSON header and a JSON object of claims.
     #[error("the token is malformed")]
     Malformed,
-    /// Signed (or claiming to be signed) with an algorithm other than the configured key's.
+    /// The header has `crit`: extensions a verifier must understand, and this one understands none.
+    #[error("the token's header has a crit parameter; this service understands no header extension")]
+    CriticalHeader,
+    /// With a keys file, a `kid` header that is not a string.
+    #[error("the token's kid header is not a string")]
+    MalformedKid,
+    /// With a keys file, a `kid` that names no key (quoted escaped and cut to 48 characters).
+    #[error("the token's kid {0} names no key of this service")]
+    UnknownKid(String),
+    /// Signed (or claiming to be signed) with an algorithm no configured key has.
     #[error("algorithm not accepted: this service accepts {accepted} tokens only")]
     AlgorithmNotAccepted {
-        /// The algorithm of the configured key (`HS256` or `EdDSA`).
+        /// The algorithms of the configured keys (`HS256`, `EdDSA`, or `HS256 and EdDSA`).
         accepted: &'static str,
     },
-    /// The signature does not verify with the configured key.
+    /// The `kid` names a key of another algorithm than the token's `alg`.
+    #[error("algorithm not accepted: the key {kid} verifies {accepted} tokens only")]
+    AlgorithmNotOfKey {
+        /// The kid, quoted.
+        kid: String,
+        /// The key's algorithm.
+        accepted: &'static str,
+    },
+    /// The signature does not verify with the key (the kid's, or any of its algorithm).
     #[error("the token's signature does not verify")]
     BadSignature,
     /// A required claim is absent.
@@ -127,41 +160,81 @@ impl From<TokenError> for ApiError {
 /// The shape a NumericDate claim must have.
 const NUMERIC_DATE: &str = "a number (a NumericDate: seconds since 1970-01-01 UTC)";
 
-/// Verifies tokens.
+/// The `Authorization` header of a request: `None` without one, and
+/// [`TokenError::SeveralHeaders`] with more than one. A value that is not
+/// visible ASCII counts as none, as before.
+pub fn authorization(headers: &HeaderMap) -> Result<Option<&str>, TokenError> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    match (values.next(), values.next()) {
+        (_, Some(_)) => Err(TokenError::SeveralHeaders),
+        (value, None) => Ok(value.and_then(|v| v.to_str().ok())),
+    }
+}
+
+/// Verifies tokens with the keys live now. Those of a keys file are
+/// swapped whole by [`Verifier::reload`]: each check reads one set, never
+/// a mix of two.
 pub struct Verifier {
-    key: DecodingKey,
-    algorithm: Algorithm,
+    keys: RwLock<Arc<KeySet>>,
+    file: Option<KeysFile>,
     audience: String,
     issuer: Option<String>,
 }
 
 impl std::fmt::Debug for Verifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Verifier").finish_non_exhaustive()
+        f.debug_struct("Verifier").field("kids", &self.keys().kids()).finish_non_exhaustive()
     }
 }
 
 impl Verifier {
-    /// Builds the verifier from §12; without a secret or public key the api refuses to start.
+    /// Builds the verifier from §12 ([`KeySet::from_config`]): without a
+    /// key the api refuses to start, and so it does with a keys file that
+    /// is not a key set (the error names each fault).
     pub fn from_config(config: &Config) -> anyhow::Result<Self> {
-        let (key, algorithm) = match (&config.jwt_secret, &config.jwt_public_key) {
-            (Some(_), Some(_)) => anyhow::bail!("set one of SLIPWAY_JWT_SECRET and SLIPWAY_JWT_PUBLIC_KEY, not both"),
-            (Some(secret), None) => {
-                if secret.expose_secret().len() < MIN_SECRET_BYTES {
-                    anyhow::bail!("SLIPWAY_JWT_SECRET is shorter than {MIN_SECRET_BYTES} bytes; use a random secret of at least that length")
-                }
-                (DecodingKey::from_secret(secret.expose_secret().as_bytes()), Algorithm::HS256)
-            }
-            (None, Some(pem)) => (
-                DecodingKey::from_ed_pem(pem.as_bytes())
-                    .map_err(|e| anyhow::anyhow!("SLIPWAY_JWT_PUBLIC_KEY is not an Ed25519 public key in PEM: {e}"))?,
-                Algorithm::EdDSA,
-            ),
-            (None, None) => anyhow::bail!(
-                "no token key: set SLIPWAY_JWT_SECRET (HS256) or SLIPWAY_JWT_PUBLIC_KEY (Ed25519 PEM); the api refuses to run unauthenticated"
-            ),
-        };
-        Ok(Self { key, algorithm, audience: config.jwt_audience.clone(), issuer: config.jwt_issuer.clone() })
+        let (keys, file) = KeySet::from_config(config)?;
+        Ok(Self {
+            keys: RwLock::new(Arc::new(keys)),
+            file,
+            audience: config.jwt_audience.clone(),
+            issuer: config.jwt_issuer.clone(),
+        })
+    }
+
+    /// The keys live now.
+    pub fn keys(&self) -> Arc<KeySet> {
+        self.keys.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// `SLIPWAY_JWT_KEYS_FILE`, when the keys come from one.
+    pub fn keys_file(&self) -> Option<&std::path::Path> {
+        self.file.as_ref().map(KeysFile::path)
+    }
+
+    /// Reads the keys file again and makes its keys the live ones, all at
+    /// once. On an error the keys live before stay live;
+    /// [`KeysError::NoFile`] without a keys file.
+    pub fn reload(&self) -> Result<Arc<KeySet>, KeysError> {
+        let file = self.file.as_ref().ok_or(KeysError::NoFile)?;
+        self.swap(file.read())
+    }
+
+    /// As [`Verifier::reload`], when the keys file's
+    /// [`crate::keys::Stamp`] changed since it was last read; `None` when
+    /// it did not (or there is no keys file).
+    pub fn reload_if_changed(&self) -> Option<Result<Arc<KeySet>, KeysError>> {
+        self.file.as_ref()?.read_if_changed().map(|read| self.swap(read))
+    }
+
+    fn swap(&self, read: Result<KeySet, KeysError>) -> Result<Arc<KeySet>, KeysError> {
+        let keys = Arc::new(read?);
+        *self.keys.write().unwrap_or_else(PoisonError::into_inner) = keys.clone();
+        Ok(keys)
+    }
+
+    /// Checks a request's `Authorization` header ([`authorization`]).
+    pub fn verify_headers(&self, headers: &HeaderMap) -> Result<Claims, ApiError> {
+        self.verify(authorization(headers)?)
     }
 
     /// Checks an `Authorization` header value. Every failure is `401` with a
@@ -177,27 +250,48 @@ impl Verifier {
         Ok(self.check(token.trim(), now)?)
     }
 
-    /// Checks a token at `now` (Unix seconds): the algorithm, the signature,
-    /// then the claims. A token is valid from `nbf` (inclusive, when given)
+    /// Checks a token at `now` (Unix seconds): the header (no `crit`), the
+    /// key (the kid's, or those of the token's `alg`), the signature, then
+    /// the claims. A token is valid from `nbf` (inclusive, when given)
     /// until `exp` (exclusive), with no leeway; `aud` must name the
     /// configured audience; `iss`, when an issuer is configured, must be it.
     pub fn check(&self, token: &str, now: f64) -> Result<Claims, TokenError> {
-        let accepted = match self.algorithm {
-            Algorithm::EdDSA => "EdDSA",
-            _ => "HS256",
-        };
+        let keys = self.keys();
         // header.payload.signature, each base64url (RFC 7515 compact form).
         let (message, signature) = token.rsplit_once('.').ok_or(TokenError::Malformed)?;
         let (header, payload) = message.split_once('.').ok_or(TokenError::Malformed)?;
         let header = json_part(header).ok_or(TokenError::Malformed)?;
-        let alg = header.get("alg").and_then(Value::as_str).ok_or(TokenError::Malformed)?;
-        if alg != accepted {
-            return Err(TokenError::AlgorithmNotAccepted { accepted });
+        if header.get("crit").is_some() {
+            return Err(TokenError::CriticalHeader);
         }
-        match jsonwebtoken::crypto::verify(signature, message.as_bytes(), &self.key, self.algorithm) {
-            Ok(true) => {}
-            Err(e) if matches!(e.kind(), ErrorKind::Base64(_)) => return Err(TokenError::Malformed),
-            Ok(false) | Err(_) => return Err(TokenError::BadSignature),
+        let alg = header.get("alg").and_then(Value::as_str).ok_or(TokenError::Malformed)?;
+        let candidates: Vec<&Key> = match header.get("kid") {
+            Some(kid) if keys.named() => {
+                let kid = kid.as_str().ok_or(TokenError::MalformedKid)?;
+                let key = keys.by_kid(kid).ok_or_else(|| TokenError::UnknownKid(quoted(kid)))?;
+                if key.algorithm_name() != alg {
+                    return Err(TokenError::AlgorithmNotOfKey { kid: quoted(kid), accepted: key.algorithm_name() });
+                }
+                vec![key]
+            }
+            _ => keys.keys().iter().filter(|k| k.algorithm_name() == alg).collect(),
+        };
+        if candidates.is_empty() {
+            return Err(TokenError::AlgorithmNotAccepted { accepted: keys.accepted() });
+        }
+        let mut verified = false;
+        for key in candidates {
+            match key.verifies(message.as_bytes(), signature) {
+                Ok(true) => {
+                    verified = true;
+                    break;
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::Base64(_)) => return Err(TokenError::Malformed),
+                Ok(false) | Err(_) => {}
+            }
+        }
+        if !verified {
+            return Err(TokenError::BadSignature);
         }
         let Some(Value::Object(claims)) = json_part(payload) else { return Err(TokenError::Malformed) };
 
@@ -264,48 +358,70 @@ fn string(claims: &Map<String, Value>, claim: &'static str) -> Result<Option<Str
     }
 }
 
-/// Mints a token with the configured HS256 secret (`slipway-api token`,
-/// development and tests): `exp` is `ttl_secs` from now, in whole seconds.
-pub fn mint(config: &Config, subject: &str, deployments: Vec<String>, ttl_secs: u64) -> anyhow::Result<String> {
-    mint_as(config, subject, deployments, ttl_secs, false)
+/// A token for `slipway-api token` to mint (development and tests).
+#[derive(Debug, Clone)]
+pub struct Mint {
+    /// The `sub` claim.
+    pub subject: String,
+    /// The `deployments` claim: ids, or `["*"]` for all.
+    pub deployments: Vec<String>,
+    /// Lifetime, in whole seconds: `exp` is now plus this.
+    pub ttl_secs: u64,
+    /// Adds `"operator": true` (`--operator`).
+    pub operator: bool,
+    /// With `SLIPWAY_JWT_KEYS_FILE`: the HS256 key to sign with, named in
+    /// the header's `kid` (`--kid`); `None`: the file's first HS256 key.
+    pub kid: Option<String>,
 }
 
-/// As [`mint`]; with `operator`, the token also carries `"operator": true`
-/// (`slipway-api token --operator`).
-pub fn mint_as(
-    config: &Config,
-    subject: &str,
-    deployments: Vec<String>,
-    ttl_secs: u64,
-    operator: bool,
-) -> anyhow::Result<String> {
-    let secret = config
-        .jwt_secret
-        .as_ref()
-        .ok_or_else(|| anyhow::anyhow!("minting needs SLIPWAY_JWT_SECRET (an Ed25519 public key cannot sign)"))?;
-    if secret.expose_secret().len() < MIN_SECRET_BYTES {
-        anyhow::bail!(
-            "SLIPWAY_JWT_SECRET is shorter than {MIN_SECRET_BYTES} bytes, so the api would refuse to start with it; use a random secret of at least that length"
-        )
+impl Mint {
+    /// A front-end's token for `deployments`, lasting `ttl_secs`.
+    pub fn new(subject: &str, deployments: Vec<String>, ttl_secs: u64) -> Self {
+        Self { subject: subject.to_owned(), deployments, ttl_secs, operator: false, kid: None }
     }
-    let now = time::OffsetDateTime::now_utc().unix_timestamp() as u64;
-    let mut claims = json!({
-        "sub": subject,
-        "exp": now + ttl_secs,
-        "aud": config.jwt_audience,
-        "deployments": deployments,
-    });
-    if let Some(iss) = &config.jwt_issuer {
-        claims["iss"] = json!(iss);
+
+    /// Signs the token with the configured HS256 secret: `SLIPWAY_JWT_SECRET`,
+    /// or the keys file's key named by [`Mint::kid`] (else its first HS256
+    /// key), whose kid the header then carries. The keys are checked as the
+    /// api checks them at start; an Ed25519 public key cannot sign.
+    pub fn sign(&self, config: &Config) -> anyhow::Result<String> {
+        let (keys, file) = KeySet::from_config(config)?;
+        if file.is_none() && self.kid.is_some() {
+            anyhow::bail!("--kid picks a key of SLIPWAY_JWT_KEYS_FILE, which is not set")
+        }
+        let key = match &self.kid {
+            Some(kid) => keys
+                .by_kid(kid)
+                .ok_or_else(|| anyhow::anyhow!("the token keys file has no key with the kid {}", quoted(kid)))?,
+            None => match keys.keys().iter().find(|k| k.hmac_secret().is_some()) {
+                Some(key) => key,
+                None if file.is_some() => {
+                    anyhow::bail!("the token keys file holds no HS256 key; an Ed25519 public key cannot sign")
+                }
+                None => anyhow::bail!("minting needs SLIPWAY_JWT_SECRET (an Ed25519 public key cannot sign)"),
+            },
+        };
+        let secret = key.hmac_secret().ok_or_else(|| {
+            let kid = quoted(key.kid().unwrap_or_default());
+            anyhow::anyhow!("the key {kid} is an Ed25519 public key, which cannot sign; name an HS256 key with --kid")
+        })?;
+        let now = time::OffsetDateTime::now_utc().unix_timestamp() as u64;
+        let mut claims = json!({
+            "sub": self.subject,
+            "exp": now + self.ttl_secs,
+            "aud": config.jwt_audience,
+            "deployments": self.deployments,
+        });
+        if let Some(iss) = &config.jwt_issuer {
+            claims["iss"] = json!(iss);
+        }
+        if self.operator {
+            claims["operator"] = json!(true);
+        }
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = key.kid().map(str::to_owned);
+        Ok(jsonwebtoken::encode(&header, &claims, &EncodingKey::from_secret(secret))?)
     }
-    if operator {
-        claims["operator"] = json!(true);
-    }
-    Ok(jsonwebtoken::encode(
-        &Header::new(Algorithm::HS256),
-        &claims,
-        &EncodingKey::from_secret(secret.expose_secret().as_bytes()),
-    )?)
 }
 
 #[cfg(test)]
@@ -365,7 +481,7 @@ mod tests {
 
     #[test]
     fn a_short_secret_mints_no_token() {
-        let err = mint(&config("short"), "dev", vec!["demo".into()], 60).unwrap_err().to_string();
+        let err = Mint::new("dev", vec!["demo".into()], 60).sign(&config("short")).unwrap_err().to_string();
         assert!(err.contains("at least"), "{err}");
     }
 
@@ -379,7 +495,7 @@ mod tests {
     #[test]
     fn a_minted_token_verifies_and_carries_its_scope() {
         let c = config(SECRET);
-        let token = mint(&c, "dev", vec!["demo".into()], 60).unwrap();
+        let token = Mint::new("dev", vec!["demo".into()], 60).sign(&c).unwrap();
         let claims = Verifier::from_config(&c).unwrap().verify(Some(&format!("Bearer {token}"))).unwrap();
         assert!(claims.allows("demo") && !claims.allows("other"));
     }
@@ -388,9 +504,9 @@ mod tests {
     fn only_a_token_minted_for_an_operator_carries_the_operator_claim() {
         let c = config(SECRET);
         let v = Verifier::from_config(&c).unwrap();
-        let operator = mint_as(&c, "ops", vec!["*".into()], 60, true).unwrap();
+        let operator = Mint { operator: true, ..Mint::new("ops", vec!["*".into()], 60) }.sign(&c).unwrap();
         assert!(v.verify(Some(&format!("Bearer {operator}"))).unwrap().operator);
-        let front_end = mint(&c, "dev", vec!["*".into()], 60).unwrap();
+        let front_end = Mint::new("dev", vec!["*".into()], 60).sign(&c).unwrap();
         assert!(!v.verify(Some(&format!("Bearer {front_end}"))).unwrap().operator);
         let message = refusal(&v, &sign(Algorithm::HS256, &claims(json!({ "operator": "yes" }))));
         assert_eq!(message, "the token's operator claim is not true or false");
@@ -535,5 +651,194 @@ mod tests {
         for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
             assert!(v.verify(Some(&format!("{scheme} {token}"))).is_ok(), "{scheme}");
         }
+    }
+
+    /// A 32-byte secret of `byte`s, and the same as a JWK's `k`.
+    fn secret(byte: u8) -> ([u8; 32], String) {
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        ([byte; 32], URL_SAFE_NO_PAD.encode([byte; 32]))
+    }
+
+    /// The test Ed25519 key pair's public key as a JWK's `x`.
+    const ED_X: &str = "NwkzUfGZvjQxb2NNA0kHyUDDHZpDNmy8nau_3jIZqBU";
+
+    /// A keys file in a folder of its own holding `keys`, and a configuration naming it.
+    fn keys_file(keys: Value) -> (tempfile::TempDir, std::path::PathBuf, Config) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.json");
+        std::fs::write(&path, json!({ "keys": keys }).to_string()).unwrap();
+        let config = config_with(&[("SLIPWAY_JWT_KEYS_FILE", path.to_str().unwrap())]);
+        (dir, path, config)
+    }
+
+    /// The JWKs of HS256 keys `a` (secret 1) and `b` (secret 2) and of the Ed25519 key `e`.
+    fn jwk(kid: &str) -> Value {
+        match kid {
+            "e" => json!({ "kty": "OKP", "crv": "Ed25519", "kid": "e", "x": ED_X }),
+            "a" => json!({ "kty": "oct", "kid": "a", "k": secret(1).1 }),
+            "b" => json!({ "kty": "oct", "kid": "b", "k": secret(2).1 }),
+            _ => unreachable!(),
+        }
+    }
+
+    /// Valid claims signed with HS256 secret `byte`, the header naming `kid` when given.
+    fn hs256(byte: u8, kid: Option<&str>) -> String {
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = kid.map(str::to_owned);
+        jsonwebtoken::encode(&header, &claims(json!({})), &EncodingKey::from_secret(&secret(byte).0)).unwrap()
+    }
+
+    /// Valid claims signed with the test Ed25519 key, the header naming `kid` when given.
+    fn eddsa(kid: Option<&str>) -> String {
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = kid.map(str::to_owned);
+        jsonwebtoken::encode(&header, &claims(json!({})), &EncodingKey::from_ed_pem(ED_PRIVATE.as_bytes()).unwrap())
+            .unwrap()
+    }
+
+    fn accepted(v: &Verifier, token: &str) -> bool {
+        v.verify(Some(&format!("Bearer {token}"))).is_ok()
+    }
+
+    #[test]
+    fn a_token_naming_a_kid_is_checked_against_that_key_only() {
+        let (_dir, _, c) = keys_file(json!([jwk("a"), jwk("b"), jwk("e")]));
+        let v = Verifier::from_config(&c).unwrap();
+        assert!(accepted(&v, &hs256(1, Some("a"))) && accepted(&v, &hs256(2, Some("b"))));
+        assert!(accepted(&v, &eddsa(Some("e"))));
+        // Signed with a's secret, naming b: b alone is tried.
+        assert_eq!(refusal(&v, &hs256(1, Some("b"))), "the token's signature does not verify");
+        assert_eq!(
+            refusal(&v, &hs256(1, Some("e"))),
+            "algorithm not accepted: the key \"e\" verifies EdDSA tokens only"
+        );
+    }
+
+    #[test]
+    fn an_unknown_or_malformed_kid_is_refused_quoted_and_cut_short() {
+        let (_dir, _, c) = keys_file(json!([jwk("a")]));
+        let v = Verifier::from_config(&c).unwrap();
+        assert_eq!(refusal(&v, &hs256(1, Some("z\"q"))), "the token's kid \"z\\\"q\" names no key of this service");
+        let long = refusal(&v, &hs256(1, Some(&"k".repeat(4000))));
+        assert_eq!(long, format!("the token's kid \"{}\"… names no key of this service", "k".repeat(48)));
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let head = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","kid":7}"#);
+        let body = URL_SAFE_NO_PAD.encode(claims(json!({})).to_string());
+        let message = format!("{head}.{body}");
+        let sig =
+            jsonwebtoken::crypto::sign(message.as_bytes(), &EncodingKey::from_secret(&secret(1).0), Algorithm::HS256);
+        assert_eq!(refusal(&v, &format!("{message}.{}", sig.unwrap())), "the token's kid header is not a string");
+        // The one key of SLIPWAY_JWT_SECRET has no kid: a token's kid is not read, as before.
+        let single = Verifier::from_config(&config(SECRET)).unwrap();
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some("anything".into());
+        let named = jsonwebtoken::encode(&header, &claims(json!({})), &EncodingKey::from_secret(SECRET.as_bytes()));
+        assert!(accepted(&single, &named.unwrap()));
+    }
+
+    #[test]
+    fn a_token_without_a_kid_verifies_with_any_configured_key_of_its_algorithm() {
+        let (_dir, _, c) = keys_file(json!([jwk("a"), jwk("b"), jwk("e")]));
+        let v = Verifier::from_config(&c).unwrap();
+        assert!(accepted(&v, &hs256(1, None)) && accepted(&v, &hs256(2, None)) && accepted(&v, &eddsa(None)));
+        assert_eq!(refusal(&v, &hs256(3, None)), "the token's signature does not verify");
+        let message = refusal(&v, &sign(Algorithm::HS512, &claims(json!({}))));
+        assert_eq!(message, "algorithm not accepted: this service accepts HS256 and EdDSA tokens only");
+        let (_dir, _, c) = keys_file(json!([jwk("a"), jwk("b")]));
+        let message = refusal(&Verifier::from_config(&c).unwrap(), &eddsa(None));
+        assert_eq!(message, "algorithm not accepted: this service accepts HS256 tokens only");
+    }
+
+    #[test]
+    fn a_token_whose_header_has_crit_is_refused() {
+        let (_dir, _, c) = keys_file(json!([jwk("a")]));
+        for v in [Verifier::from_config(&config(SECRET)).unwrap(), Verifier::from_config(&c).unwrap()] {
+            let secret = v.keys().keys()[0].hmac_secret().unwrap().to_vec();
+            let mut header = Header::new(Algorithm::HS256);
+            header.crit = Some(vec!["exp".into()]);
+            header.kid = v.keys().keys()[0].kid().map(str::to_owned);
+            let token = jsonwebtoken::encode(&header, &claims(json!({})), &EncodingKey::from_secret(&secret)).unwrap();
+            let message = refusal(&v, &token);
+            assert_eq!(
+                message,
+                "the token's header has a crit parameter; this service understands no header extension"
+            );
+        }
+    }
+
+    #[test]
+    fn two_authorization_headers_are_refused() {
+        use axum::http::HeaderValue;
+        let v = Verifier::from_config(&config(SECRET)).unwrap();
+        let token = HeaderValue::from_str(&format!("Bearer {}", sign(Algorithm::HS256, &claims(json!({}))))).unwrap();
+        let mut headers = HeaderMap::new();
+        headers.append(header::AUTHORIZATION, token.clone());
+        assert!(v.verify_headers(&headers).is_ok());
+        headers.append(header::AUTHORIZATION, token);
+        let e = v.verify_headers(&headers).unwrap_err();
+        assert_eq!((e.status.as_u16(), e.message.as_str()), (401, "send one Authorization header, not several"));
+        assert_eq!(v.verify_headers(&HeaderMap::new()).unwrap_err().message, TokenError::Missing.to_string());
+    }
+
+    #[test]
+    fn a_failed_reload_keeps_the_keys_live_before_and_a_good_one_swaps_them_whole() {
+        let (_dir, path, c) = keys_file(json!([jwk("a")]));
+        let v = Verifier::from_config(&c).unwrap();
+        let (a, b) = (hs256(1, Some("a")), hs256(2, Some("b")));
+        assert!(accepted(&v, &a) && !accepted(&v, &b));
+        let mut short = jwk("b");
+        short["k"] = json!("c2hvcnQ");
+        std::fs::write(&path, json!({ "keys": [jwk("a"), short] }).to_string()).unwrap();
+        let error = v.reload().unwrap_err().to_string();
+        assert!(error.contains("key 1 (kid \"b\"): its k holds 5 bytes"), "{error}");
+        assert!(accepted(&v, &a) && !accepted(&v, &b), "the keys before the failed reload stay live");
+        std::fs::write(&path, json!({ "keys": [jwk("a"), jwk("b")] }).to_string()).unwrap();
+        assert_eq!(v.reload_if_changed().unwrap().unwrap().kids(), ["a", "b"]);
+        assert!(accepted(&v, &a) && accepted(&v, &b));
+        assert!(v.reload_if_changed().is_none(), "the file did not change");
+        std::fs::write(&path, json!({ "keys": [jwk("b")] }).to_string()).unwrap();
+        v.reload().unwrap();
+        assert_eq!(refusal(&v, &a), "the token's kid \"a\" names no key of this service");
+        assert!(accepted(&v, &b));
+        let single = Verifier::from_config(&config(SECRET)).unwrap();
+        assert!(matches!(single.reload(), Err(KeysError::NoFile)) && single.reload_if_changed().is_none());
+    }
+
+    #[test]
+    fn a_keys_file_that_is_not_a_key_set_or_comes_with_another_key_stops_the_start() {
+        let (_dir, path, c) = keys_file(json!([jwk("a"), { "kty": "oct", "kid": "b", "k": "c2hvcnQ" }]));
+        let error = Verifier::from_config(&c).unwrap_err().to_string();
+        assert!(
+            error.contains(&path.display().to_string()) && error.contains("key 1 (kid \"b\"): its k holds 5 bytes")
+        );
+        let both = config_with(&[("SLIPWAY_JWT_KEYS_FILE", path.to_str().unwrap()), ("SLIPWAY_JWT_SECRET", SECRET)]);
+        let error = Verifier::from_config(&both).unwrap_err().to_string();
+        assert!(error.starts_with("set SLIPWAY_JWT_KEYS_FILE alone"), "{error}");
+        let missing = config_with(&[("SLIPWAY_JWT_KEYS_FILE", "/nonexistent/keys.json")]);
+        let error = Verifier::from_config(&missing).unwrap_err().to_string();
+        assert!(error.starts_with("cannot read the token keys file /nonexistent/keys.json: "), "{error}");
+    }
+
+    #[test]
+    fn a_token_minted_with_a_keys_file_names_its_key_and_verifies_with_it() {
+        let (_dir, _, c) = keys_file(json!([jwk("e"), jwk("a"), jwk("b")]));
+        let v = Verifier::from_config(&c).unwrap();
+        let kid_of = |token: &str| jsonwebtoken::decode_header(token).unwrap().kid;
+        let first = Mint::new("dev", vec!["*".into()], 60).sign(&c).unwrap();
+        assert_eq!(kid_of(&first).as_deref(), Some("a"), "the first HS256 key signs by default");
+        let b = Mint { kid: Some("b".into()), ..Mint::new("dev", vec!["*".into()], 60) }.sign(&c).unwrap();
+        assert_eq!(kid_of(&b).as_deref(), Some("b"));
+        assert!(accepted(&v, &first) && accepted(&v, &b));
+        for (kid, config, want) in [
+            ("e", &c, "the key \"e\" is an Ed25519 public key, which cannot sign"),
+            ("z", &c, "the token keys file has no key with the kid \"z\""),
+            ("a", &config(SECRET), "--kid picks a key of SLIPWAY_JWT_KEYS_FILE, which is not set"),
+        ] {
+            let error = Mint { kid: Some(kid.into()), ..Mint::new("dev", vec![], 60) }.sign(config).unwrap_err();
+            assert!(error.to_string().starts_with(want), "{kid}: {error}");
+        }
+        let (_dir, _, ed_only) = keys_file(json!([jwk("e")]));
+        let error = Mint::new("dev", vec![], 60).sign(&ed_only).unwrap_err().to_string();
+        assert!(error.starts_with("the token keys file holds no HS256 key"), "{error}");
     }
 }

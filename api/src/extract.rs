@@ -127,8 +127,8 @@ pub const MAX_DEPTH: usize = 128;
 
 /// A body as a JSON object of `T`'s shape (see [`Json`] for the errors).
 fn parse_object<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let value = match serde_json::from_slice::<Strict>(bytes) {
-        Ok(Strict(value)) => value,
+    let value = match strict_value(bytes) {
+        Ok(value) => value,
         Err(e) => return Err(json_error(&e)),
     };
     if !value.is_object() {
@@ -159,6 +159,13 @@ fn json_error(e: &serde_json::Error) -> ApiError {
     } else {
         ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
     }
+}
+
+/// A JSON document read like `serde_json::from_slice::<Value>`, except that
+/// an object that repeats a key is an error (`duplicate key "k" at line …`):
+/// the body of [`Json`], and the token keys file ([`crate::keys`]).
+pub(crate) fn strict_value(bytes: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
+    serde_json::from_slice::<Strict>(bytes).map(|Strict(value)| value)
 }
 
 /// How [`Strict`] starts the message of a repeated key.

@@ -2,6 +2,7 @@
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use slipway_api::auth::Mint;
 use slipway_api::{app, AppState};
 use slipway_jobs::config::{parse_duration, Config};
 use std::process::ExitCode;
@@ -17,7 +18,7 @@ struct Cli {
 enum Command {
     /// Serves the API on SLIPWAY_BIND until SIGINT or SIGTERM (the default).
     Serve,
-    /// Prints a token signed with SLIPWAY_JWT_SECRET (development and tests).
+    /// Prints a token signed with SLIPWAY_JWT_SECRET, or with an HS256 key of SLIPWAY_JWT_KEYS_FILE (development and tests).
     Token {
         /// Deployment ids the token may touch, comma separated, or `*` for all.
         #[arg(long, value_delimiter = ',', required = true)]
@@ -31,6 +32,9 @@ enum Command {
         /// Adds the operator claim: the token may also read the fleet (GET /queues, GET /workers).
         #[arg(long)]
         operator: bool,
+        /// With SLIPWAY_JWT_KEYS_FILE: the kid of the HS256 key to sign with (default: the file's first HS256 key).
+        #[arg(long)]
+        kid: Option<String>,
     },
 }
 
@@ -49,7 +53,9 @@ fn main() -> ExitCode {
         Err(e) => Err(anyhow::Error::new(e)),
         Ok(config) => match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => tokio::runtime::Runtime::new().expect("tokio runtime starts").block_on(serve(config)),
-            Command::Token { deployments, ttl, sub, operator } => token(&config, deployments, &ttl, &sub, operator),
+            Command::Token { deployments, ttl, sub, operator, kid } => {
+                token(&config, &ttl, Mint { subject: sub, deployments, ttl_secs: 0, operator, kid })
+            }
         },
     };
     match result {
@@ -61,14 +67,15 @@ fn main() -> ExitCode {
     }
 }
 
-fn token(config: &Config, deployments: Vec<String>, ttl: &str, sub: &str, operator: bool) -> anyhow::Result<()> {
+/// `slipway-api token`: prints `mint` signed, lasting `ttl`.
+fn token(config: &Config, ttl: &str, mint: Mint) -> anyhow::Result<()> {
     let ttl = parse_duration(ttl)
         .filter(|d| !d.is_zero())
         .ok_or_else(|| anyhow::anyhow!("--ttl {ttl:?}: expected 3600, 90s, 30m, 1h or 7d"))?;
-    for d in deployments.iter().filter(|d| *d != "*") {
+    for d in mint.deployments.iter().filter(|d| *d != "*") {
         slipway_jobs::id::DeploymentId::parse(d)?;
     }
-    println!("{}", slipway_api::auth::mint_as(config, sub, deployments, ttl.as_secs(), operator)?);
+    println!("{}", Mint { ttl_secs: ttl.as_secs(), ..mint }.sign(config)?);
     Ok(())
 }
 
@@ -79,6 +86,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let bind = config.bind.clone();
     let read_timeout = config.request_timeout;
     let state = AppState::new(config, db)?;
+    if let Some(file) = state.verifier.keys_file() {
+        tracing::info!(file = %file.display(), kids = ?state.verifier.keys().kids(), "token keys loaded");
+    }
+    // Before the api says it serves, so that no SIGHUP meets the default
+    // action (ending the process).
+    let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).context("handling SIGHUP")?;
+    let rotation = tokio::spawn(slipway_api::rotation::watch(state.clone(), hangup));
     let listener = tokio::net::TcpListener::bind(&bind).await.with_context(|| format!("binding {bind}"))?;
     tracing::info!(address = %listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "slipway-api serving");
     let streams = state.clone();
@@ -103,5 +117,6 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     })
     .await;
     upkeep.abort();
+    rotation.abort();
     Ok(())
 }

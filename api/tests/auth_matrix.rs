@@ -17,14 +17,13 @@ mod route_table;
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use base64::Engine as _;
+use common::process::start_api;
 use common::*;
 use http_body_util::BodyExt;
 use route_table::{routes, Access, Input, Route};
 use serde_json::{json, Value};
 use slipway_jobs::store::Engine;
 use std::collections::BTreeMap;
-use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tower::ServiceExt;
 
 /// The issuer the api under test trusts.
@@ -381,77 +380,6 @@ async fn the_route_table_names_every_route_of_the_router() {
 }
 
 // The real binary: configuration from the environment and from the file.
-
-/// A `slipway-api serve` process on a loopback port, killed when dropped.
-struct Api {
-    child: tokio::process::Child,
-    addr: String,
-}
-
-/// Starts the binary with `env` only (plus a database, state folder, key
-/// and port of its own), and `file` as its `SLIPWAY_CONFIG` when given;
-/// returns once it says where it serves.
-async fn start_api(dir: &std::path::Path, file: Option<&str>, env: &[(&str, &str)]) -> Api {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_slipway-api"));
-    command
-        .env_clear()
-        .env("DATABASE_URL", format!("sqlite://{}", dir.join("slipway.db").display()))
-        .env("SLIPWAY_STATE_DIR", dir.join("state"))
-        .env("SLIPWAY_JWT_SECRET", SECRET)
-        .env("SLIPWAY_BIND", "127.0.0.1:0")
-        .env("SLIPWAY_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    if let Some(text) = file {
-        let path = dir.join("slipway.toml");
-        std::fs::write(&path, text).unwrap();
-        command.env("SLIPWAY_CONFIG", path);
-    }
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let mut child = command.spawn().expect("slipway-api starts");
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = tokio::time::timeout(Duration::from_secs(120), async {
-        let mut seen = Vec::new();
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some((_, rest)) = line.split_once("serving address=") {
-                return rest.split_whitespace().next().unwrap().to_owned();
-            }
-            seen.push(line);
-        }
-        panic!("slipway-api ended before serving: {seen:#?}");
-    })
-    .await
-    .expect("slipway-api serves within 120 s");
-    // Keep draining its log so it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Api { child, addr }
-}
-
-impl Api {
-    /// `GET /deployments?ids=z` with `token`: the status.
-    async fn list_with(&self, token: &str) -> u16 {
-        let mut stream = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
-        let head = format!(
-            "GET /deployments?ids=z HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
-        );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        let mut answer = Vec::new();
-        tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut answer))
-            .await
-            .expect("an answer within 30 s")
-            .unwrap();
-        let text = String::from_utf8_lossy(&answer);
-        text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no HTTP answer: {text}"))
-    }
-
-    async fn stop(mut self) {
-        let _ = self.child.kill().await;
-    }
-}
 
 /// The fault of issue 10: with `SLIPWAY_JWT_ISSUER` in the configuration
 /// file and the variable set empty in the environment (as a compose file

@@ -185,6 +185,11 @@ pub struct Config {
     pub jwt_secret: Option<SecretString>,
     /// `SLIPWAY_JWT_PUBLIC_KEY`: an Ed25519 public key (PEM) of a front-end.
     pub jwt_public_key: Option<String>,
+    /// `SLIPWAY_JWT_KEYS_FILE`: a JWK Set (RFC 7517) of the front-ends'
+    /// keys, each named by its `kid` (SEC-4), instead of the two keys above;
+    /// made absolute against the starting folder. The api reads it at start,
+    /// on `SIGHUP` and when it changes; this is only its path.
+    pub jwt_keys_file: Option<PathBuf>,
     /// `SLIPWAY_JWT_AUDIENCE`: the required `aud` claim.
     pub jwt_audience: String,
     /// `SLIPWAY_JWT_ISSUER`: when set, the required `iss` claim.
@@ -324,6 +329,7 @@ pub const KEYS: &[&str] = &[
     "SLIPWAY_STATE_DIR",
     "SLIPWAY_JWT_SECRET",
     "SLIPWAY_JWT_PUBLIC_KEY",
+    "SLIPWAY_JWT_KEYS_FILE",
     "SLIPWAY_JWT_AUDIENCE",
     "SLIPWAY_JWT_ISSUER",
     "SLIPWAY_ALLOWED_ORIGINS",
@@ -461,6 +467,7 @@ impl Config {
             state_dir,
             jwt_secret: get("SLIPWAY_JWT_SECRET").map(|s| SecretString::from(s.to_owned())),
             jwt_public_key: get("SLIPWAY_JWT_PUBLIC_KEY").map(str::to_owned),
+            jwt_keys_file: get("SLIPWAY_JWT_KEYS_FILE").map(|p| folder(PathBuf::from(p))),
             jwt_audience: get("SLIPWAY_JWT_AUDIENCE").unwrap_or("slipway").to_owned(),
             jwt_issuer: get("SLIPWAY_JWT_ISSUER").map(str::to_owned),
             allowed_origins: Origins::parse(list("SLIPWAY_ALLOWED_ORIGINS")).map_err(|e| ConfigError::Invalid {
@@ -719,6 +726,14 @@ mod tests {
         assert_eq!((c.state_dir, c.default_source_dir), (here.join("state"), here.join("nix")));
         let c = Config::from_keys(&BTreeMap::new()).unwrap();
         assert!(c.state_dir.is_absolute(), "{}", c.state_dir.display());
+    }
+
+    #[test]
+    fn a_token_keys_file_is_taken_from_the_starting_folder() {
+        let keys = BTreeMap::from([("SLIPWAY_JWT_KEYS_FILE".to_owned(), "keys/jwks.json".to_owned())]);
+        let c = Config::from_keys(&keys).unwrap();
+        assert_eq!(c.jwt_keys_file, Some(std::env::current_dir().unwrap().join("keys/jwks.json")));
+        assert_eq!(Config::from_keys(&BTreeMap::new()).unwrap().jwt_keys_file, None);
     }
 
     #[test]

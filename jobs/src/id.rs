@@ -30,6 +30,14 @@ pub enum IdError {
     Slug(String),
 }
 
+/// How an error quotes text it was sent (an id, a key's name): escaped as a
+/// Rust string literal and cut to 48 characters, with `…` after a cut, so a
+/// message stays one short line whatever was sent.
+pub fn quoted(s: &str) -> String {
+    let shown: String = s.chars().take(QUOTED).collect();
+    format!("{shown:?}{}", if s.chars().nth(QUOTED).is_some() { "…" } else { "" })
+}
+
 /// What keeps `s` from being a DNS label body of at most `max` characters,
 /// as a phrase for [`IdError`] (`got "Demo", whose character 1 is "D"`);
 /// `None` when it is one. The first fault found is named: empty, too
@@ -37,25 +45,21 @@ pub enum IdError {
 /// at either end.
 fn label_fault(s: &str, max: usize) -> Option<String> {
     let chars = s.chars().count();
-    let quoted = || {
-        let shown: String = s.chars().take(QUOTED).collect();
-        format!("{shown:?}{}", if chars > QUOTED { "…" } else { "" })
-    };
     if s.is_empty() {
         return Some("got an empty one".to_owned());
     }
     if chars > max {
-        return Some(format!("got {chars} characters: {}", quoted()));
+        return Some(format!("got {chars} characters: {}", quoted(s)));
     }
     if let Some((at, c)) =
         s.chars().enumerate().find(|(_, c)| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
     {
-        return Some(format!("got {}, whose character {} is {:?}", quoted(), at + 1, c.to_string()));
+        return Some(format!("got {}, whose character {} is {:?}", quoted(s), at + 1, c.to_string()));
     }
     if s.starts_with('-') {
-        return Some(format!("got {}, which starts with a hyphen", quoted()));
+        return Some(format!("got {}, which starts with a hyphen", quoted(s)));
     }
-    s.ends_with('-').then(|| format!("got {}, which ends with a hyphen", quoted()))
+    s.ends_with('-').then(|| format!("got {}, which ends with a hyphen", quoted(s)))
 }
 
 /// An opaque deployment id (ID-1): a DNS label of 1–40 characters. Slipway

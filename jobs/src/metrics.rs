@@ -34,6 +34,8 @@ pub const SLOTS_IN_USE: &str = "slipway_slots_in_use";
 pub const WORKERS_ALIVE: &str = "slipway_workers_alive";
 /// Counter `{reason}`: submits refused by the queue or nix caps.
 pub const ADMISSION_REFUSALS: &str = "slipway_admission_refusals_total";
+/// Counter `{outcome}`: reloads of the api's token keys file (SEC-4).
+pub const KEY_RELOADS: &str = "slipway_token_key_reloads_total";
 
 /// The `route` of a request no route matched.
 pub const UNMATCHED_ROUTE: &str = "unmatched";
@@ -100,6 +102,10 @@ impl Metrics {
         for (name, help) in [
             describe(HTTP_REQUESTS, "HTTP requests answered, by route template, method and status."),
             describe(ADMISSION_REFUSALS, "Submits refused by a cap (queue_full: QUEUE_SIZE; nix_busy: NIX_SLOTS)."),
+            describe(
+                KEY_RELOADS,
+                "Reloads of the token keys file (SLIPWAY_JWT_KEYS_FILE), by outcome (loaded, failed).",
+            ),
             describe(BUILDS, "Builds this worker ran to a recorded end, by kind and outcome."),
         ] {
             recorder.describe_counter(name, None, help);
@@ -159,6 +165,22 @@ impl Metrics {
         }
     }
 
+    /// Records one reload of the token keys file: `loaded` when its keys
+    /// went live, otherwise `failed` (the keys before it stay live).
+    pub fn key_reload(&self, loaded: bool) {
+        let key = Key::from_parts(KEY_RELOADS, vec![Label::from_static_parts("outcome", reload_outcome(loaded))]);
+        self.recorder.register_counter(&key, &METADATA).increment(1);
+    }
+
+    /// Makes sure both outcomes of [`KEY_RELOADS`] show (at zero) before the
+    /// first reload.
+    pub fn register_key_reloads(&self) {
+        for loaded in [true, false] {
+            let key = Key::from_parts(KEY_RELOADS, vec![Label::from_static_parts("outcome", reload_outcome(loaded))]);
+            self.recorder.register_counter(&key, &METADATA).absolute(0);
+        }
+    }
+
     /// Makes sure the refusal family shows (at zero) before the first refusal.
     pub fn register_refusals(&self) {
         for reason in [Refusal::QueueFull, Refusal::NixBusy] {
@@ -186,6 +208,15 @@ pub fn bearer_matches(header: Option<&str>, token: &str) -> bool {
     let Some(sent) = header.and_then(|h| h.strip_prefix("Bearer ")) else { return false };
     let (a, b) = (sent.trim().as_bytes(), token.as_bytes());
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// The `outcome` label of [`KEY_RELOADS`].
+fn reload_outcome(loaded: bool) -> &'static str {
+    if loaded {
+        "loaded"
+    } else {
+        "failed"
+    }
 }
 
 /// The `status` label: one of the three-digit statuses (bounded by HTTP itself).
@@ -239,6 +270,8 @@ mod tests {
         let m = Metrics::new();
         m.http_request("/deployments/{id}", "GET", 200, Duration::from_millis(30));
         m.admission_refused(Refusal::QueueFull);
+        m.register_key_reloads();
+        m.key_reload(false);
         m.build_finished(BuildKind::Deploy, BuildStatus::Succeeded, Duration::from_secs(42));
         let text = m.render();
         for want in [
@@ -248,6 +281,9 @@ mod tests {
             "slipway_http_request_duration_seconds_bucket{route=\"/deployments/{id}\",method=\"GET\",le=\"0.05\"} 1",
             "slipway_http_request_duration_seconds_count{route=\"/deployments/{id}\",method=\"GET\"} 1",
             "slipway_admission_refusals_total{reason=\"queue_full\"} 1",
+            "# TYPE slipway_token_key_reloads_total counter",
+            "slipway_token_key_reloads_total{outcome=\"failed\"} 1",
+            "slipway_token_key_reloads_total{outcome=\"loaded\"} 0",
             "slipway_builds_total{kind=\"deploy\",outcome=\"succeeded\"} 1",
             "slipway_build_duration_seconds_bucket{kind=\"deploy\",outcome=\"succeeded\",le=\"60\"} 1",
             "# HELP slipway_builds_total Builds this worker ran",

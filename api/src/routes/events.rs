@@ -16,6 +16,7 @@
 
 use super::rfc3339;
 use crate::app::{AppState, Auth};
+use crate::auth::TokenError;
 use crate::error::ApiError;
 use crate::extract::{BuildIdPath, DeploymentIdPath, Query};
 use axum::extract::{FromRef, FromRequestParts, State};
@@ -52,7 +53,9 @@ struct StreamQuery {
 }
 
 /// The token of a stream (SEC-1, as [`Auth`]): the `Authorization` header,
-/// else the `access_token` query parameter. Every problem is `401`.
+/// else the `access_token` query parameter. Every problem is `401`, also a
+/// token sent both ways (RFC 6750 §2: one method per request), which would
+/// leave the token that counts to a guess.
 #[derive(Debug, Clone)]
 pub struct StreamAuth(pub Auth);
 
@@ -65,6 +68,13 @@ where
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         if parts.headers.contains_key(header::AUTHORIZATION) {
+            let in_query = parts
+                .uri
+                .query()
+                .is_some_and(|q| url::form_urlencoded::parse(q.as_bytes()).any(|(name, _)| name == "access_token"));
+            if in_query {
+                return Err(TokenError::TwoCarriers.into());
+            }
             return Auth::from_request_parts(parts, state).await.map(Self);
         }
         let Query(q) = Query::<StreamQuery>::from_request_parts(parts, state).await?;

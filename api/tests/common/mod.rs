@@ -1,7 +1,10 @@
 //! The api's test harness: the router on a fresh database of either engine
 //! (`tower::ServiceExt::oneshot`, no socket), tokens, and the inputs of
-//! `testdata/cases` (copies of the shared cases) and `examples/demo.json`.
+//! `testdata/cases` (copies of the shared cases) and `examples/demo.json`;
+//! [`process`] runs the real binary over loopback.
 #![allow(dead_code, unused_imports)]
+
+pub mod process;
 
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
