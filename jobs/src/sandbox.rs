@@ -148,6 +148,10 @@ impl Policy {
                 system.push(dir);
             }
         }
+        // A daemon listening elsewhere than under the Nix state folder.
+        if let Some(socket) = std::env::var_os("NIX_DAEMON_SOCKET_PATH").map(PathBuf::from) {
+            system.extend(socket.parent().filter(|d| d.is_absolute()).map(Path::to_path_buf));
+        }
         system.extend(settings.paths.iter().cloned());
         let mut hidden = vec![config.state_dir.clone()];
         hidden.extend(config.sqlite_path().map(|p| std::path::absolute(&p).unwrap_or(p)));
@@ -187,10 +191,11 @@ impl Policy {
     /// an empty `NIX_PATH` and no user configuration file. Nothing else of
     /// the worker's environment (never a credential) is passed.
     pub fn env(&self) -> Vec<(String, String)> {
-        let mut env: Vec<(String, String)> = ["PATH", "LANG", "LC_ALL", "TZ", "NIX_STORE_DIR", "NIX_STATE_DIR"]
-            .iter()
-            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
-            .collect();
+        let mut env: Vec<(String, String)> =
+            ["PATH", "LANG", "LC_ALL", "TZ", "NIX_STORE_DIR", "NIX_STATE_DIR", "NIX_DAEMON_SOCKET_PATH"]
+                .iter()
+                .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+                .collect();
         env.extend(
             [
                 ("HOME", "/tmp"),
@@ -216,56 +221,51 @@ impl Policy {
         program: &Path,
         args: &[String],
     ) -> (String, Vec<OsString>) {
-        let mut a: Vec<OsString> = Vec::new();
-        let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
-        push(&["--die-with-parent".as_ref(), "--unshare-ipc".as_ref(), "--unshare-uts".as_ref()]);
+        let mut mounts = Mounts::default();
+        mounts.flag("--die-with-parent").flag("--unshare-ipc").flag("--unshare-uts");
         if !view.network {
-            push(&["--unshare-net".as_ref()]);
+            mounts.flag("--unshare-net");
         }
+        // Its scratch folder first: a shown folder may lie under /tmp.
+        mounts.pair("--dev", "/dev").pair("--proc", "/proc").bind("--bind", scratch, Path::new("/tmp"));
         for path in &self.system {
             match std::fs::symlink_metadata(path) {
                 Ok(m) if m.file_type().is_symlink() => {
                     if let Ok(target) = std::fs::read_link(path) {
-                        push(&["--symlink".as_ref(), target.as_os_str(), path.as_os_str()]);
+                        mounts.bind("--symlink", &target, path);
                     }
                 }
-                Ok(_) => push(&["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]),
+                Ok(_) => {
+                    mounts.bind("--ro-bind", path, path);
+                }
                 Err(_) => {}
             }
         }
         // /etc/resolv.conf may be a link into /run (systemd-resolved): show its folder.
         if let Ok(resolv) = std::fs::canonicalize("/etc/resolv.conf") {
             if let Some(folder) = resolv.parent().filter(|f| !self.shows(f)) {
-                push(&["--ro-bind".as_ref(), folder.as_os_str(), folder.as_os_str()]);
+                mounts.bind("--ro-bind", folder, folder);
             }
         }
-        for path in &self.hidden {
-            if !self.shows(path) {
-                continue;
-            }
+        for path in self.hidden.iter().filter(|p| self.shows(p)) {
             match std::fs::metadata(path) {
-                Ok(m) if m.is_dir() => push(&["--tmpfs".as_ref(), path.as_os_str()]),
-                Ok(_) => push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), path.as_os_str()]),
+                Ok(m) if m.is_dir() => {
+                    mounts.pair("--tmpfs", path);
+                }
+                Ok(_) => {
+                    mounts.bind("--ro-bind", Path::new("/dev/null"), path);
+                }
                 Err(_) => {}
             }
         }
-        push(&["--dev".as_ref(), "/dev".as_ref(), "--proc".as_ref(), "/proc".as_ref()]);
-        push(&["--bind".as_ref(), scratch.as_os_str(), "/tmp".as_ref()]);
-        // The folders leading to a bound path are made open to enter
-        // (bwrap would make them 0700, closed to the sandbox user).
-        let mut made: Vec<&Path> = Vec::new();
-        for (bind, path) in view.read.iter().map(|p| ("--ro-bind", p)).chain(view.write.iter().map(|p| ("--bind", p))) {
-            let ancestors: Vec<&Path> = path.ancestors().skip(1).collect();
-            for folder in ancestors.into_iter().rev() {
-                if folder == Path::new("/") || self.shows(folder) || made.contains(&folder) {
-                    continue;
-                }
-                made.push(folder);
-                push(&["--perms".as_ref(), "0755".as_ref(), "--dir".as_ref(), folder.as_os_str()]);
-            }
-            push(&[bind.as_ref(), path.as_os_str(), path.as_os_str()]);
+        for path in &view.read {
+            mounts.bind("--ro-bind", path, path);
         }
-        push(&["--chdir".as_ref(), dir.as_os_str(), "--".as_ref(), "setpriv".as_ref()]);
+        for path in &view.write {
+            mounts.bind("--bind", path, path);
+        }
+        let mut a = mounts.args;
+        a.extend(["--chdir".into(), dir.into(), "--".into(), "setpriv".into()]);
         a.push(format!("--reuid={}", self.user.uid).into());
         a.push(format!("--regid={}", self.user.gid).into());
         if self.user.groups.is_empty() {
@@ -300,6 +300,52 @@ impl Policy {
             }
         }
         Ok(())
+    }
+}
+
+/// The arguments of `bwrap`, in order. A mount point's parent folders
+/// that no earlier mount shows are made first, open to enter (`bwrap`
+/// would make them `0700`, closed to the sandbox user).
+#[derive(Default)]
+struct Mounts {
+    args: Vec<OsString>,
+    /// Mount points and folders made so far, inside.
+    made: Vec<PathBuf>,
+    /// Folders shown read-only: what lies under them is there already.
+    read_only: Vec<PathBuf>,
+}
+
+impl Mounts {
+    fn flag(&mut self, flag: &str) -> &mut Self {
+        self.args.push(flag.into());
+        self
+    }
+
+    fn pair(&mut self, option: &str, path: impl AsRef<std::ffi::OsStr>) -> &mut Self {
+        self.args.extend([option.into(), path.as_ref().to_os_string()]);
+        self.made.push(PathBuf::from(path.as_ref()));
+        self
+    }
+
+    /// `option source destination` (a bind, or `--symlink target link`).
+    fn bind(&mut self, option: &str, source: &Path, destination: &Path) -> &mut Self {
+        let ancestors: Vec<&Path> = destination.ancestors().skip(1).collect();
+        for folder in ancestors.into_iter().rev() {
+            if folder == Path::new("/")
+                || self.made.iter().any(|m| m == folder)
+                || self.read_only.iter().any(|r| folder.starts_with(r))
+            {
+                continue;
+            }
+            self.args.extend(["--perms".into(), "0755".into(), "--dir".into(), folder.into()]);
+            self.made.push(folder.to_path_buf());
+        }
+        self.args.extend([option.into(), source.into(), destination.into()]);
+        self.made.push(destination.to_path_buf());
+        if option == "--ro-bind" {
+            self.read_only.push(destination.to_path_buf());
+        }
+        self
     }
 }
 
@@ -351,8 +397,14 @@ fn resolve_user(spec: &str) -> Result<User, String> {
 /// it (Debian's `nix-users`), so the sandbox user can reach the daemon.
 fn daemon_socket_group() -> Option<u32> {
     use std::os::unix::fs::MetadataExt as _;
-    let state = std::env::var_os("NIX_STATE_DIR").map(PathBuf::from).unwrap_or_else(|| "/nix/var/nix".into());
-    let meta = std::fs::metadata(state.join("daemon-socket")).ok()?;
+    let folder = match std::env::var_os("NIX_DAEMON_SOCKET_PATH").map(PathBuf::from) {
+        Some(socket) => socket.parent()?.to_path_buf(),
+        None => std::env::var_os("NIX_STATE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "/nix/var/nix".into())
+            .join("daemon-socket"),
+    };
+    let meta = std::fs::metadata(folder).ok()?;
     (meta.mode() & 0o001 == 0).then_some(meta.gid())
 }
 

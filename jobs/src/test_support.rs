@@ -273,13 +273,36 @@ pub fn processes_with(needle: &str) -> Vec<u32> {
     processes().into_iter().filter(|p| p.mentions(needle)).map(|p| p.pid).collect()
 }
 
+/// The processes of this host in the PID namespace named `namespace`, as
+/// `readlink /proc/self/ns/pid` prints it (`pid:[4026532291]`): an effect
+/// records its namespace so a test finds every process it started, by
+/// the kernel's own grouping, whatever they did to their environment,
+/// session or parent (a sandboxed effect sees only its namespace's pids).
+pub fn processes_in_pid_namespace(namespace: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|ns| ns.as_os_str() == namespace)
+                && process_runs(*pid as i32)
+        })
+        .collect()
+}
+
+/// How long the node builders of [`sleepy_nix_source`] sleep, in seconds.
+pub const SLEEPY_BUILDER_SECS: u64 = 12;
+
 /// A copy of the reference module source at `dest` whose node builders
-/// first sleep 30 s while the file `flag` exists: a real `nix-build`
-/// builder that outlives its `nix-build` unless it is contained. Every
-/// builder carries `token` in its environment (a derivation attribute,
-/// which also makes its derivations this copy's own, never built before),
-/// so [`processes_with`] finds it and whatever it started.
-pub fn sleepy_nix_source(dest: &std::path::Path, token: &str, flag: &std::path::Path) {
+/// first sleep [`SLEEPY_BUILDER_SECS`]: a real builder that outlives its
+/// `nix-build` unless the build is ended with it. (They sleep whatever
+/// happens: a builder runs in the Nix daemon's sandbox and sees nothing of
+/// the host a test could use as a switch.) Every builder carries `token`
+/// in its environment (a derivation attribute, which also makes its
+/// derivations this copy's own, never built before), so
+/// [`processes_with`] finds it and whatever it started.
+pub fn sleepy_nix_source(dest: &std::path::Path, token: &str) {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../nix");
     let status = std::process::Command::new("cp").arg("-r").arg(&repo).arg(dest).status().expect("cp runs");
     assert!(status.success(), "cannot copy {} to {}", repo.display(), dest.display());
@@ -294,8 +317,7 @@ pub fn sleepy_nix_source(dest: &std::path::Path, token: &str, flag: &std::path::
     std::fs::write(&nodes, marked).expect("write nodes/default.nix");
     let builder = dest.join("core/nodes/system-builder.sh");
     let text = std::fs::read_to_string(&builder).expect("system-builder.sh");
-    let sleepy =
-        text.replacen("set -eu\n", &format!("set -eu\nif [ -e '{}' ]; then sleep 30; fi\n", flag.display()), 1);
+    let sleepy = text.replacen("set -eu\n", &format!("set -eu\nsleep {SLEEPY_BUILDER_SECS}\n"), 1);
     assert_ne!(sleepy, text, "the reference source's system builder changed; update this helper");
     std::fs::write(&builder, sleepy).expect("write system-builder.sh");
 }

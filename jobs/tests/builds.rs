@@ -9,8 +9,16 @@ use slipway_jobs::state::{BuildKind, BuildStatus, DeploymentState};
 use slipway_jobs::store::queue::BuildJob;
 use slipway_jobs::store::{builds, sboms, Engine, Q};
 use slipway_jobs::submit;
-use slipway_jobs::test_support::{checker, claim_as, process_runs, source_with_deploy, submit_demo, world, AnySource};
+use slipway_jobs::test_support::{
+    checker, claim_as, processes_in_pid_namespace, source_with_deploy, submit_demo, world, AnySource, World,
+};
 use std::sync::Arc;
+
+/// The PID namespace the effect of deployment `demo` recorded
+/// (`$STATE_DIR/namespace`): where every process it started lives.
+fn namespace(w: &World) -> String {
+    std::fs::read_to_string(w.ctx.provider_state_dir("demo").join("namespace")).unwrap().trim().to_owned()
+}
 
 async fn a_deploy_stores_every_nodes_sbom_and_a_destroy_removes_them(engine: Engine) {
     let w = world(engine, &[]).await;
@@ -111,16 +119,15 @@ exit 1
 
 async fn a_deploy_past_its_deadline_is_killed_with_its_whole_process_group(engine: Engine) {
     let w = world(engine, &[("DEPLOY_TIMEOUT", "1s")]).await;
-    let script = "#!/bin/sh\nsh -c 'read -r pid _ < /proc/self/stat; echo $pid > \"$STATE_DIR/child.pid.tmp\"; mv \"$STATE_DIR/child.pid.tmp\" \"$STATE_DIR/child.pid\"; exec sleep 600' &\nwhile [ ! -e \"$STATE_DIR/child.pid\" ]; do sleep 0.01; done\necho started\nwait\n";
+    let script = "#!/bin/sh\nreadlink /proc/self/ns/pid > \"$STATE_DIR/namespace\"\nsh -c 'touch \"$STATE_DIR/child.started\"; exec sleep 600' &\nwhile [ ! -e \"$STATE_DIR/child.started\" ]; do sleep 0.01; done\necho started\nwait\n";
     let source = source_with_deploy(&w.db.path("slow"), script);
     let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
     let report = w.run(&id).await;
     assert_eq!(report.status, BuildStatus::Failed);
     assert_eq!(report.reason.map(Reason::as_str), Some("timeout"));
-    let pid: i32 =
-        std::fs::read_to_string(w.ctx.provider_state_dir("demo").join("child.pid")).unwrap().trim().parse().unwrap();
     // The background `sleep` is gone (or a zombie waiting to be reaped): not running.
-    assert!(!process_runs(pid), "the effect's child {pid} survived its deadline");
+    let left = processes_in_pid_namespace(&namespace(&w));
+    assert!(left.is_empty(), "the effect's child survived its deadline: {left:?}");
     let mut conn = w.ctx.db.acquire().await.unwrap();
     let log = builds::log(&mut conn, &id).await.unwrap().unwrap();
     assert!(log.contains("started") && log.contains("deadline"), "{log}");
@@ -184,16 +191,16 @@ async fn a_cancelled_queued_build_never_runs_and_hands_its_turn_to_the_next(engi
 
 async fn a_running_build_cancelled_on_request_has_its_effect_killed(engine: Engine) {
     let w = world(engine, &[]).await;
-    let script = "#!/bin/sh\nsh -c 'read -r pid _ < /proc/self/stat; echo $pid > \"$STATE_DIR/child.pid.tmp\"; mv \"$STATE_DIR/child.pid.tmp\" \"$STATE_DIR/child.pid\"; exec sleep 600' &\nwhile [ ! -e \"$STATE_DIR/child.pid\" ]; do sleep 0.01; done\necho started\nwait\n";
+    let script = "#!/bin/sh\nreadlink /proc/self/ns/pid > \"$STATE_DIR/namespace\"\nsh -c 'touch \"$STATE_DIR/child.started\"; exec sleep 600' &\nwhile [ ! -e \"$STATE_DIR/child.started\" ]; do sleep 0.01; done\necho started\nwait\n";
     let source = source_with_deploy(&w.db.path("slow"), script);
     let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
     let ctx = w.ctx.clone();
     let job = BuildJob { build_id: id.clone() };
     let running = tokio::spawn(async move { build::run(job, &ctx).await });
     // Wait (with a deadline) until the effect runs, then cancel.
-    let pid_file = w.ctx.provider_state_dir("demo").join("child.pid");
+    let started = w.ctx.provider_state_dir("demo").join("child.started");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !pid_file.exists() {
+    while !started.exists() {
         assert!(std::time::Instant::now() < deadline, "the effect never started");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
@@ -205,13 +212,13 @@ async fn a_running_build_cancelled_on_request_has_its_effect_killed(engine: Engi
         };
     assert_eq!(report.status, BuildStatus::Cancelled);
     assert_eq!(w.state("demo").await, DeploymentState::Failed);
-    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
-    assert!(!process_runs(pid), "the cancelled effect's child {pid} still runs");
+    let left = processes_in_pid_namespace(&namespace(&w));
+    assert!(left.is_empty(), "the cancelled effect's child still runs: {left:?}");
 }
 
 async fn a_process_that_leaves_the_effects_group_is_killed_at_the_deadline_too(engine: Engine) {
     let w = world(engine, &[("DEPLOY_TIMEOUT", "1s")]).await;
-    let script = "#!/bin/sh\nsetsid sh -c 'read -r pid _ < /proc/self/stat; echo $pid > \"$STATE_DIR/escaped.pid.tmp\"; mv \"$STATE_DIR/escaped.pid.tmp\" \"$STATE_DIR/escaped.pid\"; exec sleep 600' &\nwhile [ ! -e \"$STATE_DIR/escaped.pid\" ]; do sleep 0.01; done\nsleep 600\n";
+    let script = "#!/bin/sh\nreadlink /proc/self/ns/pid > \"$STATE_DIR/namespace\"\nsetsid sh -c 'touch \"$STATE_DIR/escaped.started\"; exec env -i sleep 600' &\nwhile [ ! -e \"$STATE_DIR/escaped.started\" ]; do sleep 0.01; done\nsleep 600\n";
     let source = source_with_deploy(&w.db.path("escape"), script);
     let id = w.queue("demo", BuildKind::Deploy, Some(&source)).await;
     let started = std::time::Instant::now();
@@ -219,16 +226,16 @@ async fn a_process_that_leaves_the_effects_group_is_killed_at_the_deadline_too(e
     assert_eq!(report.reason.map(Reason::as_str), Some("timeout"));
     // The escaped process holds the log pipe open; the build must not wait for it.
     assert!(started.elapsed() < std::time::Duration::from_secs(20), "took {:?}", started.elapsed());
-    let pid: i32 =
-        std::fs::read_to_string(w.ctx.provider_state_dir("demo").join("escaped.pid")).unwrap().trim().parse().unwrap();
-    assert!(!process_runs(pid), "the escaped process {pid} survived");
+    let left = processes_in_pid_namespace(&namespace(&w));
+    assert!(left.is_empty(), "the escaped process survived: {left:?}");
 }
 
 async fn an_effect_that_exits_leaves_no_process_behind(engine: Engine) {
     let w = world(engine, &[]).await;
     let script = r#"#!/bin/sh
-setsid sh -c 'read -r pid _ < /proc/self/stat; echo $pid > "$STATE_DIR/escaped.pid.tmp"; mv "$STATE_DIR/escaped.pid.tmp" "$STATE_DIR/escaped.pid"; exec sleep 600' &
-while [ ! -e "$STATE_DIR/escaped.pid" ]; do sleep 0.01; done
+readlink /proc/self/ns/pid > "$STATE_DIR/namespace"
+setsid sh -c 'touch "$STATE_DIR/escaped.started"; exec env -i sleep 600' &
+while [ ! -e "$STATE_DIR/escaped.started" ]; do sleep 0.01; done
 echo '{"nodes": [{"name": "web", "dnsNames": [], "outcome": "deployed"}]}' > "$SBOM_OUT_DIR/nodes.json"
 echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SBOM_OUT_DIR/web.cdx.json"
 "#;
@@ -238,9 +245,8 @@ echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SB
     let report = w.run(&id).await;
     assert_eq!(report.status, BuildStatus::Succeeded, "{report:?}");
     assert!(started.elapsed() < std::time::Duration::from_secs(20), "took {:?}", started.elapsed());
-    let pid: i32 =
-        std::fs::read_to_string(w.ctx.provider_state_dir("demo").join("escaped.pid")).unwrap().trim().parse().unwrap();
-    assert!(!process_runs(pid), "the effect left {pid} running");
+    let left = processes_in_pid_namespace(&namespace(&w));
+    assert!(left.is_empty(), "the effect left processes running: {left:?}");
 }
 
 async fn a_huge_log_is_stored_up_to_its_limit_without_slowing_the_build(engine: Engine) {

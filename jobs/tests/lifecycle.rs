@@ -116,7 +116,7 @@ echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SB
         "sbom ./sbom/web.cdx.json\n",
         "state $STATE_DIR/nodes\n",
         "source $MODULE_SOURCE_DIR/core\n",
-        "scratch ./tmp\n",
+        "scratch /tmp\n",
     ] {
         assert!(log.contains(line), "{line:?} is not in the log:\n{log}");
     }

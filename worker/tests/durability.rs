@@ -5,11 +5,11 @@
 mod common;
 
 use common::{
-    binary, command, demo, free_port, signal, slow_source, slow_worker, start, stop_at_once, wait_build, wait_exit,
-    wait_for, Api, ENDED,
+    binary, command, demo, effect_processes, free_port, overlapping_runs, signal, slow_source, slow_worker, start,
+    stop_at_once, wait_build, wait_exit, wait_for, Api, ENDED,
 };
 use slipway_jobs::store::{Db, Engine, Q};
-use slipway_jobs::test_support::{process_runs, TestDatabase};
+use slipway_jobs::test_support::TestDatabase;
 use std::time::{Duration, Instant};
 
 async fn open(db: &TestDatabase) -> Db {
@@ -69,9 +69,14 @@ async fn a_build_whose_worker_is_killed_is_run_again_by_another_worker(engine: E
     let api = Api::connect(&db, port).await;
     let (status, accepted) = api.submit("demo", &demo()).await.unwrap();
     assert_eq!(status, 202);
-    let build_path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
+    let build_id = accepted["build_id"].as_str().unwrap().to_owned();
+    let build_path = format!("/builds/{build_id}");
     let running = wait_build(&api, &build_path, "the deploy to run", &["running"]).await;
     let first_name = running["worker"].as_str().unwrap().to_owned();
+    wait_for("the first attempt's effect to run", Duration::from_secs(30), || async {
+        (!effect_processes(&build_id, 1).is_empty()).then_some(())
+    })
+    .await;
 
     first.kill();
     let killed_at = Instant::now();
@@ -83,9 +88,9 @@ async fn a_build_whose_worker_is_killed_is_run_again_by_another_worker(engine: E
     // Recovery window (2 missed 1 s heartbeats) plus the 3 s re-run, with room for a slow machine.
     assert!(killed_at.elapsed() < Duration::from_secs(30), "took {:?}", killed_at.elapsed());
     // The dead worker's effect did not keep running beside the new one.
-    let pids = std::fs::read_to_string(db.path("state").join("provider/demo/pids")).unwrap();
-    let first_effect: i32 = pids.lines().next().unwrap().parse().unwrap();
-    assert!(!process_runs(first_effect), "the dead worker's effect {first_effect} still runs");
+    let left = effect_processes(&build_id, 1);
+    assert!(left.is_empty(), "the dead worker's effect still runs: {left:?}");
+    assert_eq!(overlapping_runs(&db.path("state")), Vec::<(String, String)>::new());
 }
 
 async fn a_busy_worker_keeps_its_long_build_while_another_worker_waits(engine: Engine) {
@@ -151,14 +156,17 @@ async fn a_second_sigterm_stops_the_worker_and_its_effect_at_once(engine: Engine
     let mut first = start(worker(), &db, "worker-1.log");
     let api = Api::connect(&db, port).await;
     let (_, accepted) = api.submit("demo", &demo()).await.unwrap();
-    let build_path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
+    let build_id = accepted["build_id"].as_str().unwrap().to_owned();
+    let build_path = format!("/builds/{build_id}");
     wait_build(&api, &build_path, "the deploy to run", &["running"]).await;
-    let pids = db.path("state").join("provider/demo/pids");
-    wait_for("the effect to start", Duration::from_secs(30), || async { pids.exists().then_some(()) }).await;
+    wait_for("the effect to start", Duration::from_secs(30), || async {
+        (!effect_processes(&build_id, 1).is_empty()).then_some(())
+    })
+    .await;
     let exit = stop_at_once(&mut first, &db.path("worker-1.log")).await;
     assert_eq!(exit.code(), Some(1), "{exit:?}");
-    let effect: i32 = std::fs::read_to_string(&pids).unwrap().lines().next().unwrap().parse().unwrap();
-    assert!(!process_runs(effect), "the stopped worker's effect {effect} still runs");
+    let left = effect_processes(&build_id, 1);
+    assert!(left.is_empty(), "the stopped worker's effect still runs: {left:?}");
     let _second = start(worker(), &db, "worker-2.log");
     let done = wait_build(&api, &build_path, "another worker to finish the build", ENDED).await;
     assert_eq!(done["status"], "succeeded", "{done}");
@@ -185,8 +193,8 @@ async fn a_build_running_while_postgres_drops_every_connection_ends_once() {
     let _other = start(cmd, &db, "worker.log");
     let api = Api::connect(&db, port).await;
     let (_, first) = api.submit("demo", &demo()).await.unwrap();
-    let pids = db.path("state").join("provider/demo/pids");
-    wait_for("the effect to start", Duration::from_secs(30), || async { pids.exists().then_some(()) }).await;
+    let runs = db.path("state").join("provider/demo/runs");
+    wait_for("the effect to start", Duration::from_secs(30), || async { runs.exists().then_some(()) }).await;
     // Submitted while the first runs, so it waits its turn (a queued deploy
     // would be superseded by it instead).
     let (_, second) = api.submit("demo", &demo()).await.unwrap();
@@ -207,7 +215,7 @@ async fn a_build_running_while_postgres_drops_every_connection_ends_once() {
         assert_eq!(done["status"], "succeeded", "{done}");
         assert_eq!(done["attempts"], 1, "the effect ran again after the connections dropped: {done}");
     }
-    let effects = std::fs::read_to_string(&pids).unwrap().lines().count();
+    let effects = std::fs::read_to_string(&runs).unwrap().lines().filter(|l| l.starts_with("start ")).count();
     assert_eq!(effects, 2, "one effect per build, none re-run");
 }
 
@@ -234,8 +242,11 @@ async fn a_worker_prefetches_more_jobs_than_it_has_slots_and_runs_one_at_a_time(
         assert_eq!(done["status"], "succeeded", "{done}");
         assert_eq!(done["attempts"], 1, "{done}");
     }
-    let overlaps = std::fs::read_to_string(db.path("state").join("provider/overlaps")).unwrap_or_default();
-    assert_eq!(overlaps, "", "builds ran beside each other on a 1-slot worker");
+    assert_eq!(
+        overlapping_runs(&db.path("state")),
+        Vec::<(String, String)>::new(),
+        "builds ran beside each other on a 1-slot worker"
+    );
 }
 
 /// Waits (up to 30 s, naming `what`) until apalis has handed out `n` jobs

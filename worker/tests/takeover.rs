@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    binary, command, demo, free_port, ms_of, now_ms, pause_between_statements, signal, slow_source, slow_worker, start,
-    stop_at_once, stopped, wait_build, wait_for, Api, ENDED,
+    binary, command, demo, free_port, ms_of, now_ms, overlapping_runs, pause_between_statements, signal, slow_source,
+    slow_worker, start, stop_at_once, stopped, wait_build, wait_for, Api, ENDED,
 };
 use slipway_jobs::store::Engine;
 use slipway_jobs::test_support::{processes_with, sleepy_nix_source, TestDatabase};
@@ -120,8 +120,9 @@ async fn a_paused_worker_that_resumes_harms_nothing_of_the_new_attempt(engine: E
         assert!(runs(&db).contains("end 2"), "the new attempt's effect did not run to its end:\n{}", runs(&db));
         assert_eq!(sbom["serialNumber"], "urn:uuid:00000000-0000-4000-8000-000000000002", "{sbom}");
     }
-    let overlaps = std::fs::read_to_string(db.path("state").join("provider/overlaps")).unwrap_or_default();
+    let overlaps = std::fs::read_to_string(db.path("state").join("provider/demo/overlaps")).unwrap_or_default();
     assert_eq!(overlaps, "", "two attempts' effects ran at once");
+    assert_eq!(overlapping_runs(&db.path("state")), Vec::<(String, String)>::new(), "runs:\n{}", runs(&db));
 }
 
 async fn a_worker_paused_after_its_claim_harms_nothing_when_it_resumes(engine: Engine) {
@@ -226,8 +227,8 @@ async fn a_worker_stopped_at_once_hands_its_build_back_at_once(engine: Engine) {
 }
 
 /// An api and one worker on a copy of the reference source whose node
-/// builders sleep while `flag` exists, with the demo's deploy running: a
-/// real Nix builder, carrying `token` in its environment, runs.
+/// builders sleep a while, with the demo's deploy running: a real Nix
+/// builder, carrying `token` in its environment, runs.
 struct SleepyBuild {
     _api_process: common::Running,
     worker: common::Running,
@@ -236,15 +237,12 @@ struct SleepyBuild {
     source: std::path::PathBuf,
     build_id: String,
     token: String,
-    flag: std::path::PathBuf,
 }
 
 async fn a_sleepy_build_whose_builder_runs(db: &TestDatabase) -> SleepyBuild {
     let token = format!("slipway-sleepy-{}", db.dir.path().file_name().unwrap().to_string_lossy());
-    let flag = db.path("builders-sleep");
-    std::fs::write(&flag, "").unwrap();
     let source = db.path("sleepy-source");
-    sleepy_nix_source(&source, &token, &flag);
+    sleepy_nix_source(&source, &token);
     let port = free_port();
     let api_process = start(command(&binary("slipway-api"), db, port), db, "api.log");
     let worker = start(slow_worker(db, port, &source), db, "worker-1.log");
@@ -255,7 +253,7 @@ async fn a_sleepy_build_whose_builder_runs(db: &TestDatabase) -> SleepyBuild {
         (!processes_with(&token).is_empty()).then_some(())
     })
     .await;
-    SleepyBuild { _api_process: api_process, worker, api, port, source, build_id, token, flag }
+    SleepyBuild { _api_process: api_process, worker, api, port, source, build_id, token }
 }
 
 fn scratch_folders(db: &TestDatabase) -> Vec<std::path::PathBuf> {
@@ -280,8 +278,11 @@ async fn a_worker_stopped_at_once_leaves_no_nix_builder_and_no_scratch_folder() 
     let db = TestDatabase::new(Engine::Sqlite).await;
     let mut build = a_sleepy_build_whose_builder_runs(&db).await;
     assert_eq!(stop_at_once(&mut build.worker, &db.path("worker-1.log")).await.code(), Some(1));
-    let left = processes_with(&build.token);
-    assert!(left.is_empty(), "processes of the effect outlived the worker: {left:?}");
+    // Its builders run in the Nix daemon, which ends them once their client is gone.
+    wait_for("the Nix daemon to end the stopped worker's builders", Duration::from_secs(10), || async {
+        processes_with(&build.token).is_empty().then_some(())
+    })
+    .await;
     assert_eq!(scratch_folders(&db), Vec::<std::path::PathBuf>::new());
 }
 
@@ -299,7 +300,6 @@ async fn a_killed_workers_nix_builders_go_with_it_and_another_worker_takes_the_b
         processes_with(&token).is_empty().then_some(())
     })
     .await;
-    std::fs::remove_file(&build.flag).unwrap();
     let _second = start(slow_worker(&db, build.port, &build.source), &db, "worker-2.log");
     let done =
         wait_build(&build.api, &format!("/builds/{build_id}"), "another worker to finish the build", ENDED).await;

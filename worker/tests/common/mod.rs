@@ -226,11 +226,14 @@ impl Api {
 /// with a tiny SBOM whose `serialNumber` names the attempt that wrote it
 /// (attempt 1: `urn:uuid:00000000-0000-4000-8000-000000000001`, a serial
 /// number CycloneDX's schema accepts).
-/// Each effect records its pid (as this host numbers it: the effect is the
-/// first process of its own PID namespace) in `$STATE_DIR/pids`, and
-/// `start <attempt> <pid>` / `end <attempt>` in `$STATE_DIR/runs`; a deploy
-/// that runs beside another on this host (they all share one `flock`) is
-/// recorded in `<provider state>/overlaps`.
+/// Each effect records `start <attempt> <ns>` and `end <attempt> <ns>`
+/// (the host's clock, in nanoseconds) in `$STATE_DIR/runs`; an effect that
+/// starts while another of its deployment holds `$STATE_DIR/slot.lock` is
+/// recorded in `$STATE_DIR/overlaps` ([`overlapping_runs`] compares the
+/// runs of different deployments). An effect sees only its own
+/// deployment's state folder, so that is where it leaves its traces; its
+/// processes are found on the host by their `SLIPWAY_EFFECT*` markers
+/// ([`effect_processes`]).
 pub fn slow_source(root: &Path, seconds: u32) {
     use std::os::unix::fs::PermissionsExt;
     let effects = root.join("core/effects");
@@ -238,18 +241,16 @@ pub fn slow_source(root: &Path, seconds: u32) {
     std::fs::write(root.join("core/default.nix"), "{ provider ? {} }: { }\n").unwrap();
     let deploy = format!(
         r#"#!/bin/sh
-read -r pid _ < /proc/self/stat
 attempt=$SLIPWAY_EFFECT_ATTEMPT
-echo "$pid" >> "$STATE_DIR/pids"
-echo "start $attempt $pid" >> "$STATE_DIR/runs"
-exec 9>"$STATE_DIR/../slot.lock"
-flock -n 9 || echo "$BUILD_ID" >> "$STATE_DIR/../overlaps"
+echo "start $attempt $(date +%s%N)" >> "$STATE_DIR/runs"
+exec 9>"$STATE_DIR/slot.lock"
+flock -n 9 || echo "$BUILD_ID" >> "$STATE_DIR/overlaps"
 echo "deploying (attempt $attempt of $BUILD_ID)"
 sleep {seconds}
 echo '{{"nodes": [{{"name": "web", "dnsNames": [], "outcome": "deployed", "system": null, "error": null}}]}}' > "$SBOM_OUT_DIR/nodes.json"
 serial=$(printf 'urn:uuid:00000000-0000-4000-8000-%012x' "$attempt")
 echo '{{"bomFormat": "CycloneDX", "specVersion": "1.5", "serialNumber": "'"$serial"'", "components": []}}' > "$SBOM_OUT_DIR/web.cdx.json"
-echo "end $attempt" >> "$STATE_DIR/runs"
+echo "end $attempt $(date +%s%N)" >> "$STATE_DIR/runs"
 "#
     );
     for (name, body) in [("deploy", deploy.as_str()), ("destroy", "#!/bin/sh\nexit 0\n")] {
@@ -257,6 +258,53 @@ echo "end $attempt" >> "$STATE_DIR/runs"
         std::fs::write(&path, body).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
+}
+
+/// The processes on this host of attempt `attempt` of build `build_id`'s
+/// effect (every process of an effect carries its markers).
+pub fn effect_processes(build_id: &str, attempt: u32) -> Vec<u32> {
+    let build = format!("SLIPWAY_EFFECT={build_id}\0");
+    let attempt = format!("SLIPWAY_EFFECT_ATTEMPT={attempt}\0");
+    slipway_jobs::test_support::processes_with(&build)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.windows(attempt.len()).any(|w| w == attempt.as_bytes()))
+        })
+        .collect()
+}
+
+/// Pairs of `slow_source` effects, of any deployments under `state`, that
+/// ran at the same time (each as `<deployment> <attempt>`).
+pub fn overlapping_runs(state: &Path) -> Vec<(String, String)> {
+    let mut runs: Vec<(String, u128, u128)> = Vec::new();
+    for deployment in std::fs::read_dir(state.join("provider")).into_iter().flatten().flatten() {
+        let name = deployment.file_name().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(deployment.path().join("runs")).unwrap_or_default();
+        let mut starts = std::collections::BTreeMap::new();
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            match fields[..] {
+                ["start", attempt, at] => {
+                    starts.insert(attempt.to_owned(), at.parse::<u128>().unwrap());
+                }
+                ["end", attempt, at] => {
+                    let end = at.parse::<u128>().unwrap();
+                    runs.push((format!("{name} {attempt}"), starts[attempt], end));
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut overlaps = Vec::new();
+    for (i, a) in runs.iter().enumerate() {
+        for b in &runs[i + 1..] {
+            if a.1 < b.2 && b.1 < a.2 {
+                overlaps.push((a.0.clone(), b.0.clone()));
+            }
+        }
+    }
+    overlaps
 }
 
 /// `slipway-worker work` on `source` (its built-in module source) with a 1 s heartbeat.
