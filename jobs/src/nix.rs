@@ -401,8 +401,7 @@ impl NixRun<'_> {
             log.push_str("slipway: an attribute is more than one derivation\n");
             return Ok(None);
         }
-        let drvs: Vec<String> = built.iter().map(|b| b.drv.clone()).collect();
-        if !self.check_builds(&drvs, output, log).await? {
+        if !self.check_builds(&built, output, log).await? {
             return Ok(None);
         }
         let out_link = self.work.join(name).display().to_string();
@@ -411,7 +410,7 @@ impl NixRun<'_> {
             argv.extend(["--option".to_owned(), option.to_string(), value.to_string()]);
         }
         argv.extend(["-o".to_owned(), out_link]);
-        argv.extend(drvs);
+        argv.extend(built.iter().map(|b| b.drv.clone()));
         if self.run("nix-build", &argv, false, output, log).await?.is_none() {
             return Ok(None);
         }
@@ -419,30 +418,40 @@ impl NixRun<'_> {
     }
 
     /// Refuses, before anything is built, a derivation Nix would build for
-    /// `drvs` that would reach the network ([`derivation`]): `source_unsafe`
-    /// naming it. False when the dry run itself failed.
-    async fn check_builds(&self, drvs: &[String], output: Option<&str>, log: &mut NixLog) -> Result<bool, NixFailure> {
+    /// `built` that would reach the network ([`derivation`]): `source_unsafe`
+    /// naming it. False when the dry run itself failed, or did not say how
+    /// an output missing from the store would be had (fails closed).
+    async fn check_builds(&self, built: &[Built], output: Option<&str>, log: &mut NixLog) -> Result<bool, NixFailure> {
         let listing = self.work.join("dry-run.txt");
         let mut argv: Vec<String> = vec![
             "-c".into(),
             r#"exec nix-store --realise --dry-run "$@" 2>"$0" >&2"#.into(),
             listing.display().to_string(),
         ];
-        argv.extend(drvs.iter().cloned());
+        argv.extend(built.iter().map(|b| b.drv.clone()));
         let ran = self.run("sh", &argv, false, output, log).await?;
         let text = output::read_file(&listing, derivation::DRV_LIMIT).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text).into_owned();
         let _ = std::fs::remove_file(&listing);
         if ran.is_none() {
-            log.push_str(&String::from_utf8_lossy(&text));
+            log.push_str(&text);
             return Ok(false);
         }
-        for drv in derivation::to_build(&String::from_utf8_lossy(&text)) {
-            if !output::is_store_path(&drv) {
-                continue;
-            }
-            let why = match derivation::read(Path::new(&drv)) {
-                Ok(d) => d.refusal(&self.policy.allowed_uris).map(str::to_owned),
-                Err(e) => Some(e),
+        if let Some(unsaid) = built
+            .iter()
+            .find(|b| Path::new(&b.out).symlink_metadata().is_err() && !text.contains(&b.drv) && !text.contains(&b.out))
+        {
+            log.push_str(&format!("slipway: the dry run does not say how {} would be built or fetched\n", unsaid.out));
+            return Ok(false);
+        }
+        for drv in derivation::to_build(&text) {
+            let why = if output::is_store_path(&drv) {
+                match derivation::read(Path::new(&drv)) {
+                    Ok(d) => d.refusal(&self.policy.allowed_uris).map(str::to_owned),
+                    Err(e) => Some(format!("cannot be read ({e})")),
+                }
+            } else {
+                Some("is not a derivation of the store".to_owned())
             };
             if let Some(why) = why {
                 let name = drv.rsplit('/').next().unwrap_or(&drv);
