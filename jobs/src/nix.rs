@@ -2,6 +2,19 @@
 //! (MS-2, MS-7): every `nix-instantiate` and `nix-build` runs contained like
 //! an effect ([`crate::effect::run_tool`]), under one deadline. Used by the
 //! `nix` queue's jobs and by `slipway-worker run`. Only workers run Nix.
+//!
+//! A source is untrusted code (SEC-3): its evaluation may read only its own
+//! tree, whatever the host's Nix settings (`EVAL_OPTIONS` and the
+//! sandbox's, on every command line); its builds reach no network
+//! ([`derivation`]); its documents are read only as regular files within
+//! `SLIPWAY_OUTPUT_LIMIT` ([`output`]); and a run out of memory or time
+//! ends the job ([`NixFailure`]).
+
+pub mod derivation;
+mod failure;
+pub mod output;
+
+pub use failure::{human_size, ran_out_of_memory, FailureCode, NixFailure};
 
 use crate::effect::{run_tool, EffectOutcome};
 use crate::source::SourceOutputs;
@@ -18,80 +31,6 @@ pub const DOCUMENTS: [(&str, &str); 4] = [
     ("renames", "renames.json"),
     ("meta", "meta.json"),
 ];
-
-/// Why a `nix`-queue job, or one output of it, has no result (MS-6). The
-/// code is stable (`GET`-able by front-ends); the message says which output
-/// and why, never the build log, which stays on the job for operators.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[error("{message}")]
-pub struct NixFailure {
-    /// `output_missing`, `source_too_old`, `build_failed`, `fetch_failed`,
-    /// `timeout`, `out_of_memory`, `output_too_large`, `source_too_large`
-    /// or `source_unsafe`.
-    pub code: FailureCode,
-    /// The output concerned (`schema`, `names`, …), when one is.
-    pub output: Option<String>,
-    /// What went wrong, for the front-end.
-    pub message: String,
-}
-
-/// The stable codes of [`NixFailure`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FailureCode {
-    /// The source's `core` has no such output at all (it has no `schema`).
-    OutputMissing,
-    /// The source's `core` has a `schema` but is older than this output.
-    SourceTooOld,
-    /// Nix could not evaluate or build the output.
-    BuildFailed,
-    /// The source could not be fetched.
-    FetchFailed,
-    /// The fetch and build ran past `NIX_TIMEOUT` and were killed.
-    Timeout,
-    /// A Nix or git process of the job reached `NIX_MEMORY_LIMIT` (SEC-3).
-    OutOfMemory,
-    /// A document output (or a `names` output's node count) is larger than
-    /// `SLIPWAY_OUTPUT_LIMIT` (`SLIPWAY_NODE_LIMIT`); it was not read.
-    OutputTooLarge,
-    /// The fetched source is larger than `SLIPWAY_SOURCE_LIMIT`; it was not kept.
-    SourceTooLarge,
-    /// The source's tree holds something a source may not, such as a
-    /// symbolic link leaving the tree; the message names the path.
-    SourceUnsafe,
-}
-
-impl FailureCode {
-    /// The code as the API writes it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::OutputMissing => "output_missing",
-            Self::SourceTooOld => "source_too_old",
-            Self::BuildFailed => "build_failed",
-            Self::FetchFailed => "fetch_failed",
-            Self::Timeout => "timeout",
-            Self::OutOfMemory => "out_of_memory",
-            Self::OutputTooLarge => "output_too_large",
-            Self::SourceTooLarge => "source_too_large",
-            Self::SourceUnsafe => "source_unsafe",
-        }
-    }
-}
-
-impl NixFailure {
-    fn new(code: FailureCode, output: Option<&str>, message: impl Into<String>) -> Self {
-        Self { code, output: output.map(str::to_owned), message: message.into() }
-    }
-
-    /// A fetch that failed or timed out.
-    pub fn from_fetch(e: &crate::fetch::FetchError) -> Self {
-        let code = match e {
-            crate::fetch::FetchError::Timeout { .. } => FailureCode::Timeout,
-            _ => FailureCode::FetchFailed,
-        };
-        Self::new(code, None, e.to_string())
-    }
-}
 
 /// What a `schema_build` made of one (revision, provider): each document
 /// output of MS-2 that built, and why each other one did not, plus whether
@@ -176,6 +115,34 @@ let
     else f;
 in core // { __slipwayAttributeNames = builtins.attrNames core; }"#;
 
+/// The Nix settings of Slipway's own evaluations of a source besides the
+/// sandbox's ([`crate::sandbox::Policy::nix_options`]), passed on each
+/// command line so no `nix.conf`, `NIX_CONFIG` or `NIX_PATH` of the host can
+/// change them (SEC-3): no search path but the `-I` entries of the run, no
+/// experimental feature (`builtins.fetchTree` and `builtins.getFlake` read
+/// paths that restricted evaluation does not check; content-addressed and
+/// impure derivations), no plugin (which could add builtins), and the store
+/// through the daemon.
+const EVAL_OPTIONS: &[(&str, &str)] =
+    &[("nix-path", ""), ("experimental-features", ""), ("plugin-files", ""), ("store", "daemon")];
+
+/// The bounds on what a source's outputs may be (SEC-3), from
+/// `SLIPWAY_OUTPUT_LIMIT` and `SLIPWAY_NODE_LIMIT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest document output, in bytes.
+    pub output: u64,
+    /// The most nodes a `names` output may list.
+    pub nodes: u32,
+}
+
+impl Limits {
+    /// The limits of `config`.
+    pub fn of(config: &crate::config::Config) -> Self {
+        Self { output: config.sandbox.output_limit, nodes: config.sandbox.node_limit }
+    }
+}
+
 /// A build in progress: the source folder, the provider, and the deadline
 /// shared by every Nix run of one job.
 #[derive(Debug, Clone)]
@@ -192,6 +159,8 @@ pub struct NixRun<'a> {
     pub marker: &'a str,
     /// The sandbox every Nix run of the job runs in (SEC-3).
     pub policy: &'a crate::sandbox::Policy,
+    /// The bounds on the outputs read.
+    pub limits: Limits,
 }
 
 /// Output of a failed Nix run, for the operator's log.
@@ -210,43 +179,72 @@ impl NixRun<'_> {
         )
     }
 
-    /// Runs a Nix tool on [`CORE_EXPR`] with `args`; its output, or the failure and the log.
-    async fn nix(&self, program: &str, args: &[&str], log: &mut NixLog) -> Result<Option<String>, NixFailure> {
-        if self.left().is_zero() {
-            return Err(self.timeout("the build"));
-        }
+    /// The command line of an evaluation of [`CORE_EXPR`]: the sandbox's
+    /// options and [`EVAL_OPTIONS`], the search path entries of `grants`
+    /// (`-I name=path`: restricted evaluation reads no path outside the
+    /// store but the source and these), then `args`. Every value of a
+    /// request goes in as a string (`--argstr`) or a file, never as Nix
+    /// code.
+    pub(crate) fn eval_command(&self, grants: &[(&str, &Path)], args: &[&str]) -> Vec<String> {
         let dir = self.dir.display().to_string();
-        // Restricted evaluation (SEC-3): the source and this job's folder
-        // are the only paths outside the store the evaluation may read.
         let mut argv: Vec<String> = self.policy.nix_options();
-        argv.extend(["-I".into(), format!("source={dir}"), "-I".into(), format!("work={}", self.work.display())]);
+        for (name, value) in EVAL_OPTIONS {
+            argv.extend(["--option".to_owned(), name.to_string(), value.to_string()]);
+        }
+        argv.extend(["-I".into(), format!("source={dir}")]);
+        for (name, path) in grants {
+            argv.extend(["-I".into(), format!("{name}={}", path.display())]);
+        }
         argv.extend(["-E".into(), CORE_EXPR.into()]);
         argv.extend(["--argstr", "dir", &dir, "--argstr", "providerName", self.provider].map(String::from));
         argv.extend(args.iter().map(|a| a.to_string()));
-        let view = crate::sandbox::View {
-            read: vec![self.dir.to_path_buf()],
-            write: vec![self.work.to_path_buf()],
-            network: !self.policy.allowed_uris.is_empty(),
-        };
+        argv
+    }
+
+    /// Runs `program argv…` in the job's sandbox (the source read-only, the
+    /// work folder writable; the host's network only for an evaluation
+    /// that may fetch from `SLIPWAY_NIX_ALLOWED_URIS`): its output when it
+    /// exited 0, `None` when it failed, and the failure when it timed out
+    /// or ran out of memory (never run again). `output` names the output
+    /// concerned, for the failure.
+    async fn run(
+        &self,
+        program: &str,
+        argv: &[String],
+        network: bool,
+        output: Option<&str>,
+        log: &mut NixLog,
+    ) -> Result<Option<String>, NixFailure> {
+        if self.left().is_zero() {
+            return Err(self.timeout("the build"));
+        }
         self.policy.give(self.work).map_err(|e| {
             NixFailure::new(FailureCode::BuildFailed, None, format!("cannot prepare the work folder: {e}"))
         })?;
+        let view = crate::sandbox::View {
+            read: vec![self.dir.to_path_buf()],
+            write: vec![self.work.to_path_buf()],
+            network: network && !self.policy.allowed_uris.is_empty(),
+        };
         let sandbox = crate::sandbox::Sandbox { policy: self.policy.clone(), view };
-        let run = run_tool(sandbox, self.work, program, &argv, &[], self.marker, self.left())
+        let run = run_tool(sandbox, self.work, program, argv, &[], self.marker, self.left())
             .await
             .map_err(|e| NixFailure::new(FailureCode::BuildFailed, None, e.to_string()))?;
         log.push_str(&run.output);
         match run.outcome {
             EffectOutcome::Exited(0) => Ok(Some(run.output)),
             EffectOutcome::TimedOut => Err(self.timeout("the build")),
+            outcome if failure::ran_out_of_memory(&outcome, &run.output) => {
+                Err(NixFailure::out_of_memory(output, self.policy.memory))
+            }
             _ => Ok(None),
         }
     }
 
     /// The attribute names of the source's `core`.
     async fn attributes(&self, log: &mut NixLog) -> Result<Vec<String>, NixFailure> {
-        let run =
-            self.nix("nix-instantiate", &["--eval", "--json", "--strict", "-A", "__slipwayAttributeNames"], log).await;
+        let argv = self.eval_command(&[], &["--eval", "--json", "--strict", "-A", "__slipwayAttributeNames"]);
+        let run = self.run("nix-instantiate", &argv, true, None, log).await;
         let failed = || {
             NixFailure::new(
                 FailureCode::BuildFailed,
@@ -261,7 +259,11 @@ impl NixRun<'_> {
     }
 
     /// Builds every document output of MS-2 the source has, and checks it
-    /// has `names` (a `schema_build`).
+    /// has `names` (a `schema_build`). A document larger than
+    /// `SLIPWAY_OUTPUT_LIMIT` is `output_too_large` and one that is not a
+    /// regular file of its output `source_unsafe`, each unread and its
+    /// store path deleted; a run out of memory or time ends the whole
+    /// build ([`NixFailure`]), not retried.
     pub async fn build_schema(
         &self,
         pinned: &str,
@@ -305,71 +307,235 @@ impl NixRun<'_> {
             built.failures.insert("names".into(), absent("names"));
         }
         let started = Instant::now();
-        // One nix-build for all; when it fails, one each, to say which failed.
-        let all = self.build_attributes(&wanted, "outputs", log).await?;
-        let results: Vec<(&str, Option<PathBuf>)> = match all {
-            Some(links) => wanted.iter().copied().zip(links.into_iter().map(Some)).collect(),
+        // One build for all; when it fails, one each, to say which failed.
+        // A run out of memory or time is not tried again (`?`).
+        let all = self.build_attributes(&wanted, "outputs", &[], &[], log).await?;
+        let results: Vec<(&str, Option<Built>)> = match all {
+            Some(outs) => wanted.iter().copied().zip(outs.into_iter().map(Some)).collect(),
             None => {
                 let mut each = Vec::new();
                 for (i, attribute) in wanted.iter().enumerate() {
-                    let link = self.build_attributes(&[attribute], &format!("output-{i}"), log).await?;
-                    each.push((*attribute, link.and_then(|mut l| l.pop())));
+                    let out = self.build_attributes(&[attribute], &format!("output-{i}"), &[], &[], log).await?;
+                    each.push((*attribute, out.and_then(|mut o| o.pop())));
                 }
                 each
             }
         };
-        built.timings_ms.insert("build".into(), started.elapsed().as_millis() as u64);
-        for (attribute, link) in results {
+        for (attribute, out) in results {
             let file = DOCUMENTS.iter().find(|(a, _)| *a == attribute).map(|(_, f)| *f).expect("a document");
-            let document = link
-                .ok_or_else(|| format!("nix-build -A {attribute} failed"))
-                .and_then(|dir| std::fs::read_to_string(dir.join(file)).map_err(|e| format!("{file}: {e}")))
-                .and_then(|text| serde_json::from_str::<Value>(&text).map_err(|e| format!("{file} is not JSON: {e}")));
+            let document = match out {
+                None => Err(NixFailure::new(
+                    FailureCode::BuildFailed,
+                    Some(attribute),
+                    format!("{pinned}: the {attribute} output did not build (nix-build -A {attribute} failed)"),
+                )),
+                Some(out) => self.read_output(pinned, attribute, &out, file, log).await.and_then(|bytes| {
+                    serde_json::from_slice::<Value>(&bytes).map_err(|e| {
+                        NixFailure::new(
+                            FailureCode::BuildFailed,
+                            Some(attribute),
+                            format!("{pinned}: the {attribute} output did not build ({file} is not JSON: {e})"),
+                        )
+                    })
+                }),
+            };
             match document {
                 Ok(doc) => {
                     built.documents.insert(attribute.to_owned(), doc);
                 }
-                Err(why) => {
-                    let message = format!("{pinned}: the {attribute} output did not build ({why})");
-                    built.failures.insert(
-                        attribute.to_owned(),
-                        NixFailure::new(FailureCode::BuildFailed, Some(attribute), message),
-                    );
+                Err(failure) => {
+                    built.failures.insert(attribute.to_owned(), failure);
                 }
             }
         }
+        built.timings_ms.insert("build".into(), started.elapsed().as_millis() as u64);
         Ok(built)
     }
 
-    /// `nix-build -A a -A b …` with out links `<work>/<name>`, `<name>-2`, …:
-    /// the out path of each attribute, in order, or `None` when the build failed.
+    /// Builds `attributes` of the source (with `args` and the search path
+    /// entries `grants` besides the source): one `nix-instantiate` writes
+    /// their derivations (GC roots `<work>/<name>.drv`, `-2`, …), the
+    /// derivations Nix would build are checked ([`derivation`]), then one
+    /// `nix-build` builds them (out links `<work>/<name>`, …). Each
+    /// attribute must be one derivation. The derivation and out path of
+    /// each, in order; `None` when the evaluation or a build failed.
     async fn build_attributes(
         &self,
         attributes: &[&str],
         name: &str,
+        args: &[&str],
+        grants: &[(&str, &Path)],
         log: &mut NixLog,
-    ) -> Result<Option<Vec<PathBuf>>, NixFailure> {
+    ) -> Result<Option<Vec<Built>>, NixFailure> {
         if attributes.is_empty() {
             return Ok(Some(Vec::new()));
         }
-        let link = self.work.join(name).display().to_string();
-        let mut args: Vec<&str> = vec!["-o", &link];
+        let output = (attributes.len() == 1).then(|| attributes[0]);
+        let root = self.work.join(format!("{name}.drv"));
+        let root_text = root.display().to_string();
+        let mut tail: Vec<&str> = args.to_vec();
+        tail.extend(["--add-root", &root_text, "--indirect"]);
         for attribute in attributes {
-            args.extend(["-A", attribute]);
+            tail.extend(["-A", attribute]);
         }
-        if self.nix("nix-build", &args, log).await?.is_none() {
+        let argv = self.eval_command(grants, &tail);
+        if self.run("nix-instantiate", &argv, true, output, log).await?.is_none() {
             return Ok(None);
         }
-        let links = (0..attributes.len())
-            .map(|i| if i == 0 { PathBuf::from(&link) } else { PathBuf::from(format!("{link}-{}", i + 1)) })
-            .collect();
-        Ok(Some(links))
+        let link = |i: usize| if i == 0 { root.clone() } else { PathBuf::from(format!("{root_text}-{}", i + 1)) };
+        let mut built = Vec::new();
+        for (i, attribute) in attributes.iter().enumerate() {
+            let drv = std::fs::read_link(link(i)).ok().map(|p| p.display().to_string());
+            let Some(drv) = drv.filter(|d| output::is_store_path(d) && d.ends_with(".drv")) else {
+                log.push_str(&format!("slipway: {attribute} is not one derivation\n"));
+                return Ok(None);
+            };
+            let parsed = derivation::read(Path::new(&drv));
+            let Some(out) = parsed.ok().and_then(|d| d.output("out").map(str::to_owned)) else {
+                log.push_str(&format!("slipway: {drv} has no out output\n"));
+                return Ok(None);
+            };
+            built.push(Built { drv, out });
+        }
+        if link(attributes.len()).symlink_metadata().is_ok() {
+            log.push_str("slipway: an attribute is more than one derivation\n");
+            return Ok(None);
+        }
+        if !self.check_builds(&built, output, log).await? {
+            return Ok(None);
+        }
+        let out_link = self.work.join(name).display().to_string();
+        let mut argv: Vec<String> = self.policy.nix_options();
+        for (option, value) in EVAL_OPTIONS {
+            argv.extend(["--option".to_owned(), option.to_string(), value.to_string()]);
+        }
+        argv.extend(["-o".to_owned(), out_link]);
+        argv.extend(built.iter().map(|b| b.drv.clone()));
+        if self.run("nix-build", &argv, false, output, log).await?.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(built))
+    }
+
+    /// Refuses, before anything is built, a derivation Nix would build for
+    /// `built` that would reach the network ([`derivation`]): `source_unsafe`
+    /// naming it. False when the dry run itself failed, or did not say how
+    /// an output missing from the store would be had (fails closed).
+    async fn check_builds(&self, built: &[Built], output: Option<&str>, log: &mut NixLog) -> Result<bool, NixFailure> {
+        let listing = self.work.join("dry-run.txt");
+        let mut argv: Vec<String> = vec![
+            "-c".into(),
+            r#"exec nix-store --realise --dry-run "$@" 2>"$0" >&2"#.into(),
+            listing.display().to_string(),
+        ];
+        argv.extend(built.iter().map(|b| b.drv.clone()));
+        let ran = self.run("sh", &argv, false, output, log).await?;
+        let text = output::read_file(&listing, derivation::DRV_LIMIT).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text).into_owned();
+        let _ = std::fs::remove_file(&listing);
+        if ran.is_none() {
+            log.push_str(&text);
+            return Ok(false);
+        }
+        if let Some(unsaid) = built
+            .iter()
+            .find(|b| Path::new(&b.out).symlink_metadata().is_err() && !text.contains(&b.drv) && !text.contains(&b.out))
+        {
+            log.push_str(&format!("slipway: the dry run does not say how {} would be built or fetched\n", unsaid.out));
+            return Ok(false);
+        }
+        for drv in derivation::to_build(&text) {
+            let why = if output::is_store_path(&drv) {
+                match derivation::read(Path::new(&drv)) {
+                    Ok(d) => d.refusal(&self.policy.allowed_uris).map(str::to_owned),
+                    Err(e) => Some(format!("cannot be read ({e})")),
+                }
+            } else {
+                Some("is not a derivation of the store".to_owned())
+            };
+            if let Some(why) = why {
+                let name = drv.rsplit('/').next().unwrap_or(&drv);
+                return Err(NixFailure::new(
+                    FailureCode::SourceUnsafe,
+                    output,
+                    format!(
+                        "the source's outputs would build {name}, which Slipway refuses: it {why}; a source's outputs \
+                         build without a network and fetch only from SLIPWAY_NIX_ALLOWED_URIS (with builtin:fetchurl)"
+                    ),
+                ));
+            }
+        }
+        Ok(true)
+    }
+
+    /// The bytes of document `file` of `attribute`'s build, within
+    /// `SLIPWAY_OUTPUT_LIMIT` ([`output::read_document`]). A refused one is
+    /// `output_too_large` or `source_unsafe`, and its store paths are
+    /// deleted ([`NixRun::reclaim`]).
+    async fn read_output(
+        &self,
+        pinned: &str,
+        attribute: &str,
+        built: &Built,
+        file: &str,
+        log: &mut NixLog,
+    ) -> Result<Vec<u8>, NixFailure> {
+        let refused = match output::read_document(&built.out, file, self.limits.output) {
+            Ok(bytes) => return Ok(bytes),
+            Err(refused) => refused,
+        };
+        let failure = match refused {
+            output::Refused::TooLarge { size } => NixFailure::new(
+                FailureCode::OutputTooLarge,
+                Some(attribute),
+                format!(
+                    "{pinned}: the {attribute} output's {file} is {size} bytes, more than SLIPWAY_OUTPUT_LIMIT ({}); \
+                     it was not read",
+                    failure::human_size(self.limits.output)
+                ),
+            ),
+            output::Refused::Unsafe(why) => NixFailure::new(
+                FailureCode::SourceUnsafe,
+                Some(attribute),
+                format!("{pinned}: the {attribute} output was not read: {why}"),
+            ),
+            output::Refused::Unreadable(why) => {
+                return Err(NixFailure::new(
+                    FailureCode::BuildFailed,
+                    Some(attribute),
+                    format!("{pinned}: the {attribute} output did not build ({why})"),
+                ))
+            }
+        };
+        self.reclaim(built, log).await;
+        Err(failure)
+    }
+
+    /// Deletes a refused output's store path and its derivation: the job's
+    /// links to them go, then `nix-store --delete` (through the daemon, in
+    /// the sandbox: an untrusted user may delete a path nothing keeps
+    /// alive). A path kept alive elsewhere stays, and the log says so.
+    async fn reclaim(&self, built: &Built, log: &mut NixLog) {
+        output::unlink_roots(self.work, &built.out);
+        output::unlink_roots(self.work, &built.drv);
+        let argv = vec!["--delete".to_owned(), built.out.clone(), built.drv.clone()];
+        // Its output (the collector's notes on every stale root of the
+        // host) stays out of the job's log.
+        let mut ignored = String::new();
+        match self.run("nix-store", &argv, false, None, &mut ignored).await {
+            Ok(Some(_)) => log.push_str(&format!("slipway: deleted {} and {}\n", built.out, built.drv)),
+            _ => log.push_str(&format!("slipway: {} was not deleted: something else keeps it\n", built.out)),
+        }
     }
 
     /// Evaluates `names` on `configuration` (a `names_eval`, EV-1): the
     /// nodes with their DNS names and the applications it disables, as
-    /// `nodes.json`. The configuration must hold no secret value: it is read
-    /// by Nix.
+    /// `nodes.json`. The configuration goes to Nix as a file of this job
+    /// (`configuration.json`, its path with `--argstr configFile`, the only
+    /// path besides the source the evaluation may read), never as code; it
+    /// must hold no secret value. A `nodes.json` past
+    /// `SLIPWAY_OUTPUT_LIMIT` or listing more than `SLIPWAY_NODE_LIMIT`
+    /// nodes is `output_too_large`.
     pub async fn eval_names(&self, configuration: &Value, log: &mut NixLog) -> Result<Names, NixFailure> {
         let attributes = self.attributes(log).await?;
         if !attributes.iter().any(|a| a == "names") {
@@ -380,15 +546,12 @@ impl NixRun<'_> {
             };
             return Err(NixFailure::new(code, Some("names"), why));
         }
-        let file = self.work.join("configuration.json");
-        std::fs::write(&file, serde_json::to_vec(configuration).expect("a configuration serialises")).map_err(|e| {
-            NixFailure::new(FailureCode::BuildFailed, Some("names"), format!("cannot write the configuration: {e}"))
-        })?;
-        let link = self.work.join("names").display().to_string();
-        let file = file.display().to_string();
-        let built = self.nix("nix-build", &["-o", &link, "-A", "names", "--argstr", "configFile", &file], log).await?;
         let failed = |why: String| NixFailure::new(FailureCode::BuildFailed, Some("names"), why);
-        if built.is_none() {
+        let file = self.configuration_file(configuration).map_err(failed)?;
+        let file_text = file.display().to_string();
+        let args = ["--argstr", "configFile", file_text.as_str()];
+        let built = self.build_attributes(&["names"], "names", &args, &[("configuration", &file)], log).await?;
+        let Some(built) = built.and_then(|mut b| b.pop()) else {
             let reason = log
                 .lines()
                 .rev()
@@ -396,11 +559,39 @@ impl NixRun<'_> {
                 .map(|l| l.trim().trim_start_matches("error:").trim().to_owned())
                 .unwrap_or_else(|| "nix-build -A names failed".into());
             return Err(failed(format!("the names eval refused this configuration: {reason}")));
+        };
+        let bytes = self.read_output("the names eval", "names", &built, "nodes.json", log).await?;
+        let value: Value =
+            serde_json::from_slice(&bytes).map_err(|e| failed(format!("nodes.json is not JSON: {e}")))?;
+        let count = value.get("nodes").and_then(Value::as_array).map_or(0, Vec::len);
+        if count > self.limits.nodes as usize {
+            self.reclaim(&built, log).await;
+            return Err(NixFailure::new(
+                FailureCode::OutputTooLarge,
+                Some("names"),
+                format!(
+                    "the names output lists {count} nodes, more than SLIPWAY_NODE_LIMIT ({}); it was not kept",
+                    self.limits.nodes
+                ),
+            ));
         }
-        let text = std::fs::read_to_string(Path::new(&link).join("nodes.json"))
-            .map_err(|e| failed(format!("nodes.json: {e}")))?;
-        serde_json::from_str(&text).map_err(|e| failed(format!("nodes.json is not of its documented shape: {e}")))
+        serde_json::from_value(value).map_err(|e| failed(format!("nodes.json is not of its documented shape: {e}")))
     }
+
+    /// Writes `configuration` as `<work>/configuration.json`; its path.
+    fn configuration_file(&self, configuration: &Value) -> Result<PathBuf, String> {
+        let file = self.work.join("configuration.json");
+        std::fs::write(&file, serde_json::to_vec(configuration).expect("a configuration serialises"))
+            .map_err(|e| format!("cannot write the configuration: {e}"))?;
+        Ok(file)
+    }
+}
+
+/// One attribute built: its derivation and its `out` path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Built {
+    drv: String,
+    out: String,
 }
 
 /// What the `names` output says of a configuration (`nodes.json`, EV-1).
@@ -429,3 +620,6 @@ pub struct NamedNode {
     #[schema(required = true)]
     pub configuration: Option<String>,
 }
+
+#[cfg(test)]
+mod tests;

@@ -48,6 +48,7 @@ async fn build_outputs(config: &Config, dir: &Path) -> Result<slipway_jobs::sour
         until,
         marker: &marker,
         policy: &policy,
+        limits: slipway_jobs::nix::Limits::of(config),
     };
     let mut log = String::new();
     let pinned = format!("path:{}", dir.display());

@@ -103,6 +103,7 @@ pub async fn schema(config: Config, args: SchemaArgs) -> ExitCode {
         until,
         marker: &marker,
         policy: &policy,
+        limits: slipway_jobs::nix::Limits::of(&config),
     };
     let mut log = String::new();
     let mut built = match nix.build_schema(&pinned, fetched.revision.as_deref(), &mut log).await {
@@ -162,6 +163,7 @@ pub async fn names(config: Config, args: NamesArgs) -> ExitCode {
         until,
         marker: &marker,
         policy: &policy,
+        limits: slipway_jobs::nix::Limits::of(&config),
     };
     let mut log = String::new();
     let names = match nix.eval_names(&configuration, &mut log).await {

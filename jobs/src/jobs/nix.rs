@@ -12,7 +12,7 @@
 
 use super::Ctx;
 use crate::fetch;
-use crate::nix::{BuiltSchema, FailureCode, NixFailure, NixRun};
+use crate::nix::{BuiltSchema, FailureCode, Limits, NixFailure, NixRun};
 use crate::source::ModuleSource;
 use crate::store::nix::{self as rows, NixKind, NixRow, NixStatus};
 use crate::store::queue::NixJob;
@@ -100,8 +100,15 @@ async fn compute(row: &NixRow, ctx: &Ctx, log: &mut String) -> Result<Value, Nix
         output: None,
         message,
     })?;
-    let nix =
-        NixRun { dir: &fetched.dir, provider: &row.provider, work: &work, until, marker: &marker, policy: &policy };
+    let nix = NixRun {
+        dir: &fetched.dir,
+        provider: &row.provider,
+        work: &work,
+        until,
+        marker: &marker,
+        policy: &policy,
+        limits: Limits::of(&ctx.config),
+    };
     let result = match row.kind {
         NixKind::SchemaBuild => {
             nix.build_schema(&fetched.pinned, fetched.revision.as_deref(), log).await.map(|mut built: BuiltSchema| {
