@@ -83,10 +83,14 @@ impl NixFailure {
         Self { code, output: output.map(str::to_owned), message: message.into() }
     }
 
-    /// A fetch that failed or timed out.
+    /// A fetch that failed, timed out, or was refused by SEC-3's checks of
+    /// its tree (`source_unsafe`, `source_too_large`).
     pub fn from_fetch(e: &crate::fetch::FetchError) -> Self {
+        use crate::fetch::FetchError;
         let code = match e {
-            crate::fetch::FetchError::Timeout { .. } => FailureCode::Timeout,
+            FetchError::Timeout { .. } => FailureCode::Timeout,
+            FetchError::Unsafe { .. } => FailureCode::SourceUnsafe,
+            FetchError::TooLarge { .. } => FailureCode::SourceTooLarge,
             _ => FailureCode::FetchFailed,
         };
         Self::new(code, None, e.to_string())
