@@ -230,10 +230,15 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// A malformed source, or one over a transport Slipway does not fetch
+/// (SEC-3), is `400 invalid_module_source`; one outside the allowlist
+/// `403 source_not_allowed` (MS-6).
 impl From<SourceError> for ApiError {
     fn from(e: SourceError) -> Self {
         match e {
-            SourceError::Malformed(_) => Self::bad_request("invalid_module_source", e.to_string()),
+            SourceError::Malformed(_) | SourceError::TransportNotAllowed(_) => {
+                Self::bad_request("invalid_module_source", e.to_string())
+            }
             SourceError::NotAllowed(_) | SourceError::PathNotAllowed(_) => {
                 Self::new(StatusCode::FORBIDDEN, "source_not_allowed", e.to_string())
             }

@@ -106,6 +106,34 @@ async fn an_explicit_module_source_outside_the_allowlist_is_refused(engine: Engi
     assert_eq!(h.count("deployments").await, 0);
 }
 
+/// SEC-3: a repository reached over plain http, git:// or another
+/// transport, or a `file://` one where local sources are not allowed, is
+/// `400 invalid_module_source` on every procedure that names a source,
+/// before anything is queued or fetched.
+async fn a_module_source_over_a_transport_slipway_does_not_fetch_is_refused_before_anything_runs(engine: Engine) {
+    let h = harness_with(engine, &[("SLIPWAY_TRUSTED_SOURCES", "")]).await;
+    for source in [
+        "git+http://git.example.org/ops/source.git?ref=main",
+        "git+git://git.example.org/ops/source.git?ref=main",
+        "git+file:///srv/sources/ops?ref=main",
+    ] {
+        let submit = json!({ "configuration": demo(), "module_source": source }).to_string().into_bytes();
+        for (method, path, body) in [
+            (Method::PUT, "/deployments/demo", submit.clone()),
+            (Method::POST, "/deployments/demo/preview", submit),
+            (Method::POST, "/schema/get_for", json!({ "source": source }).to_string().into_bytes()),
+            (Method::POST, "/renames/get_for", json!({ "source": source }).to_string().into_bytes()),
+        ] {
+            let (status, answer) = h.call(method, path, Some(&all()), Some(body)).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path} {source}: {answer}");
+            assert_error_shape(&answer, "invalid_module_source");
+            let message = answer["message"].as_str().unwrap();
+            assert!(message.contains("https") && message.contains("ssh"), "names what is fetched: {answer}");
+        }
+    }
+    assert_eq!((h.count("deployments").await, h.count("builds").await, h.count("jobs").await), (0, 0, 0));
+}
+
 /// Moves the value at `to` back to `from` (both under `applications.mastodon`).
 fn unmigrate(config: &mut Value, to: &str, from: &str) {
     let app = config["applications"]["mastodon"].as_object_mut().unwrap();
@@ -246,6 +274,7 @@ slipway_jobs::on_both_engines!(
     a_malformed_json_body_gets_the_json_error_shape,
     a_repeated_key_or_too_deep_nesting_is_refused_naming_it,
     an_explicit_module_source_outside_the_allowlist_is_refused,
+    a_module_source_over_a_transport_slipway_does_not_fetch_is_refused_before_anything_runs,
     a_configuration_in_an_old_shape_is_migrated_along_rename_chains_before_it_is_stored,
     a_rename_whose_target_is_taken_is_named_in_the_errors_and_nothing_is_stored,
     past_queue_size_a_submit_is_refused_before_its_body_is_read,

@@ -207,7 +207,8 @@ pub struct Config {
     /// `Some(vec![])` (the empty string) allows all.
     pub trusted_sources: Vec<String>,
     /// `SLIPWAY_ALLOW_PATH_SOURCES`: accept `path:` module sources over HTTP
-    /// (MS-1: local runs and tests only). Default `false`.
+    /// and fetch `git+file://` repositories (MS-1, SEC-3: local runs and
+    /// tests only). Default `false`.
     pub allow_path_sources: bool,
     /// `SLIPWAY_DEFAULT_SOURCE_DIR`: the folder holding the built-in module
     /// source's `core/` that workers deploy a deployment without a source

@@ -255,6 +255,7 @@ pub async fn run(
     env.push((OWNER_ENV.to_owned(), owner().to_owned()));
     let (program, args) = contained(spec);
     let memory = spec.sandbox.policy.memory as libc::rlim_t;
+    let file_size = spec.sandbox.policy.file_size.map(|bytes| bytes as libc::rlim_t);
     let expression =
         duct::cmd(program, args).dir(&spec.dir).full_env(env).stdin_null().stderr_to_stdout().unchecked().before_spawn(
             move |cmd| {
@@ -280,6 +281,12 @@ pub async fn run(
                         let limit = libc::rlimit { rlim_cur: memory, rlim_max: memory };
                         if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
                             return Err(std::io::Error::last_os_error());
+                        }
+                        if let Some(bytes) = file_size {
+                            let limit = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+                            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                                return Err(std::io::Error::last_os_error());
+                            }
                         }
                         Ok(())
                     });
@@ -641,6 +648,23 @@ pub async fn run_tool(
     marker: &str,
     deadline: Duration,
 ) -> Result<ToolRun, SpawnError> {
+    let (_keep, stop) = tokio::sync::watch::channel(None);
+    run_tool_until(sandbox, dir, program, args, env, marker, deadline, stop).await
+}
+
+/// [`run_tool`], also stopped (as [`EffectOutcome::Stopped`]) when `stop`
+/// names a reason: a fetch whose folder passed `SLIPWAY_SOURCE_LIMIT`.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_tool_until(
+    sandbox: crate::sandbox::Sandbox,
+    dir: &std::path::Path,
+    program: &str,
+    args: &[String],
+    env: &[(&str, &str)],
+    marker: &str,
+    deadline: Duration,
+    stop: tokio::sync::watch::Receiver<Option<Stop>>,
+) -> Result<ToolRun, SpawnError> {
     let run_id = ulid::Ulid::generate().to_string().to_lowercase();
     let spec = EffectSpec {
         program: PathBuf::from(program),
@@ -655,7 +679,6 @@ pub async fn run_tool(
         sandbox,
     };
     let log = MemoryLog::default();
-    let (_keep, stop) = tokio::sync::watch::channel(None);
     let outcome = run(&spec, &log, stop).await;
     let _ = std::fs::remove_file(&spec.lock);
     Ok(ToolRun { outcome: outcome?, output: log.text() })

@@ -15,11 +15,23 @@
 //! Every `git` runs contained like an effect ([`crate::effect::run_tool`])
 //! under one deadline: past it, every process of the fetch is killed and the
 //! fetch is [`FetchError::Timeout`]. A `path:` source is used where it is.
+//!
+//! A source is untrusted (SEC-3). Only the `https` and `ssh` transports
+//! are fetched (`file` with `SLIPWAY_ALLOW_PATH_SOURCES`), refused before any
+//! `git` runs; `git` runs with Slipway's settings only ([`git`]); and every
+//! tree, fetched, found in the cache or named by `path:`, is inspected
+//! before it is used ([`tree::inspect`]): a link leading out of the tree is
+//! [`FetchError::Unsafe`], more than `SLIPWAY_SOURCE_LIMIT` bytes is
+//! [`FetchError::TooLarge`]. A refused git tree is removed: nothing of it is
+//! kept.
+
+mod git;
+pub mod tree;
 
 use crate::config::Config;
-use crate::effect::{run_tool, EffectOutcome, ToolRun};
-use crate::sandbox::{Policy, Sandbox, View};
-use crate::source::{GitPin, ModuleSource};
+use crate::sandbox::Policy;
+use crate::source::{GitPin, ModuleSource, SourceError};
+use git::{Git, Keys};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -79,6 +91,33 @@ pub enum FetchError {
     NotASource {
         /// The source as requested.
         source_ref: String,
+    },
+    /// The source's transport is not one Slipway fetches over (SEC-3);
+    /// nothing ran.
+    #[error(transparent)]
+    Transport(#[from] SourceError),
+    /// The tree holds something a source may not (SEC-3): a link leading
+    /// out of the tree, a fifo. A git tree was removed.
+    #[error("{source_ref}: {path} {reason}")]
+    Unsafe {
+        /// The source as requested.
+        source_ref: String,
+        /// The entry, relative to the tree (`core/schema.json`).
+        path: String,
+        /// What it is (`is a link to /etc/passwd, outside the source`).
+        reason: String,
+    },
+    /// The download or the tree is larger than `SLIPWAY_SOURCE_LIMIT`
+    /// (SEC-3); nothing of a git source was kept.
+    #[error("{source_ref} is larger than SLIPWAY_SOURCE_LIMIT ({}): {what}; nothing of it was kept", size_text(*.limit))]
+    TooLarge {
+        /// The source as requested.
+        source_ref: String,
+        /// The limit, in bytes.
+        limit: u64,
+        /// What passed it (`its download passed it and was stopped`,
+        /// `its files hold 4194304 bytes`).
+        what: String,
     },
     /// The cache folder could not be written, or `git` could not start.
     #[error("fetching {source_ref}: {reason}")]
@@ -148,11 +187,17 @@ pub async fn fetch(config: &Config, source: &ModuleSource, deadline: Duration) -
 async fn fetch_once(config: &Config, source: &ModuleSource, deadline: Duration) -> Result<Fetched, FetchError> {
     let until = Instant::now() + deadline;
     let state_dir = &config.state_dir;
+    let limit = config.sandbox.source_limit;
     let source_ref = source.to_string();
+    source.check_transport(config.allow_path_sources)?;
     let (url, pin) = match source {
         ModuleSource::Path(dir) => {
             // Nix takes absolute paths only.
             let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+            if !dir.is_dir() {
+                return Err(FetchError::NotASource { source_ref });
+            }
+            inspect(&dir, limit, &source_ref)?;
             if !dir.join("core/default.nix").is_file() {
                 return Err(FetchError::NotASource { source_ref });
             }
@@ -163,34 +208,56 @@ async fn fetch_once(config: &Config, source: &ModuleSource, deadline: Duration) 
     let local = |reason: String| FetchError::Local { source_ref: source_ref.clone(), reason };
     let cache = cache_dir(state_dir);
     std::fs::create_dir_all(&cache).map_err(|e| local(format!("cannot create {}: {e}", cache.display())))?;
-    let policy = Policy::new(config).map_err(local)?;
-    // A `file://` repository (SLIPWAY_ALLOW_PATH_SOURCES) is shown to git read-only.
-    let local_repo = url.strip_prefix("file://").map(PathBuf::from);
-    let git = Git { source_ref: &source_ref, until, deadline, policy, local_repo };
+    let mut policy = Policy::new(config).map_err(local)?;
+    // RLIMIT_FSIZE: no file of a fetch (its pack above all) past the limit.
+    policy.file_size = Some(limit);
+    let url_dir = url.strip_prefix("file://").map(PathBuf::from);
+    // The first `git` run of the fetch makes its settings and copies its keys.
+    let start_git = || start(config, &policy, &source_ref, url_dir.clone(), until, deadline);
+    let mut git = None;
     let revision = match pin {
         GitPin::Rev(rev) => rev.clone(),
-        GitPin::Ref(name) => git.resolve(url, name).await?,
+        GitPin::Ref(name) => git.insert(start_git()?).resolve(url, name).await?,
     };
     let pinned = format!("git+{url}?rev={revision}");
+    let lock_path = cache.join(format!("{revision}.lock"));
     if let Some(dir) = cached(state_dir, &revision) {
-        return Ok(Fetched { dir, revision: Some(revision), pinned });
+        if inspect(&dir, limit, &source_ref).is_ok() {
+            return Ok(Fetched { dir, revision: Some(revision), pinned });
+        }
     }
-    let _lock = lock(&cache.join(format!("{revision}.lock")), until).await.map_err(|e| match e {
+    let lock_file = lock(&lock_path, until).await.map_err(|e| match e {
         None => FetchError::Timeout { source_ref: source_ref.clone(), deadline },
         Some(e) => local(format!("cannot lock the source cache: {e}")),
     })?;
-    // Another process may have fetched it while this one waited.
+    // Another process may have fetched it while this one waited; a tree
+    // kept by an earlier Slipway, or under a larger limit, is judged again.
     if let Some(dir) = cached(state_dir, &revision) {
-        return Ok(Fetched { dir, revision: Some(revision), pinned });
+        return match inspect(&dir, limit, &source_ref) {
+            Ok(()) => Ok(Fetched { dir, revision: Some(revision), pinned }),
+            Err(e @ FetchError::Local { .. }) => Err(e),
+            Err(refused) => {
+                tracing::warn!(source = %source_ref, error = %refused, "a cached source tree is refused; removing it");
+                let _ = std::fs::remove_dir_all(&dir);
+                forget(&lock_path, lock_file);
+                Err(refused)
+            }
+        };
     }
     let work = cache.join(format!(".fetch-{revision}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)
-        .and_then(|()| git.policy.give(&work))
+        .and_then(|()| policy.give(&work))
         .map_err(|e| local(format!("cannot create {}: {e}", work.display())))?;
+    let git = match git {
+        Some(git) => git,
+        None => start_git()?,
+    };
     let result = git.checkout(&work, url, &revision).await;
+    drop(git);
     let result = result.and_then(|()| {
         let _ = std::fs::remove_dir_all(work.join(".git"));
+        inspect(&work, limit, &source_ref)?;
         if !work.join("core/default.nix").is_file() {
             return Err(FetchError::NotASource { source_ref: source_ref.clone() });
         }
@@ -198,115 +265,83 @@ async fn fetch_once(config: &Config, source: &ModuleSource, deadline: Duration) 
         std::fs::rename(&work, &dir).map_err(|e| local(format!("cannot move the tree into {}: {e}", dir.display())))?;
         Ok(dir)
     });
-    if result.is_err() {
-        let _ = std::fs::remove_dir_all(&work);
+    match result {
+        Ok(dir) => Ok(Fetched { dir, revision: Some(revision), pinned }),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&work);
+            if matches!(e, FetchError::Unsafe { .. } | FetchError::TooLarge { .. }) {
+                forget(&lock_path, lock_file);
+            }
+            Err(e)
+        }
     }
-    Ok(Fetched { dir: result?, revision: Some(revision), pinned })
 }
 
-/// The `git` runs of one fetch, sharing its deadline.
-struct Git<'a> {
+/// The `git` runs of a fetch of `source_ref` (a `file://` repository's
+/// folder `local_repo`, shown to git read-only): Slipway's settings, and
+/// its copies of the `SLIPWAY_GIT_*` files ([`git`]).
+fn start<'a>(
+    config: &Config,
+    policy: &Policy,
     source_ref: &'a str,
+    local_repo: Option<PathBuf>,
     until: Instant,
     deadline: Duration,
-    /// The sandbox every `git` of the fetch runs in.
-    policy: Policy,
-    /// The folder of a `file://` repository, which git may read.
-    local_repo: Option<PathBuf>,
+) -> Result<Git<'a>, FetchError> {
+    let local = |reason: String| FetchError::Local { source_ref: source_ref.to_owned(), reason };
+    let keys = Keys::copy(&config.git, policy, &config.state_dir.join("sources")).map_err(local)?;
+    let options = git::options(keys.as_ref(), config.allow_path_sources).map_err(local)?;
+    let env = git::environment(&config.git, keys.as_ref()).map_err(local)?;
+    Ok(Git {
+        source_ref,
+        until,
+        deadline,
+        policy: policy.clone(),
+        local_repo,
+        limit: config.sandbox.source_limit,
+        options,
+        env,
+        keys,
+    })
 }
 
-impl Git<'_> {
-    /// Runs `git args…` in `dir` (the fetch's own folder, which it may
-    /// write, or `None`: its scratch folder), with the host's network; an
-    /// error unless it exits 0.
-    async fn run(&self, dir: Option<&Path>, step: &str, args: &[&str]) -> Result<ToolRun, FetchError> {
-        let left = self.until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(FetchError::Timeout { source_ref: self.source_ref.to_owned(), deadline: self.deadline });
+/// Inspects the tree at `dir` ([`tree::inspect`]) as a fetch's error.
+fn inspect(dir: &Path, limit: u64, source_ref: &str) -> Result<(), FetchError> {
+    match tree::inspect(dir, limit) {
+        Ok(_) => Ok(()),
+        Err(tree::Refusal::Unsafe { path, reason }) => {
+            Err(FetchError::Unsafe { source_ref: source_ref.to_owned(), path, reason })
         }
-        let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        if self.local_repo.is_some() && matches!(args.first().map(String::as_str), Some("fetch" | "ls-remote")) {
-            // A `file://` repository is not the sandbox user's: its
-            // upload-pack reads it anyway (a `-c` of ours does not reach it).
-            args.insert(1, "--upload-pack=git -c 'safe.directory=*' upload-pack".to_owned());
-        }
-        // No prompt for credentials: a fetch that needs them fails at once.
-        let env = [("GIT_TERMINAL_PROMPT", "0"), ("GIT_ASKPASS", "/bin/false"), ("SSH_ASKPASS", "/bin/false")];
-        let view = View {
-            read: self.local_repo.iter().cloned().collect(),
-            write: dir.map(Path::to_path_buf).into_iter().collect(),
-            network: true,
-        };
-        let sandbox = Sandbox { policy: self.policy.clone(), view };
-        let dir = dir.unwrap_or(Path::new("/tmp"));
-        let run = run_tool(sandbox, dir, "git", &args, &env, &format!("slipway-fetch:{}", self.source_ref), left)
-            .await
-            .map_err(|e| FetchError::Local { source_ref: self.source_ref.to_owned(), reason: e.to_string() })?;
-        match run.outcome {
-            EffectOutcome::Exited(0) => Ok(run),
-            EffectOutcome::TimedOut => {
-                Err(FetchError::Timeout { source_ref: self.source_ref.to_owned(), deadline: self.deadline })
-            }
-            other => Err(FetchError::Failed {
-                source_ref: self.source_ref.to_owned(),
-                step: format!("{step} {}", ended(other)),
-                log: run.output,
-            }),
-        }
-    }
-
-    /// The commit `name` (a branch, else a tag) names in the repository now.
-    async fn resolve(&self, url: &str, name: &str) -> Result<String, FetchError> {
-        let run = self.run(None, "git ls-remote", &["ls-remote", "--", url, name]).await?;
-        let refs: Vec<(&str, &str)> = run.output.lines().filter_map(|l| l.split_once('\t')).collect();
-        let find = |full: &str| refs.iter().find(|(_, r)| *r == full).map(|(rev, _)| rev.to_string());
-        find(name)
-            .filter(|_| name.starts_with("refs/"))
-            .or_else(|| find(&format!("refs/heads/{name}")))
-            .or_else(|| find(&format!("refs/tags/{name}^{{}}")))
-            .or_else(|| find(&format!("refs/tags/{name}")))
-            .filter(|rev| rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit()))
-            .ok_or_else(|| FetchError::NoSuchRef { source_ref: self.source_ref.to_owned(), name: name.to_owned() })
-    }
-
-    /// Checks `revision` of `url` out into the empty folder `work`.
-    async fn checkout(&self, work: &Path, url: &str, revision: &str) -> Result<(), FetchError> {
-        self.run(Some(work), "git init", &["init", "-q"]).await?;
-        // Most servers hand out a commit by id; those that do not get every
-        // branch and tag fetched, and the commit looked up among them.
-        let by_id = self.run(Some(work), "git fetch", &["fetch", "-q", "--depth", "1", "--", url, revision]).await;
-        match by_id {
-            Ok(_) => {}
-            Err(FetchError::Timeout { .. }) => return by_id.map(|_| ()),
-            Err(_) => {
-                self.run(
-                    Some(work),
-                    "git fetch",
-                    &["fetch", "-q", "--", url, "+refs/heads/*:refs/h/*", "+refs/tags/*:refs/t/*"],
-                )
-                .await?;
-            }
-        }
-        let commit = format!("{revision}^{{commit}}");
-        if self.run(Some(work), "git cat-file", &["cat-file", "-e", &commit]).await.is_err() {
-            return Err(FetchError::NoSuchRevision {
-                source_ref: self.source_ref.to_owned(),
-                revision: revision.to_owned(),
-            });
-        }
-        self.run(Some(work), "git checkout", &["-c", "advice.detachedHead=false", "checkout", "-q", revision]).await?;
-        Ok(())
+        Err(tree::Refusal::TooLarge(bytes)) => Err(FetchError::TooLarge {
+            source_ref: source_ref.to_owned(),
+            limit,
+            what: format!("its files hold more than {bytes} bytes"),
+        }),
+        Err(tree::Refusal::Unreadable(reason)) => Err(FetchError::Local {
+            source_ref: source_ref.to_owned(),
+            reason: format!("cannot read the tree: {reason}"),
+        }),
     }
 }
 
-/// How a tool that did not exit 0 ended, for a message.
-fn ended(outcome: EffectOutcome) -> String {
-    match outcome {
-        EffectOutcome::Exited(code) if code < 0 => format!("was killed by signal {}", -code),
-        EffectOutcome::Exited(code) => format!("exited with {code}"),
-        EffectOutcome::TimedOut => "ran past its deadline".into(),
-        EffectOutcome::Stopped(_) => "was stopped".into(),
-    }
+/// Removes the lock file of a refused revision while holding it, so the
+/// cache keeps nothing of it. (A process that waits on the removed file
+/// and one that creates it anew may then fetch at once, each into a folder
+/// of its own: both refuse the same tree.)
+fn forget(lock_path: &Path, lock: std::fs::File) {
+    let _ = std::fs::remove_file(lock_path);
+    drop(lock);
+}
+
+/// `bytes` as a setting's size is written: `1 MiB`, `256 MiB`, `2 GiB`, or
+/// bytes when it is no whole number of KiB.
+pub fn size_text(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    UNITS
+        .iter()
+        .find(|(unit, _)| bytes >= *unit && bytes.is_multiple_of(*unit))
+        .map(|(unit, name)| format!("{} {name}", bytes / unit))
+        .unwrap_or_else(|| format!("{bytes} bytes"))
 }
 
 /// Takes an exclusive `flock` on `path`, trying until `until`: `Err(None)`

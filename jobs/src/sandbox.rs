@@ -94,6 +94,10 @@ pub struct Policy {
     nix_config: String,
     /// The address space of each process, in bytes.
     pub memory: u64,
+    /// The largest file each process may write, in bytes (`RLIMIT_FSIZE`;
+    /// past it the write fails and the process gets `SIGXFSZ`): a fetch's
+    /// `git` runs with `SLIPWAY_SOURCE_LIMIT`. `None` (unbounded) elsewhere.
+    pub file_size: Option<u64>,
     /// `SLIPWAY_NIX_ALLOWED_URIS`, as Nix's `allowed-uris` takes them.
     pub allowed_uris: Vec<String>,
 }
@@ -162,6 +166,7 @@ impl Policy {
             hidden,
             nix_config: nix_config(&settings.nix_allowed_uris, std::env::var("NIX_CONFIG").ok().as_deref()),
             memory: settings.memory_limit,
+            file_size: None,
             allowed_uris: settings.nix_allowed_uris.clone(),
         })
     }

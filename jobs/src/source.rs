@@ -13,6 +13,10 @@ use std::path::{Path, PathBuf};
 /// (MS-6, `SLIPWAY_TRUSTED_SOURCES`). A hosting provider sets its own list.
 pub const PROJECT_REPOSITORY: &str = "https://slipway.invalid/slipway";
 
+/// The URL schemes of a git source's repository (SEC-3): `file://` is
+/// further held to [`ModuleSource::check_transport`].
+const TRANSPORTS: [&str; 3] = ["https://", "ssh://", "file://"];
+
 /// A module source reference (MS-1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModuleSource {
@@ -49,6 +53,10 @@ pub enum SourceError {
     /// `SLIPWAY_ALLOW_PATH_SOURCES` is set).
     #[error("module source {0}: path: sources are for local runs and tests; this service does not take them (SLIPWAY_ALLOW_PATH_SOURCES)")]
     PathNotAllowed(String),
+    /// A `file://` repository where local sources are not allowed: Slipway
+    /// fetches over `https` and `ssh` only (SEC-3).
+    #[error("module source {0}: file:// repositories are for local runs and tests; this service fetches over https and ssh only (SLIPWAY_ALLOW_PATH_SOURCES)")]
+    TransportNotAllowed(String),
 }
 
 impl ModuleSource {
@@ -66,9 +74,13 @@ impl ModuleSource {
         let (url, query) = rest
             .split_once('?')
             .ok_or_else(|| SourceError::Malformed(format!("{s:?} names neither ?rev= nor ?ref=")))?;
-        let scheme_ok = ["https://", "http://", "ssh://", "file://"].iter().any(|p| url.starts_with(p));
+        // SEC-3: plain http (readable and changeable on the way), git://,
+        // ext:: and scp-like addresses are never fetched.
+        let scheme_ok = TRANSPORTS.iter().any(|p| url.starts_with(p));
         if !scheme_ok || url.contains(char::is_whitespace) {
-            return Err(SourceError::Malformed(format!("{url:?} is not an https, http, ssh or file URL")));
+            return Err(SourceError::Malformed(format!(
+                "{url:?} is not an https or ssh URL (file:// where local sources are allowed)"
+            )));
         }
         // A dot segment would make the allowlist's prefix match a URL that
         // names another repository once resolved (`…/trusted/../other`).
@@ -98,12 +110,28 @@ impl ModuleSource {
         Ok(Self::Git { url: url.to_owned(), pin })
     }
 
+    /// SEC-3: the transports Slipway fetches over: `https://` and `ssh://`
+    /// ([`ModuleSource::parse`] takes no other), and `file://` only where
+    /// `allow_file` (`SLIPWAY_ALLOW_PATH_SOURCES`) is set;
+    /// [`SourceError::TransportNotAllowed`] otherwise. A `path:` source is
+    /// [`ModuleSource::check_allowed`]'s to judge.
+    pub fn check_transport(&self, allow_file: bool) -> Result<(), SourceError> {
+        match self {
+            Self::Git { url, .. } if url.starts_with("file://") && !allow_file => {
+                Err(SourceError::TransportNotAllowed(self.to_string()))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// MS-6 allowlist: a git URL must start with a trusted prefix at a
     /// boundary (`https://host/ops` allows `https://host/ops/fork` and
     /// `https://host/ops.git`, not `https://host/ops-evil`; a prefix ending in
     /// `/` allows what is under it); an empty list allows all. A `path:`
-    /// source only where `allow_path` is set.
+    /// source, or a `file://` repository ([`ModuleSource::check_transport`]),
+    /// only where `allow_path` is set.
     pub fn check_allowed(&self, trusted: &[String], allow_path: bool) -> Result<(), SourceError> {
+        self.check_transport(allow_path)?;
         match self {
             Self::Path(_) if allow_path => Ok(()),
             Self::Path(_) => Err(SourceError::PathNotAllowed(self.to_string())),
@@ -395,6 +423,35 @@ mod tests {
     }
 
     #[test]
+    fn only_https_and_ssh_are_fetched_and_file_only_where_local_sources_are_allowed() {
+        for refused in [
+            "git+http://example.org/x.git?ref=main",
+            "git+HTTP://example.org/x.git?ref=main",
+            "git+git://example.org/x.git?ref=main",
+            "git+ext::sh -c touch% /tmp/pwned?ref=main",
+            "git+ftp://example.org/x.git?ref=main",
+            "git+git@example.org:x.git?ref=main",
+            "git+fd::3?ref=main",
+        ] {
+            let err = ModuleSource::parse(refused).unwrap_err();
+            assert!(matches!(err, SourceError::Malformed(_)), "{refused}: {err}");
+        }
+        for (s, local) in [
+            ("git+https://example.org/x.git?ref=main", false),
+            ("git+ssh://git@example.org/x.git?ref=main", false),
+            ("git+file:///srv/x?ref=main", true),
+        ] {
+            let source = ModuleSource::parse(s).unwrap();
+            assert!(source.check_transport(true).is_ok(), "{s}");
+            assert_eq!(source.check_transport(false).is_err(), local, "{s}");
+            let err = source.check_allowed(&[], false);
+            assert_eq!(matches!(err, Err(SourceError::TransportNotAllowed(_))), local, "{s}: {err:?}");
+        }
+        let err = ModuleSource::parse("git+file:///srv/x?ref=main").unwrap().check_allowed(&[], false).unwrap_err();
+        assert!(err.to_string().contains("https and ssh only"), "{err}");
+    }
+
+    #[test]
     fn an_allowlist_prefix_matches_at_a_boundary_only() {
         let trusted = vec!["https://slipway.invalid/slipway".to_owned(), "file:///srv/forks/".to_owned()];
         for (s, allowed) in [
@@ -407,7 +464,7 @@ mod tests {
             ("git+file:///srv/forksevil?ref=main", false),
         ] {
             let source = ModuleSource::parse(s).unwrap();
-            assert_eq!(source.check_allowed(&trusted, false).is_ok(), allowed, "{s}");
+            assert_eq!(source.check_allowed(&trusted, true).is_ok(), allowed, "{s}");
         }
     }
 

@@ -33,7 +33,7 @@ use std::sync::Arc;
 pub struct SourcePolicy {
     /// Trusted URL prefixes; empty allows every git source.
     pub trusted: Vec<String>,
-    /// Accept `path:` sources (local runs and tests only).
+    /// Accept `path:` sources and `file://` repositories (local runs and tests only).
     pub allow_path: bool,
     /// The self-pin stored for a submit without a source (MS-8).
     pub self_source: Option<String>,

@@ -85,6 +85,11 @@ pub async fn run(
         Ok(d) => d,
         Err(e) => return refuse(output, format!("module source folder {}: {e}", dir.display())),
     };
+    // SEC-3: the folder is inspected (no link out of it, its size) before
+    // Nix reads it, as every fetch is.
+    if let Err(e) = slipway_jobs::fetch::fetch(&config, &ModuleSource::Path(dir.clone()), config.nix_timeout).await {
+        return refuse(output, e);
+    }
     let configuration: serde_json::Value = match std::fs::read_to_string(file)
         .map_err(|e| e.to_string())
         .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("not JSON: {e}")))

@@ -66,7 +66,9 @@ async fn prepare(
     source: &str,
     output: Output,
 ) -> Result<(fetch::Fetched, tempfile::TempDir, u64), ExitCode> {
-    let parsed = ModuleSource::parse(source).map_err(|e| refuse(output, "invalid_module_source", e))?;
+    let parsed = ModuleSource::parse(source)
+        .and_then(|s| s.check_transport(config.allow_path_sources).map(|()| s))
+        .map_err(|e| refuse(output, "invalid_module_source", e))?;
     slipway_jobs::nix::check_provider(&config.provider)
         .map_err(|e| refuse(output, "invalid_input", format!("SLIPWAY_PROVIDER: {e}")))?;
     slipway_jobs::sandbox::check(config).await.map_err(|e| refuse(output, "invalid_input", e))?;

@@ -86,6 +86,8 @@ struct Fleet {
 async fn fleet(db: &TestDatabase, env: &[(&str, &str)], worker_args: &[&str]) -> Fleet {
     let port = free_port();
     let with_env = |mut cmd: Command| {
+        // The repositories of these tests are file:// ones.
+        cmd.env("SLIPWAY_ALLOW_PATH_SOURCES", "true");
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -363,7 +365,7 @@ async fn a_configuration_for_the_first_revision_is_deployed_from_the_second(engi
     let db = TestDatabase::new(engine).await;
     let (url, _, second) = two_revisions(&db.path("repo"));
     let port = free_port();
-    let trusted = [("SLIPWAY_TRUSTED_SOURCES", url.as_str())];
+    let trusted = [("SLIPWAY_TRUSTED_SOURCES", url.as_str()), ("SLIPWAY_ALLOW_PATH_SOURCES", "true")];
     let mut api = command(&binary("slipway-api"), &db, port);
     api.envs(trusted);
     let _api = start(api, &db, "api.log");

@@ -381,7 +381,9 @@ pub(crate) fn claim_lost(report: Report) -> Report {
 /// The folder holding the build's module source on this host: the built-in
 /// one (`SLIPWAY_DEFAULT_SOURCE_DIR`) for a build without a source, a
 /// `path:` folder as it is, a git source's stored revision from this host's
-/// source cache, fetched first if this host has not (within `NIX_TIMEOUT`).
+/// source cache, fetched first if this host has not (within `NIX_TIMEOUT`);
+/// either tree inspected first (SEC-3: no link out of it, its size), as
+/// every [`crate::fetch::fetch`] does.
 pub(crate) async fn resolve_source(build: &BuildRow, ctx: &Ctx) -> Result<PathBuf, String> {
     let dir = match build.module_source.as_deref() {
         None => ctx.config.default_source_dir.clone(),

@@ -74,8 +74,11 @@ impl NixFailure {
 
     /// A fetch that failed or timed out.
     pub fn from_fetch(e: &crate::fetch::FetchError) -> Self {
+        use crate::fetch::FetchError;
         let code = match e {
-            crate::fetch::FetchError::Timeout { .. } => FailureCode::Timeout,
+            FetchError::Timeout { .. } => FailureCode::Timeout,
+            FetchError::Unsafe { .. } => FailureCode::SourceUnsafe,
+            FetchError::TooLarge { .. } => FailureCode::SourceTooLarge,
             _ => FailureCode::FetchFailed,
         };
         Self::new(code, None, e.to_string())
