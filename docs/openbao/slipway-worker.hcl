@@ -3,11 +3,11 @@
 # paths when yours differ. The tests load this file as it is, with their own
 # root.
 #
-# A deploy reads the secret values its nodes need (read) and, once the nodes
-# run a configuration that no longer names a cleared field, deletes that
-# entry with every version (delete on its metadata); it lists an
-# application's entries (list: names only, never values) to tell which
-# cleared entries are still there. It writes nothing.
+# For a deploy, the worker (never its effect) reads the secret values the
+# nodes need (read) and, once the nodes run a configuration that no longer
+# names a cleared field, deletes that entry with every version (delete on
+# its metadata); list (names only, never values) is its readiness check.
+# It writes nothing.
 
 path "secret/data/deployments/*" {
   capabilities = ["read"]

@@ -403,8 +403,34 @@ impl OpenBao {
     /// The value of the entry of `field`, `None` when there is none (or its
     /// latest version is deleted). Needs `read` on `<mount>/data/<root>/*`.
     pub async fn read(&self, id: &str, instance: &str, field: &str) -> Result<Option<SecretString>, OpenBaoError> {
+        self.read_at(id, instance, field, None).await
+    }
+
+    /// The value of version `version` of the entry of `field` (§8: a deploy
+    /// reads the version its build pinned), `None` when that version does
+    /// not exist or is deleted or destroyed. Needs `read` on
+    /// `<mount>/data/<root>/*`.
+    pub async fn read_version(
+        &self,
+        id: &str,
+        instance: &str,
+        field: &str,
+        version: u64,
+    ) -> Result<Option<SecretString>, OpenBaoError> {
+        self.read_at(id, instance, field, Some(version)).await
+    }
+
+    /// The value of `version` of the entry of `field`, or of its latest.
+    async fn read_at(
+        &self,
+        id: &str,
+        instance: &str,
+        field: &str,
+        version: Option<u64>,
+    ) -> Result<Option<SecretString>, OpenBaoError> {
         let path = self.entry_path(id, instance, field)?;
-        let answer = self.send(reqwest::Method::GET, &path, "", None::<&()>).await?;
+        let query = version.map(|v| format!("?version={v}")).unwrap_or_default();
+        let answer = self.send(reqwest::Method::GET, &path, &query, None::<&()>).await?;
         match answer.status {
             200 => {
                 let malformed = |reason| OpenBaoError::Malformed { action: action::READ, path: path.clone(), reason };

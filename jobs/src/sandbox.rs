@@ -227,7 +227,9 @@ impl Policy {
         args: &[String],
     ) -> (String, Vec<OsString>) {
         let mut mounts = Mounts::default();
-        mounts.flag("--die-with-parent").flag("--unshare-ipc").flag("--unshare-uts");
+        // A PID namespace of its own: its /proc shows its own processes
+        // only, and none outlives it.
+        mounts.flag("--die-with-parent").flag("--unshare-pid").flag("--unshare-ipc").flag("--unshare-uts");
         if !view.network {
             mounts.flag("--unshare-net");
         }

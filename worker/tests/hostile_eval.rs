@@ -172,13 +172,15 @@ impl Hostile {
             }
         };
         let mut api = command(&binary("slipway-api"), &db, api_port);
-        api.env("SLIPWAY_TRUSTED_SOURCES", "").envs(env.iter().copied());
+        // The hostile repositories are file:// fixtures: the path-source switch admits them.
+        api.env("SLIPWAY_TRUSTED_SOURCES", "").env("SLIPWAY_ALLOW_PATH_SOURCES", "true").envs(env.iter().copied());
         umask(&mut api);
         let api_process = start(api, &db, "api.log");
         let mut worker = command(&binary("slipway-worker"), &db, api_port);
         worker
             .arg("work")
             .env("SLIPWAY_TRUSTED_SOURCES", "")
+            .env("SLIPWAY_ALLOW_PATH_SOURCES", "true")
             .env("SLIPWAY_CONFIG", &config_file)
             .env("OPENBAO_ADDR", format!("http://{bao}"))
             .env("OPENBAO_TOKEN", format!("{sentinel}-openbao-token"))

@@ -53,12 +53,17 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
         Ok(dir) => dir,
         Err(e) => return no_change(fail(report, Reason::SourceUnavailable, e)),
     };
-    let (outcome, work, span) = match run_effect(build, ctx, &source, "deploy", ctx.config.deploy_timeout).await {
-        Ok(o) => o,
-        Err(e) => return no_change(fail(report, Reason::WorkerError, e)),
+    let run = match run_effect(build, ctx, &source, "deploy", ctx.config.deploy_timeout).await {
+        Ok(run) => run,
+        Err((reason, e)) => return no_change(fail(report, reason, e)),
     };
-    let mut judged = judge(build, ctx, report, outcome, &work);
-    judged.effect = Some(span);
+    let mut judged = judge(build, ctx, report, run.outcome, &run.work);
+    if let Some(problem) = run.secrets_problem {
+        if judged.report.status == BuildStatus::Succeeded {
+            judged = no_change(fail(judged.report, Reason::OperatorSecrets, problem));
+        }
+    }
+    judged.effect = Some(run.span);
     judged
 }
 
@@ -125,8 +130,15 @@ fn judge(build: &BuildRow, ctx: &Ctx, report: Report, outcome: EffectOutcome, wo
 /// Reads `$SBOM_OUT_DIR/nodes.json` (deploy and destroy write it);
 /// `None` when it is missing or malformed (a malformed one is a warning).
 pub(crate) fn read_nodes(dir: &Path, warnings: &mut Vec<String>) -> Option<Vec<NodeEntry>> {
-    let text = std::fs::read_to_string(dir.join("nodes.json")).ok()?;
-    match serde_json::from_str::<NodesFile>(&text) {
+    let text = match read_effect_file(dir, "nodes.json", NODES_LIMIT) {
+        Ok(Some(text)) => text,
+        Ok(None) => return None,
+        Err(e) => {
+            warnings.push(e);
+            return None;
+        }
+    };
+    match serde_json::from_slice::<NodesFile>(&text) {
         Ok(n) => Some(n.nodes),
         Err(e) => {
             warnings.push(format!("nodes.json is not of the documented shape: {e}"));
@@ -194,17 +206,64 @@ fn read_sbom_dir(dir: &Path, warnings: &mut Vec<String>) -> (Vec<NodeReport>, Ve
 /// [`crate::sbom::check`] (its version's CycloneDX schema and the ref rules,
 /// docs/SBOM.md), or why there is none.
 fn read_node_sbom(dir: &Path, node: &str) -> NodeSbom {
-    if let Ok(text) = std::fs::read_to_string(dir.join(format!("{node}.cdx.json"))) {
-        return match serde_json::from_str::<serde_json::Value>(&text) {
-            Ok(doc) => match crate::sbom::check(&doc) {
-                Ok(()) => NodeSbom::Ready(doc),
-                Err(problem) => NodeSbom::Unavailable(problem.to_string()),
-            },
-            Err(e) => NodeSbom::Unavailable(format!("the SBOM is not valid JSON: {e}")),
-        };
+    match read_effect_file(dir, &format!("{node}.cdx.json"), SBOM_LIMIT) {
+        Ok(Some(text)) => {
+            return match serde_json::from_slice::<serde_json::Value>(&text) {
+                Ok(doc) => match crate::sbom::check(&doc) {
+                    Ok(()) => NodeSbom::Ready(doc),
+                    Err(problem) => NodeSbom::Unavailable(problem.to_string()),
+                },
+                Err(e) => NodeSbom::Unavailable(format!("the SBOM is not valid JSON: {e}")),
+            };
+        }
+        Ok(None) => {}
+        Err(e) => return NodeSbom::Unavailable(e),
     }
-    match std::fs::read_to_string(dir.join(format!("{node}.error"))) {
-        Ok(reason) => NodeSbom::Unavailable(reason.trim().to_owned()),
-        Err(_) => NodeSbom::Unavailable("the deploy wrote no SBOM for this node".into()),
+    match read_effect_file(dir, &format!("{node}.error"), ERROR_LIMIT) {
+        Ok(Some(reason)) => NodeSbom::Unavailable(String::from_utf8_lossy(&reason).trim().to_owned()),
+        Ok(None) => NodeSbom::Unavailable("the deploy wrote no SBOM for this node".into()),
+        Err(e) => NodeSbom::Unavailable(e),
+    }
+}
+
+/// The most `nodes.json` may hold, in bytes.
+const NODES_LIMIT: u64 = 16 * 1024 * 1024;
+/// The most one node's SBOM may hold, in bytes.
+const SBOM_LIMIT: u64 = 64 * 1024 * 1024;
+/// The most one node's `<node>.error` may hold, in bytes.
+const ERROR_LIMIT: u64 = 64 * 1024;
+
+/// The bytes of file `name` the effect left in its output folder `dir`
+/// (SEC-3: the effect runs as the sandbox user and may have left links
+/// anywhere). `Ok(None)` when there is no such file; an error, as a
+/// sentence, when `name` is not a plain file name, when `dir` or the file
+/// is a symbolic link or not what it should be, or when the file holds more
+/// than `limit` bytes. Nothing outside `dir` is ever read.
+pub(crate) fn read_effect_file(dir: &Path, name: &str, limit: u64) -> Result<Option<Vec<u8>>, String> {
+    use crate::nix::output::Refused;
+    let plain = !name.is_empty()
+        && !name.starts_with('.')
+        && !name.contains(['/', '\0'])
+        && name.chars().all(|c| !c.is_control());
+    if !plain {
+        return Err(format!("{name:?} is not a file name the effect may write"));
+    }
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err("the effect's output folder was replaced by something that is not a folder".into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("the effect's output folder: {e}")),
+    }
+    let path = dir.join(name);
+    if std::fs::symlink_metadata(&path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        return Ok(None);
+    }
+    match crate::nix::output::read_file(&path, limit) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(Refused::TooLarge { size }) => {
+            Err(format!("{name} holds {size} bytes, more than the {limit} bytes allowed"))
+        }
+        Err(Refused::Unsafe(why)) => Err(why),
+        Err(Refused::Unreadable(why)) => Err(format!("cannot read {why}")),
     }
 }

@@ -25,10 +25,11 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
         Ok(dir) => dir,
         Err(e) => return no_change(fail(report, Reason::SourceUnavailable, e)),
     };
-    let (outcome, work, span) = match run_effect(build, ctx, &source, "destroy", ctx.config.destroy_timeout).await {
-        Ok(o) => o,
-        Err(e) => return no_change(fail(report, Reason::WorkerError, e)),
+    let run = match run_effect(build, ctx, &source, "destroy", ctx.config.destroy_timeout).await {
+        Ok(run) => run,
+        Err((reason, e)) => return no_change(fail(report, reason, e)),
     };
+    let (outcome, work, span) = (run.outcome, run.work, run.span);
     let mut judged = judge(ctx, report, outcome, &work);
     if judged.report.status == BuildStatus::Succeeded {
         let state = ctx.provider_state_dir(&build.deployment_id);

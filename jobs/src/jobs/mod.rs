@@ -12,6 +12,7 @@ pub mod callback;
 pub mod deploy;
 pub mod destroy;
 pub mod nix;
+pub mod operator_secrets;
 pub mod readiness;
 pub mod report;
 pub mod sweep;
@@ -233,7 +234,8 @@ impl Ctx {
     }
 
     /// Removes the scratch folders (`attempt-<n>/tmp`, an effect's
-    /// `TMPDIR`) of the builds this process runs: for a worker stopping at
+    /// `TMPDIR`) and handed operator secrets (`attempt-<n>/secrets`) of
+    /// the builds this process runs: for a worker stopping at
     /// once, after it killed its effects, which would otherwise remove
     /// their own as they end, racing the process's exit. Returns how
     /// many it removed; one that cannot be removed is logged and left to
@@ -242,11 +244,12 @@ impl Ctx {
         let mut removed = 0;
         for build_id in self.here.running() {
             for attempt in std::fs::read_dir(self.work_dir(&build_id)).into_iter().flatten().flatten() {
-                let scratch = attempt.path().join("tmp");
-                match std::fs::remove_dir_all(&scratch) {
-                    Ok(()) => removed += 1,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => tracing::warn!(build.id = %build_id, error = %e, "cannot remove a scratch folder"),
+                for folder in ["tmp", operator_secrets::SECRETS_DIR] {
+                    match std::fs::remove_dir_all(attempt.path().join(folder)) {
+                        Ok(()) => removed += 1,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => tracing::warn!(build.id = %build_id, error = %e, "cannot remove a scratch folder"),
+                    }
                 }
             }
         }

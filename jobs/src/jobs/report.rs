@@ -19,6 +19,10 @@ pub enum Reason {
     SourceUnavailable,
     /// The worker could not run the effect (its work folder, its start).
     WorkerError,
+    /// §8: the worker could not hand the effect its operator secrets (no
+    /// OpenBao, OpenBao away, a pinned version gone), or could not delete
+    /// a cleared one afterwards.
+    OperatorSecrets,
     /// Cancelled on request.
     Cancelled,
     /// Another worker took the build over; this attempt's outcome is never stored.
@@ -34,6 +38,7 @@ impl Reason {
             Self::Timeout => "timeout",
             Self::SourceUnavailable => "source_unavailable",
             Self::WorkerError => "worker_error",
+            Self::OperatorSecrets => "operator_secrets",
             Self::Cancelled => "cancelled",
             Self::ClaimLost => "claim_lost",
         }

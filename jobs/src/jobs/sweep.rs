@@ -5,7 +5,8 @@
 //! log clearing is the same statement everywhere, so sweeping twice is harmless.
 //!
 //! It also removes, at once, the scratch folders (`attempt-<n>/tmp`, an
-//! effect's `TMPDIR`) of attempts that can no longer run: their build has
+//! effect's `TMPDIR`) and the operator secrets handed to an effect
+//! (`attempt-<n>/secrets`) of attempts that can no longer run: their build has
 //! finished or moved on to a later attempt. An effect removes its own
 //! scratch folder however it ends; this catches a worker killed with it.
 
@@ -20,7 +21,8 @@ pub struct Swept {
     pub logs: u64,
     /// Work folders removed from this host.
     pub work_dirs: u64,
-    /// Scratch folders of attempts that can no longer run, removed from this host.
+    /// Scratch and handed-secrets folders of attempts that can no longer
+    /// run, removed from this host.
     pub scratch_dirs: u64,
     /// `nix`-queue rows deleted: names evals and failed builds that ended
     /// more than [`NIX_RESULTS_KEPT`] ago (their waiters have read them).
@@ -51,12 +53,14 @@ pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
         }
         for attempt in std::fs::read_dir(entry.path()).into_iter().flatten().flatten() {
             let n = attempt.file_name().to_str().and_then(|n| n.strip_prefix("attempt-")?.parse::<i64>().ok());
-            let scratch = attempt.path().join("tmp");
             let over = finished.is_some() || n.is_some_and(|n| n < attempts);
-            if over && scratch.exists() {
-                match std::fs::remove_dir_all(&scratch) {
-                    Ok(()) => scratch_dirs += 1,
-                    Err(e) => tracing::warn!(build.id = %build_id, error = %e, "cannot remove a scratch folder"),
+            for folder in ["tmp", super::operator_secrets::SECRETS_DIR] {
+                let scratch = attempt.path().join(folder);
+                if over && scratch.exists() {
+                    match std::fs::remove_dir_all(&scratch) {
+                        Ok(()) => scratch_dirs += 1,
+                        Err(e) => tracing::warn!(build.id = %build_id, error = %e, "cannot remove a scratch folder"),
+                    }
                 }
             }
         }

@@ -40,10 +40,11 @@ pub struct EffectTimes {
 impl EffectTimes {
     /// Reads `timings.json` from the effect's output folder; `None` when the
     /// effect wrote none or one of another shape (not worth a warning: the
-    /// file is optional and only splits the effect's time).
+    /// file is optional and only splits the effect's time); never through a
+    /// link, and at most 64 KiB.
     pub fn read(dir: &std::path::Path) -> Option<Self> {
-        let text = std::fs::read_to_string(dir.join("timings.json")).ok()?;
-        let times: Self = serde_json::from_str(&text).ok()?;
+        let text = super::deploy::read_effect_file(dir, "timings.json", 64 * 1024).ok()??;
+        let times: Self = serde_json::from_slice(&text).ok()?;
         let fine = |v: f64| v.is_finite() && v >= 0.0;
         (fine(times.nix_eval_ms) && fine(times.nix_build_ms)).then_some(times)
     }

@@ -3,6 +3,8 @@
 //! its claim and on cancel requests. Deploy and destroy run their effects
 //! through [`run_effect`].
 
+use super::operator_secrets::{self, Handed};
+use super::report::Reason;
 use super::timing::{now_us, EffectSpan, EffectTimes};
 use super::Ctx;
 use crate::effect::{EffectOutcome, EffectSpec, LogSink, Stop};
@@ -21,13 +23,17 @@ pub const LOG_LIMIT: i64 = 8 * 1024 * 1024;
 /// numbers its chunks apart ([`builds::log_base`]). Paths of this host are
 /// shown relative to the attempt's work folder (`./sbom/…`) or by the
 /// variable that names them (`$STATE_DIR/…`, `$MODULE_SOURCE_DIR/…`), so
-/// token holders never see the server's layout.
+/// token holders never see the server's layout; an operator secret value
+/// handed to the effect is shown as `[redacted]` (a value split across two
+/// writes of the effect is not recognised).
 pub(crate) struct DbLog {
     db: Db,
     build: BuildRow,
     echo: bool,
     /// Host paths and what the log shows instead, longest first.
     paths: Vec<(String, String)>,
+    /// Operator secret values handed to the effect: shown as `[redacted]`.
+    hidden: Vec<secrecy::SecretString>,
     /// Next chunk number and bytes stored so far.
     end: std::sync::Mutex<(i64, i64)>,
     /// Chunks not stored yet (the database was away), in order: sent before
@@ -36,7 +42,13 @@ pub(crate) struct DbLog {
 }
 
 impl DbLog {
-    pub(crate) async fn open(db: Db, build: &BuildRow, echo: bool, paths: Vec<(String, String)>) -> Self {
+    pub(crate) async fn open(
+        db: Db,
+        build: &BuildRow,
+        echo: bool,
+        paths: Vec<(String, String)>,
+        hidden: Vec<secrecy::SecretString>,
+    ) -> Self {
         let start = (builds::log_base(build.attempts) + 1, 0);
         // A first attempt's log is empty: only the claim holder appends, and
         // the build had no holder before it (one round trip less per build).
@@ -48,7 +60,17 @@ impl DbLog {
         };
         let mut paths = paths;
         paths.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
-        Self { db, build: build.clone(), echo, paths, end: std::sync::Mutex::new(end), unsent: Default::default() }
+        let mut hidden = hidden;
+        hidden.retain(|v| !secrecy::ExposeSecret::expose_secret(v).is_empty());
+        Self {
+            db,
+            build: build.clone(),
+            echo,
+            paths,
+            hidden,
+            end: std::sync::Mutex::new(end),
+            unsent: Default::default(),
+        }
     }
 
     /// Stores the chunks not stored yet, in order; `false` when the
@@ -122,10 +144,14 @@ pub(crate) fn hide_paths(text: &str, paths: &[(String, String)]) -> String {
 impl LogSink for DbLog {
     fn append<'a>(&'a self, chunk: &'a str) -> BoxFuture<'a, ()> {
         async move {
+            let mut chunk = chunk.to_owned();
+            for value in &self.hidden {
+                chunk = chunk.replace(secrecy::ExposeSecret::expose_secret(value), "[redacted]");
+            }
             if self.echo {
                 eprint!("{chunk}");
             }
-            let chunk = hide_paths(chunk, &self.paths);
+            let chunk = hide_paths(&chunk, &self.paths);
             let (seq, text) = {
                 let mut end = self.end.lock().expect("log position lock");
                 let (seq, bytes) = *end;
@@ -175,7 +201,7 @@ pub(crate) async fn run_effect(
     source: &std::path::Path,
     effect: &str,
     deadline: std::time::Duration,
-) -> Result<(EffectOutcome, PathBuf, EffectSpan), String> {
+) -> Result<EffectRun, (Reason, String)> {
     let work = ctx.attempt_dir(&build.id, build.attempts);
     let state = ctx.provider_state_dir(&build.deployment_id);
     // A worker that died (or was taken for dead) on this host may have left
@@ -196,7 +222,7 @@ pub(crate) async fn run_effect(
     if status.await.is_ok_and(|status| !status.held) {
         let now = now_us();
         let span = EffectSpan { spawned_us: now, ended_us: now, times: None };
-        return Ok((EffectOutcome::Stopped(Stop::ClaimLost), work, span));
+        return Ok(EffectRun { outcome: EffectOutcome::Stopped(Stop::ClaimLost), work, span, secrets_problem: None });
     }
     let prepare = || -> std::io::Result<PathBuf> {
         // Older attempts' folders go; this attempt starts from a clean one.
@@ -219,7 +245,8 @@ pub(crate) async fn run_effect(
         std::fs::write(&file, serde_json::to_vec_pretty(&build.configuration).expect("configuration serialises"))?;
         Ok(file)
     };
-    let policy = crate::sandbox::Policy::new(&ctx.config)?;
+    let worker_error = |e: String| (Reason::WorkerError, e);
+    let policy = crate::sandbox::Policy::new(&ctx.config).map_err(worker_error)?;
     let config_file = prepare()
         .and_then(|file| {
             // The effect runs as the sandbox user: its own folders are its to write.
@@ -227,11 +254,17 @@ pub(crate) async fn run_effect(
             policy.give(&state)?;
             Ok(file)
         })
-        .map_err(|e| format!("cannot prepare the build's work folder: {e}"))?;
+        .map_err(|e| worker_error(format!("cannot prepare the build's work folder: {e}")))?;
     let abs = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
     let (work_abs, state_abs, source_abs) = (abs(&work), abs(&state), abs(source));
-    let secrets_env =
-        if effect == "deploy" && !build.dry_run { operator_secrets_env(build, ctx, &work).await? } else { Vec::new() };
+    let handed = if effect == "deploy" && !build.dry_run {
+        operator_secrets::hand_over(build, ctx, &work, &policy).await.map_err(|e| {
+            operator_secrets::take_back(&work);
+            (Reason::OperatorSecrets, e.0)
+        })?
+    } else {
+        Handed::none()
+    };
     let mut env = vec![
         ("DEPLOYMENT_ID".to_owned(), build.deployment_id.clone()),
         ("BUILD_ID".to_owned(), build.id.clone()),
@@ -242,7 +275,7 @@ pub(crate) async fn run_effect(
         ("DEPLOY_SBOM_TIMEOUT".to_owned(), ctx.config.deploy_sbom_timeout.as_secs().to_string()),
         ("PROVIDER".to_owned(), ctx.config.provider.clone()),
     ];
-    env.extend(secrets_env);
+    env.extend(handed.env.iter().cloned());
     if build.dry_run {
         // §11: evaluate and build, activate nothing, store no SBOM.
         env.push(("DRY_RUN".to_owned(), "1".to_owned()));
@@ -276,7 +309,7 @@ pub(crate) async fn run_effect(
     .flat_map(|(canonical, given, to)| [(canonical, to.to_owned()), (given.display().to_string(), to.to_owned())])
     .filter(|(from, _)| from.starts_with('/'))
     .collect();
-    let log = DbLog::open(ctx.db.clone(), build, ctx.echo_log, paths).await;
+    let log = DbLog::open(ctx.db.clone(), build, ctx.echo_log, paths, handed.values.clone()).await;
     if build.attempts > 1 {
         // Earlier attempts' output is above this line in the same log.
         let line = format!("slipway: attempt {} of this build starts here (a worker took it over)\n", build.attempts);
@@ -286,76 +319,37 @@ pub(crate) async fn run_effect(
     let watcher = tokio::spawn(watch_claim(ctx.db.clone(), build.clone(), stop_tx));
     let spawned_us = now_us();
     let outcome = crate::effect::run(&spec, &log, stop_rx).await;
+    operator_secrets::take_back(&work);
     let ended_us = now_us();
     watcher.abort();
     let span = EffectSpan { spawned_us, ended_us, times: EffectTimes::read(&work.join("sbom")) };
+    let mut secrets_problem = None;
+    if let Ok(EffectOutcome::Exited(_)) = &outcome {
+        let nodes = super::deploy::read_nodes(&work.join("sbom"), &mut Vec::new());
+        let failed = handed.clear(nodes.as_deref(), &build.deployment_id, &log).await;
+        if !failed.is_empty() {
+            secrets_problem = Some(format!("could not clear operator secrets from OpenBao: {}", failed.join("; ")));
+        }
+    }
     // Output written while the database was away is stored before the end
     // is recorded (which waits for the database as long).
     log.flush(super::build::RECORD_PATIENCE).await;
-    Ok((outcome.map_err(|e| e.to_string())?, work, span))
+    let outcome = outcome.map_err(|e| (Reason::WorkerError, e.to_string()))?;
+    Ok(EffectRun { outcome, work, span, secrets_problem })
 }
 
-/// The name of the file, in the attempt's work folder, that lists the
-/// operator secrets a deploy reads and clears (`OPERATOR_SECRETS_FILE`).
-pub const OPERATOR_SECRETS_FILE: &str = "operator-secrets.tsv";
-
-/// §8: what a deploy effect needs to give its nodes their operator secrets,
-/// when its build pinned any: `OPERATOR_SECRETS_FILE`, one line per field,
-/// `<application> TAB <instance> TAB <field> TAB <entry> TAB <version>`,
-/// where `<entry>` is the entry relative to the mount as `bao kv` takes it
-/// and `<version>` the KV version to read, or `clear` for an entry to
-/// delete with every version once the nodes no longer name it (names and
-/// numbers only, never a value); `BAO_ADDR` and `BAO_TOKEN` (this worker's
-/// OpenBao and token, never the api's) and `OPENBAO_MOUNT`. A field that a
-/// build submitted later sets is not cleared: its value wins. Without
-/// `OPENBAO_ADDR` on this worker, a build with secrets cannot run here.
-async fn operator_secrets_env(
-    build: &BuildRow,
-    ctx: &Ctx,
-    work: &std::path::Path,
-) -> Result<Vec<(String, String)>, String> {
-    use secrecy::ExposeSecret as _;
-    let Some(pins) = build.operator_secrets.as_ref().filter(|p| !p.is_empty()) else { return Ok(Vec::new()) };
-    let Some(config) = ctx.config.openbao.as_ref() else {
-        return Err("this build's configuration has operator secrets, but this worker has no OpenBao \
-                    (OPENBAO_ADDR is not set): give the workers OPENBAO_ADDR and a token with the workers' policy"
-            .into());
-    };
-    let bao = crate::openbao::OpenBao::new(config).map_err(|e| format!("OPENBAO_TOKEN: {e}"))?;
-    let set_later =
-        async { builds::secrets_set_after(&mut ctx.db.acquire().await?, &build.deployment_id, build.seq).await };
-    let set_later = set_later.await.map_err(|e| format!("cannot read the deployment's later builds: {e}"))?;
-    let id = &build.deployment_id;
-    let mut lines = String::new();
-    let mut line = |application: &str, field: &str, version: String| -> Result<(), String> {
-        let instance = crate::openbao::instance_of(application);
-        let entry = bao.entry_key(id, &instance, field).map_err(|e| e.to_string())?;
-        let escape = |s: &str| s.replace(['\t', '\n', '\r'], " ");
-        lines.push_str(&format!(
-            "{}\t{}\t{}\t{entry}\t{version}\n",
-            escape(application),
-            escape(&instance),
-            escape(field)
-        ));
-        Ok(())
-    };
-    for pin in &pins.set {
-        line(&pin.application, &pin.field, pin.version.to_string())?;
-    }
-    for cleared in &pins.clear {
-        if !set_later.iter().any(|(a, f)| *a == cleared.application && *f == cleared.field) {
-            line(&cleared.application, &cleared.field, "clear".into())?;
-        }
-    }
-    let file = work.join(OPERATOR_SECRETS_FILE);
-    std::fs::write(&file, lines).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    let file = std::fs::canonicalize(&file).unwrap_or(file);
-    Ok(vec![
-        ("OPERATOR_SECRETS_FILE".to_owned(), file.display().to_string()),
-        ("BAO_ADDR".to_owned(), config.addr.clone()),
-        ("BAO_TOKEN".to_owned(), config.token.expose_secret().to_owned()),
-        ("OPENBAO_MOUNT".to_owned(), config.mount.clone()),
-    ])
+/// How an effect run by [`run_effect`] went.
+pub(crate) struct EffectRun {
+    /// How the effect ended.
+    pub(crate) outcome: EffectOutcome,
+    /// The attempt's work folder, with what the effect left in `sbom/`.
+    pub(crate) work: PathBuf,
+    /// When it started and was gone, and its own account of its Nix time.
+    pub(crate) span: EffectSpan,
+    /// §8: the operator secrets the build cleared that could not be
+    /// deleted from OpenBao, when any (the build fails with
+    /// `operator_secrets`).
+    pub(crate) secrets_problem: Option<String>,
 }
 
 /// How often a running build looks for a cancel request and its claim.

@@ -1,0 +1,227 @@
+//! A deploy's operator secrets (§8), handed over by the worker (SEC-3).
+//!
+//! The effect never talks to OpenBao and never holds a token: before it
+//! starts, the worker reads exactly the versions the build pinned, with its
+//! own token, and writes each value to a file of the attempt's work folder
+//! that only the sandbox user can read ([`hand_over`]); once the effect has
+//! ended the files go ([`take_back`]) and the worker deletes the entries the
+//! build cleared whose node now runs without them ([`Handed::clear`]). An
+//! effect therefore reaches its own deployment's values of this build and
+//! nothing else in OpenBao.
+
+use super::Ctx;
+use crate::effect::LogSink;
+use crate::openbao::OpenBao;
+use crate::store::builds::{self, BuildRow};
+use secrecy::{ExposeSecret as _, SecretString};
+use std::path::{Path, PathBuf};
+
+/// The name of the file, in the attempt's work folder, that lists the
+/// operator secrets of a deploy (`OPERATOR_SECRETS_FILE`).
+pub const OPERATOR_SECRETS_FILE: &str = "operator-secrets.tsv";
+
+/// The folder, in the attempt's work folder, that holds the values handed
+/// to the effect: `secrets/<application>/<instance>/<field>`, each name as
+/// OpenBao's entry names it ([`crate::openbao::escape_segment`]).
+pub const SECRETS_DIR: &str = "secrets";
+
+/// What [`hand_over`] gave the effect.
+pub(crate) struct Handed {
+    /// `OPERATOR_SECRETS_FILE`, for the effect's environment.
+    pub(crate) env: Vec<(String, String)>,
+    /// The values handed over, for the log to hide.
+    pub(crate) values: Vec<SecretString>,
+    /// The client and the fields the build clears.
+    clears: Option<(OpenBao, Vec<ClearedField>)>,
+}
+
+/// A field a build clears: its application, instance and name.
+struct ClearedField {
+    application: String,
+    instance: String,
+    field: String,
+}
+
+/// A refusal to start the effect: a message naming the field, its
+/// instance and version and OpenBao's answer, never a value.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct HandOverError(pub(crate) String);
+
+/// §8: reads the versions `build` pinned and writes the effect's files.
+///
+/// `OPERATOR_SECRETS_FILE` has one line per field,
+/// `<application> TAB <instance> TAB <field> TAB <entry> TAB <version> TAB <file>`:
+/// `<entry>` is OpenBao's entry relative to the mount (for messages),
+/// `<version>` the KV version read, or `clear` for a field this build clears
+/// (then `<file>` is empty: the worker deletes the entry once the node runs
+/// without it), and `<file>` the absolute path of the value, mode 0600,
+/// owned by the sandbox user. A field that a later build sets is not
+/// cleared: its value wins. Nothing is written when the build pinned
+/// nothing (empty `env`).
+///
+/// Errors: the worker has no OpenBao (`OPENBAO_ADDR`), OpenBao refused or
+/// did not answer, or a pinned version is gone (deleted or destroyed).
+pub(crate) async fn hand_over(
+    build: &BuildRow,
+    ctx: &Ctx,
+    work: &Path,
+    policy: &crate::sandbox::Policy,
+) -> Result<Handed, HandOverError> {
+    let Some(pins) = build.operator_secrets.as_ref().filter(|p| !p.is_empty()) else { return Ok(Handed::none()) };
+    let refuse = |why: String| HandOverError(why);
+    let Some(config) = ctx.config.openbao.as_ref() else {
+        return Err(refuse(
+            "this build's configuration has operator secrets, but this worker has no OpenBao \
+             (OPENBAO_ADDR is not set): give the workers OPENBAO_ADDR and a token with the workers' policy"
+                .into(),
+        ));
+    };
+    let bao = OpenBao::new(config).map_err(|e| refuse(format!("OPENBAO_TOKEN: {e}")))?;
+    let set_later =
+        async { builds::secrets_set_after(&mut ctx.db.acquire().await?, &build.deployment_id, build.seq).await };
+    let set_later = set_later.await.map_err(|e| refuse(format!("cannot read the deployment's later builds: {e}")))?;
+    let id = &build.deployment_id;
+    let folder = work.join(SECRETS_DIR);
+    let mut lines = String::new();
+    let mut values = Vec::new();
+    let mut clears = Vec::new();
+    let escape = |s: &str| s.replace(['\t', '\n', '\r'], " ");
+    for pin in &pins.set {
+        let instance = crate::openbao::instance_of(&pin.application);
+        let entry = bao.entry_key(id, &instance, &pin.field).map_err(|e| refuse(e.to_string()))?;
+        let named = format!("operator secret {} ({instance}, version {})", pin.field, pin.version);
+        let value = match bao.read_version(id, &instance, &pin.field, pin.version).await {
+            Ok(Some(value)) => value,
+            Ok(None) => return Err(refuse(format!("{named} is no longer in OpenBao (deleted or destroyed)"))),
+            Err(e) => return Err(refuse(format!("{named} could not be read from OpenBao: {e}"))),
+        };
+        let file = value_file(&folder, &pin.application, &entry).map_err(refuse)?;
+        write_private(&folder, &file, value.expose_secret().as_bytes())
+            .map_err(|e| refuse(format!("cannot write {named} for the effect: {e}")))?;
+        lines.push_str(&format!(
+            "{}\t{}\t{}\t{entry}\t{}\t{}\n",
+            escape(&pin.application),
+            escape(&instance),
+            escape(&pin.field),
+            pin.version,
+            file.display()
+        ));
+        values.push(value);
+    }
+    for cleared in &pins.clear {
+        if set_later.iter().any(|(a, f)| *a == cleared.application && *f == cleared.field) {
+            continue;
+        }
+        let instance = crate::openbao::instance_of(&cleared.application);
+        let entry = bao.entry_key(id, &instance, &cleared.field).map_err(|e| refuse(e.to_string()))?;
+        lines.push_str(&format!(
+            "{}\t{}\t{}\t{entry}\tclear\t\n",
+            escape(&cleared.application),
+            escape(&instance),
+            escape(&cleared.field)
+        ));
+        clears.push(ClearedField { application: cleared.application.clone(), instance, field: cleared.field.clone() });
+    }
+    let list = work.join(OPERATOR_SECRETS_FILE);
+    let given = std::fs::write(&list, lines)
+        .and_then(|()| if folder.exists() { policy.give(&folder) } else { Ok(()) })
+        .and_then(|()| policy.give(&list));
+    given.map_err(|e| refuse(format!("cannot hand the operator secrets to the effect: {e}")))?;
+    Ok(Handed {
+        env: vec![("OPERATOR_SECRETS_FILE".to_owned(), list.display().to_string())],
+        values,
+        clears: Some((bao, clears)),
+    })
+}
+
+/// `<folder>/<application>/<instance>/<field>`, the last two as `entry` (OpenBao's
+/// entry of the field) names them.
+fn value_file(folder: &Path, application: &str, entry: &str) -> Result<PathBuf, String> {
+    let mut parts = entry.rsplit('/');
+    let (field, instance) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+    let application = crate::openbao::escape_segment(application)
+        .ok_or_else(|| format!("application {application:?} cannot name a folder"))?;
+    Ok(folder.join(application).join(instance).join(field))
+}
+
+/// Writes `bytes` to a new file `path` under `folder`, mode 0600, and
+/// the folders between them 0700, whatever the umask.
+fn write_private(folder: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let parent = path.parent().unwrap_or(folder);
+    std::fs::create_dir_all(parent)?;
+    for dir in parent.ancestors().take_while(|d| d.starts_with(folder)) {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(bytes)
+}
+
+/// Removes the values handed to an effect that has ended (however it
+/// ended); done when there are none. An error is logged: the retention
+/// sweep removes what is left.
+pub(crate) fn take_back(work: &Path) {
+    match std::fs::remove_dir_all(work.join(SECRETS_DIR)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(error = %e, "cannot remove the operator secrets handed to an effect"),
+    }
+}
+
+impl Handed {
+    /// Nothing handed over (a build without operator secrets, a dry run, a destroy).
+    pub(crate) fn none() -> Self {
+        Self { env: Vec::new(), values: Vec::new(), clears: None }
+    }
+
+    /// §8: deletes, with every version, the entry of each field the build
+    /// clears whose node runs the configuration that no longer names it,
+    /// or is gone: `nodes` is the effect's `nodes.json` (`None` when it
+    /// wrote none: nothing is cleared). Says each deletion in the build's
+    /// log. Returns the fields it could not delete, with why.
+    pub(crate) async fn clear(
+        &self,
+        nodes: Option<&[super::deploy::NodeEntry]>,
+        id: &str,
+        log: &impl LogSink,
+    ) -> Vec<String> {
+        let Some((bao, clears)) = &self.clears else { return Vec::new() };
+        let mut failed = Vec::new();
+        for ClearedField { application, instance, field } in clears {
+            let Some(nodes) = nodes else {
+                log.append(&format!(
+                    "slipway: operator secret {field} ({instance}) stays in OpenBao: the deploy reported no nodes\n"
+                ))
+                .await;
+                continue;
+            };
+            let node = nodes.iter().find(|n| n.name == *application);
+            if node.is_some_and(|n| n.outcome.as_deref() == Some("failed")) {
+                log.append(&format!(
+                    "slipway: operator secret {field} ({instance}) stays in OpenBao until {application} deploys without it\n"
+                ))
+                .await;
+                continue;
+            }
+            match bao.destroy_all_versions(id, instance, field).await {
+                Ok(()) => {
+                    log.append(&format!(
+                        "slipway: cleared operator secret {field} ({instance}) from OpenBao, every version\n"
+                    ))
+                    .await
+                }
+                Err(e) => {
+                    log.append(&format!(
+                        "slipway: error: could not clear operator secret {field} ({instance}) from OpenBao: {e}\n"
+                    ))
+                    .await;
+                    failed.push(format!("{field} ({instance}): {e}"));
+                }
+            }
+        }
+        failed
+    }
+}
