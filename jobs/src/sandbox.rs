@@ -295,19 +295,33 @@ impl Policy {
     /// Makes `path` (a folder, with everything in it) the sandbox user's,
     /// without following links, so a run may write it. The worker calls
     /// it on each folder of a [`View::write`] and on the scratch folder.
+    /// A file with more than one link that is not the sandbox user's
+    /// already is left alone: a run may have linked a file of the host
+    /// into its state folder (where `fs.protected_hardlinks` is off), and
+    /// giving it away would give the host's file.
     pub fn give(&self, path: &Path) -> std::io::Result<()> {
-        let mut stack = vec![path.to_path_buf()];
-        while let Some(p) = stack.pop() {
-            std::os::unix::fs::lchown(&p, Some(self.user.uid), Some(self.user.gid))?;
-            let meta = std::fs::symlink_metadata(&p)?;
-            if meta.is_dir() {
-                for entry in std::fs::read_dir(&p)? {
-                    stack.push(entry?.path());
-                }
+        give_to(&self.user, path)
+    }
+}
+
+/// [`Policy::give`] for `user`.
+fn give_to(user: &User, path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&p)?;
+        let theirs = meta.uid() == user.uid && meta.gid() == user.gid;
+        let linked_elsewhere = !meta.is_dir() && meta.nlink() > 1;
+        if !theirs && !linked_elsewhere {
+            std::os::unix::fs::lchown(&p, Some(user.uid), Some(user.gid))?;
+        }
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&p)? {
+                stack.push(entry?.path());
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// The arguments of `bwrap`, in order. A mount point's parent folders
@@ -509,6 +523,27 @@ mod tests {
         assert!(lines.contains(&"restrict-eval = true"));
         assert!(!config.contains("file://"), "{config}");
         assert!(!config.contains("= true\nextra"), "{config}");
+    }
+
+    #[test]
+    fn giving_a_folder_away_never_gives_a_file_linked_from_elsewhere() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let (outside, state) = (dir.path().join("host-file"), dir.path().join("state"));
+        std::fs::create_dir(&state).unwrap();
+        std::fs::write(&outside, "the host's").unwrap();
+        std::fs::hard_link(&outside, state.join("linked")).unwrap();
+        std::fs::write(state.join("own"), "the run's").unwrap();
+        std::os::unix::fs::symlink(&outside, state.join("symlink")).unwrap();
+        let before = std::fs::metadata(&outside).unwrap();
+        let user = User { uid: before.uid() + 4242, gid: before.gid() + 4242, groups: vec![] };
+        give_to(&user, &state).unwrap();
+        let after = std::fs::metadata(&outside).unwrap();
+        assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()), "the linked file was given away");
+        for mine in [state.clone(), state.join("own")] {
+            assert_eq!(std::fs::symlink_metadata(&mine).unwrap().uid(), user.uid, "{}", mine.display());
+        }
+        assert_eq!(std::fs::symlink_metadata(state.join("symlink")).unwrap().uid(), user.uid);
     }
 
     #[test]
