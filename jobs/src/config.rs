@@ -203,6 +203,13 @@ pub struct Config {
     /// [`crate::callback::forbidden_address`] refuses (development only).
     /// Default `false`.
     pub callback_allow_private: bool,
+    /// `SLIPWAY_READINESS_CONNECT`: the `connect` addresses a module
+    /// source's `meta.readiness` may name (SEC-3: the probe goes from the
+    /// worker's network, not from a sandbox), each `<ip>:<port>` or
+    /// `http://<host>:<port>` as the source writes it; empty (the empty
+    /// string in the file) allows any. Default: the local provider's front
+    /// door, `http://127.0.0.1:8470`.
+    pub readiness_connect: Vec<String>,
     /// `SLIPWAY_TRUSTED_SOURCES`: module-source allowlist (URL prefixes);
     /// `Some(vec![])` (the empty string) allows all.
     pub trusted_sources: Vec<String>,
@@ -335,6 +342,7 @@ pub const KEYS: &[&str] = &[
     "SLIPWAY_JWT_ISSUER",
     "SLIPWAY_ALLOWED_ORIGINS",
     "SLIPWAY_CALLBACK_ALLOW_PRIVATE",
+    "SLIPWAY_READINESS_CONNECT",
     "SLIPWAY_TRUSTED_SOURCES",
     "SLIPWAY_ALLOW_PATH_SOURCES",
     "SLIPWAY_DEFAULT_SOURCE_DIR",
@@ -477,6 +485,10 @@ impl Config {
                 reason: e.reason,
             })?,
             callback_allow_private: boolean(keys, "SLIPWAY_CALLBACK_ALLOW_PRIVATE", false)?,
+            readiness_connect: match keys.get("SLIPWAY_READINESS_CONNECT") {
+                Some(_) => list("SLIPWAY_READINESS_CONNECT"),
+                None => vec![crate::readiness::LOCAL_FRONT_DOOR.to_owned()],
+            },
             trusted_sources: match keys.get("SLIPWAY_TRUSTED_SOURCES") {
                 Some(_) => list("SLIPWAY_TRUSTED_SOURCES"),
                 None => vec![crate::source::PROJECT_REPOSITORY.to_owned()],

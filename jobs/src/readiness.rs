@@ -93,10 +93,27 @@ pub struct Probe {
     pub class: Class,
 }
 
+/// The local provider's front door, where the reference source sends its
+/// probes: the default of `SLIPWAY_READINESS_CONNECT`.
+pub const LOCAL_FRONT_DOOR: &str = "http://127.0.0.1:8470";
+
 /// Probes `instance` as `settings` say. Never fails: every failure is a
-/// state and a reason.
-pub async fn probe(instance: &Instance, settings: &ReadinessMeta) -> Probe {
+/// state and a reason. A `connect` that `allowed_connect`
+/// (`SLIPWAY_READINESS_CONNECT`; empty allows any) does not list is not
+/// probed (SEC-3: a module source names it, and the probe goes from the
+/// worker's own network).
+pub async fn probe(instance: &Instance, settings: &ReadinessMeta, allowed_connect: &[String]) -> Probe {
     let pending = |reason: String, class: Class| Probe { state: State::Pending, reason: Some(reason), class };
+    if let Some(connect) = settings.connect.as_deref() {
+        let same = |allowed: &String| allowed.trim_end_matches('/') == connect.trim_end_matches('/');
+        if !allowed_connect.is_empty() && !allowed_connect.iter().any(same) {
+            let why = format!(
+                "the module source's readiness connect {} is not among SLIPWAY_READINESS_CONNECT; nothing was probed",
+                shown(connect)
+            );
+            return pending(why, Class::Refused);
+        }
+    }
     let target = match Target::of(instance, settings) {
         Ok(t) => t,
         Err(why) => return pending(why, Class::Refused),

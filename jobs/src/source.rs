@@ -74,6 +74,16 @@ impl ModuleSource {
         let (url, query) = rest
             .split_once('?')
             .ok_or_else(|| SourceError::Malformed(format!("{s:?} names neither ?rev= nor ?ref=")))?;
+        // A password in the URL would be stored, logged and repeated in
+        // every error: it is refused before anything repeats the URL.
+        let authority = url.split_once("://").map_or("", |(_, rest)| rest.split('/').next().unwrap_or(""));
+        if authority.rsplit_once('@').is_some_and(|(userinfo, _)| userinfo.contains(':')) {
+            return Err(SourceError::Malformed(
+                "a module source URL carries no password; give a private repository's credentials \
+                 with SLIPWAY_GIT_CREDENTIALS (https) or SLIPWAY_GIT_SSH_KEY (ssh)"
+                    .into(),
+            ));
+        }
         // SEC-3: plain http (readable and changeable on the way), git://,
         // ext:: and scp-like addresses are never fetched.
         let scheme_ok = TRANSPORTS.iter().any(|p| url.starts_with(p));
@@ -89,6 +99,15 @@ impl ModuleSource {
             let seg = seg.to_ascii_lowercase().replace("%2e", ".");
             seg == "." || seg == ".."
         });
+        let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+        if host.starts_with('-') {
+            return Err(SourceError::Malformed(format!(
+                "{url:?} names a host that begins with '-', which ssh would read as an option"
+            )));
+        }
+        if url.contains('#') {
+            return Err(SourceError::Malformed(format!("{url:?} has a fragment ('#'), which names no repository")));
+        }
         if dot_segment || url.contains('\\') {
             return Err(SourceError::Malformed(format!(
                 "{url:?} has a '.' or '..' segment; name the repository directly"
@@ -100,8 +119,8 @@ impl ModuleSource {
             }
             GitPin::Rev(rev.to_owned())
         } else if let Some(r) = query.strip_prefix("ref=") {
-            if r.is_empty() || r.contains(['&', ' ', '?']) {
-                return Err(SourceError::Malformed(format!("ref {r:?} is not a branch name")));
+            if let Some(why) = bad_ref(r) {
+                return Err(SourceError::Malformed(format!("ref {r:?} is not a branch or tag name: {why}")));
             }
             GitPin::Ref(r.to_owned())
         } else {
@@ -154,6 +173,34 @@ impl ModuleSource {
             }
         }
     }
+}
+
+/// Why `name` is not a name `git check-ref-format` takes for a branch or
+/// tag (and so could not be one on any server), or `None`: no leading `-`
+/// (it would read as an option) or `/`, no `..`, `@{`, `//`, control
+/// character, space or any of `~^:?*[\`, no component starting with `.`
+/// or ending in `.lock`, no trailing `/` or `.`; and, in a source's
+/// query, no `&`, `#` or `%` (nothing there is percent-decoded).
+pub fn bad_ref(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        return Some("it is empty");
+    }
+    if name.starts_with('-') {
+        return Some("it begins with '-'");
+    }
+    if name.starts_with('/') || name.ends_with('/') || name.ends_with('.') || name.contains("//") {
+        return Some("it begins or ends with '/', ends with '.' or holds '//'");
+    }
+    if name.contains("..") || name.contains("@{") || name == "@" {
+        return Some("it holds '..' or '@{'");
+    }
+    if name.chars().any(|c| c.is_control() || c.is_whitespace() || "~^:?*[\\&#%".contains(c)) {
+        return Some("it holds a space, a control character or one of ~^:?*[\\&#%");
+    }
+    if name.split('/').any(|part| part.starts_with('.') || part.ends_with(".lock")) {
+        return Some("a part of it begins with '.' or ends with '.lock'");
+    }
+    None
 }
 
 impl fmt::Display for ModuleSource {
@@ -395,6 +442,42 @@ mod tests {
             "path:/srv/source",
         ] {
             assert_eq!(ModuleSource::parse(s).unwrap().to_string(), s);
+        }
+    }
+
+    #[test]
+    fn a_ref_git_could_read_as_an_option_or_not_a_ref_is_refused() {
+        for r in ["--upload-pack=touch%20/tmp/x", "-c", "ma%00in", "a..b", "a b", "main.lock", "x/", ".hidden", "a~1"] {
+            let source = format!("git+https://example.org/x.git?ref={r}");
+            let err = ModuleSource::parse(&source).unwrap_err().to_string();
+            assert!(err.contains("is not a branch or tag name"), "{source}: {err}");
+        }
+        for r in ["main", "release/1.2", "v1.0.0", "feature_x-2"] {
+            assert!(ModuleSource::parse(&format!("git+https://example.org/x.git?ref={r}")).is_ok(), "{r}");
+        }
+    }
+
+    #[test]
+    fn a_password_in_a_source_url_is_refused_and_never_repeated() {
+        for source in [
+            "git+https://user:hunter2-secret@example.org/x.git?ref=main",
+            "git+http://user:hunter2-secret@example.org/x.git?ref=main",
+            "git+ssh://git:hunter2-secret@example.org/x.git?ref=main",
+        ] {
+            let err = ModuleSource::parse(source).unwrap_err().to_string();
+            assert!(!err.contains("hunter2"), "{err}");
+            assert!(err.contains("SLIPWAY_GIT_CREDENTIALS"), "{err}");
+        }
+        assert!(ModuleSource::parse("git+ssh://git@example.org/x.git?ref=main").is_ok());
+        assert!(ModuleSource::parse("git+https://token@example.org/x.git?ref=main").is_ok());
+    }
+
+    #[test]
+    fn a_host_that_reads_as_an_option_or_a_fragment_is_refused() {
+        for source in
+            ["git+ssh://-oProxyCommand=touch%20/tmp/x/x?ref=main", "git+https://example.org/x.git#frag?ref=main"]
+        {
+            assert!(ModuleSource::parse(source).is_err(), "{source}");
         }
     }
 

@@ -39,7 +39,7 @@ fn as_itself() -> Behaviour {
 #[tokio::test]
 async fn an_instance_that_answers_200_naming_its_own_host_is_ready() {
     let server = Server::start(as_itself()).await;
-    let p = probe(&instance(), &through(&server)).await;
+    let p = probe(&instance(), &through(&server), &[]).await;
     assert_eq!((p.state, p.reason.as_deref()), (State::Ready, None));
     assert_eq!(server.hosts().as_slice(), ["app.example.test"], "asked under its own name");
 }
@@ -48,11 +48,11 @@ async fn an_instance_that_answers_200_naming_its_own_host_is_ready() {
 async fn a_200_naming_another_host_or_none_is_wrong_host() {
     let other =
         Server::start(answering(|_, _| Reply::Answer(200, vec![("X-Instance-Host", "hub.example.test".into())]))).await;
-    let p = probe(&instance(), &through(&other)).await;
+    let p = probe(&instance(), &through(&other), &[]).await;
     assert_eq!(p.state, State::WrongHost);
     assert!(p.reason.as_deref().unwrap().contains("hub.example.test"), "{p:?}");
     let nameless = Server::start(answering(|_, _| Reply::Answer(200, vec![]))).await;
-    let p = probe(&instance(), &through(&nameless)).await;
+    let p = probe(&instance(), &through(&nameless), &[]).await;
     assert_eq!(p.state, State::WrongHost);
     assert!(p.reason.as_deref().unwrap().contains("X-Instance-Host"), "{p:?}");
 }
@@ -60,7 +60,7 @@ async fn a_200_naming_another_host_or_none_is_wrong_host() {
 #[tokio::test]
 async fn a_404_under_the_probe_path_is_not_found() {
     let server = Server::start(answering(|_, _| Reply::Answer(404, vec![]))).await;
-    let p = probe(&instance(), &through(&server)).await;
+    let p = probe(&instance(), &through(&server), &[]).await;
     assert_eq!(p.state, State::NotFound);
     assert!(p.reason.as_deref().unwrap().contains("/api/version"), "{p:?}");
 }
@@ -70,7 +70,7 @@ async fn a_redirect_is_never_followed_and_never_ready() {
     let target = Server::start(as_itself()).await;
     let location = format!("http://{}/api/version", target.addr);
     let server = Server::start(answering(move |_, _| Reply::Answer(302, vec![("Location", location.clone())]))).await;
-    let p = probe(&instance(), &through(&server)).await;
+    let p = probe(&instance(), &through(&server), &[]).await;
     assert_eq!(p.state, State::Pending);
     assert!(p.reason.as_deref().unwrap().contains("never followed"), "{p:?}");
     assert_eq!(target.requests(), 0, "the redirect was followed");
@@ -80,18 +80,33 @@ async fn a_redirect_is_never_followed_and_never_ready() {
 async fn a_server_that_hangs_is_pending_after_the_probe_deadline() {
     let server = Server::start(answering(|_, _| Reply::Hang)).await;
     let started = std::time::Instant::now();
-    let p = probe(&instance(), &through(&server)).await;
+    let p = probe(&instance(), &through(&server), &[]).await;
     assert_eq!(p.state, State::Pending);
     assert!(p.reason.as_deref().unwrap().contains("no answer within"), "{p:?}");
     assert!(started.elapsed() < PROBE_DEADLINE + Duration::from_secs(3), "{:?}", started.elapsed());
     assert!(p.class.is_retryable());
 }
 
+/// SEC-3: the module source names `connect`, and the probe goes from the
+/// worker's own network: an address the operator did not list
+/// (`SLIPWAY_READINESS_CONNECT`) is never connected to.
+#[tokio::test]
+async fn a_connect_the_operator_did_not_list_is_never_probed() {
+    let server = Server::start(as_itself()).await;
+    let listed = ["http://127.0.0.1:8470".to_owned()];
+    let p = probe(&instance(), &through(&server), &listed).await;
+    assert_eq!(p.state, State::Pending, "{p:?}");
+    assert!(p.reason.as_deref().unwrap_or_default().contains("SLIPWAY_READINESS_CONNECT"), "{p:?}");
+    assert_eq!(server.requests(), 0, "the worker connected to an address the source chose");
+    let listed = [format!("http://{}/", server.addr)];
+    assert_eq!(probe(&instance(), &through(&server), &listed).await.state, State::Ready);
+}
+
 #[tokio::test]
 async fn a_refused_connection_is_pending_with_why() {
     let closed = slipway_jobs::test_support::closed_loopback_port();
     let settings = ReadinessMeta { connect: Some(format!("http://{closed}")), ..ReadinessMeta::default() };
-    let p = probe(&instance(), &settings).await;
+    let p = probe(&instance(), &settings, &[]).await;
     assert_eq!(p.state, State::Pending);
     assert!(p.reason.as_deref().unwrap().starts_with("no answer"), "{p:?}");
 }
@@ -99,7 +114,7 @@ async fn a_refused_connection_is_pending_with_why() {
 #[tokio::test]
 async fn a_429_carries_its_retry_after_and_a_500_is_asked_once_more() {
     let busy = Server::start(answering(|_, _| Reply::Answer(429, vec![("Retry-After", "7".into())]))).await;
-    let p = probe(&instance(), &through(&busy)).await;
+    let p = probe(&instance(), &through(&busy), &[]).await;
     assert_eq!(p.class, Class::RetryLater { after: Some(Duration::from_secs(7)) });
     assert!(slipway_jobs::readiness::pause(1, &p.class) >= Duration::from_secs(7));
     assert_eq!(busy.requests(), 1, "a 429 is not asked again at once");
@@ -111,11 +126,11 @@ async fn a_429_carries_its_retry_after_and_a_500_is_asked_once_more() {
         }
     }))
     .await;
-    let p = probe(&instance(), &through(&flaky)).await;
+    let p = probe(&instance(), &through(&flaky), &[]).await;
     assert_eq!(p.state, State::Ready, "{p:?}");
     assert_eq!(flaky.requests(), 2);
     let broken = Server::start(answering(|_, _| Reply::Answer(502, vec![]))).await;
-    let p = probe(&instance(), &through(&broken)).await;
+    let p = probe(&instance(), &through(&broken), &[]).await;
     assert_eq!((p.state, broken.requests()), (State::Pending, 2), "{p:?}");
     assert!(p.class.is_retryable());
 }
@@ -132,7 +147,7 @@ async fn an_address_to_connect_to_keeps_the_instances_url_and_name() {
         section: None,
     };
     let settings = ReadinessMeta { connect: Some(server.addr.to_string()), ..ReadinessMeta::default() };
-    let p = probe(&instance, &settings).await;
+    let p = probe(&instance, &settings, &[]).await;
     assert_eq!(p.state, State::Ready, "{p:?}");
     assert_eq!(server.hosts()[0], format!("app.example.test:{}", server.addr.port()));
 }
@@ -145,8 +160,12 @@ async fn the_probe_path_and_header_come_from_the_settings() {
         header: "X-Served-For".into(),
         connect: Some(format!("http://{}", server.addr)),
     };
-    assert_eq!(probe(&instance(), &settings).await.state, State::Ready);
-    assert_eq!(probe(&instance(), &through(&server)).await.state, State::WrongHost, "the default header is not sent");
+    assert_eq!(probe(&instance(), &settings, &[]).await.state, State::Ready);
+    assert_eq!(
+        probe(&instance(), &through(&server), &[]).await.state,
+        State::WrongHost,
+        "the default header is not sent"
+    );
 }
 
 /// The job: rounds until ready, a later round never undoes ready, and the
@@ -155,7 +174,8 @@ async fn the_readiness_job_probes_until_ready_or_the_deadline(engine: Engine) {
     use slipway_jobs::jobs::readiness::run;
     use slipway_jobs::store::queue::ReadinessJob;
     use slipway_jobs::store::{now_ms, readiness as rows, Q};
-    let world = slipway_jobs::test_support::world(engine, &[]).await;
+    // The test's server listens on a port of its own: any connect is allowed.
+    let world = slipway_jobs::test_support::world(engine, &[("SLIPWAY_READINESS_CONNECT", "")]).await;
     let id = "ready-job";
     let build = world.queue(id, slipway_jobs::state::BuildKind::Deploy, None).await;
     // The first two probes of `social` find another host, then itself;

@@ -109,7 +109,8 @@ pub async fn run(config: Config, args: WaitReadyArgs) -> ExitCode {
     loop {
         let round = waiting.iter().filter(|w| w.state != State::Ready).map(|w| {
             let (instance, settings) = (w.instance.clone(), &settings);
-            async move { readiness::probe(&instance, settings).await }
+            let allowed = &config.readiness_connect;
+            async move { readiness::probe(&instance, settings, allowed).await }
         });
         let probes = futures::future::join_all(round).await;
         let mut pause: Option<Duration> = None;

@@ -36,9 +36,16 @@ fn states(deployment: &Value) -> Vec<(String, String)> {
 }
 
 /// `run wait-ready`, off the test's runtime thread (which serves the front door).
-async fn wait_ready(db: &TestDatabase, port: u16, id: &str, deadline: &str) -> (i32, String, String) {
+async fn wait_ready(
+    db: &TestDatabase,
+    port: u16,
+    door: std::net::SocketAddr,
+    id: &str,
+    deadline: &str,
+) -> (i32, String, String) {
     let mut cmd = command(&binary("slipway-worker"), db, port);
-    cmd.args(["run", "wait-ready", "--deployment", id, "--deadline", deadline]);
+    cmd.args(["run", "wait-ready", "--deployment", id, "--deadline", deadline])
+        .env("SLIPWAY_READINESS_CONNECT", format!("http://{door}"));
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
     (
         out.status.code().unwrap_or(-1),
@@ -67,7 +74,11 @@ async fn instances_become_ready_or_not_ready_and_wait_ready_says_so(engine: Engi
     api.env("SLIPWAY_ALLOW_PATH_SOURCES", "true");
     let _api = start(api, &db, "api.log");
     let mut worker = command(&binary("slipway-worker"), &db, port);
-    worker.arg("work").env("SLIPWAY_ALLOW_PATH_SOURCES", "true").env("READY_TIMEOUT", "4s");
+    worker
+        .arg("work")
+        .env("SLIPWAY_ALLOW_PATH_SOURCES", "true")
+        .env("READY_TIMEOUT", "4s")
+        .env("SLIPWAY_READINESS_CONNECT", format!("http://{}", door.addr));
     let _worker = start(worker, &db, "worker.log");
     let api = Api::connect(&db, port).await;
 
@@ -96,23 +107,23 @@ async fn instances_become_ready_or_not_ready_and_wait_ready_says_so(engine: Engi
     assert!(door.hosts().iter().any(|h| h.starts_with("social.demo.example.org")), "{:?}", door.hosts());
 
     // wait-ready: the dashboard is not ready within its deadline (exit 1, named with why) …
-    let (code, out, err) = wait_ready(&db, port, "ready", "2s").await;
+    let (code, out, err) = wait_ready(&db, port, door.addr, "ready", "2s").await;
     assert_eq!(code, 1, "{out}\n{err}");
     assert!(out.contains("dashboard") && out.contains("hub.example.org"), "{out}");
     assert!(!out.contains("mastodon"), "a ready instance is named as not ready: {out}");
     assert!(err.contains("dashboard"), "no progress shown: {err}");
     // … until it answers as itself (exit 0), which the deployment then shows.
     dashboard_up.store(true, Ordering::SeqCst);
-    let (code, out, err) = wait_ready(&db, port, "ready", "30s").await;
+    let (code, out, err) = wait_ready(&db, port, door.addr, "ready", "30s").await;
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("every instance of ready is ready"), "{out}");
     let (_, _, d) = api.get("/deployments/ready").await;
     assert!(states(&d).iter().all(|(_, s)| s == "ready"), "{d}");
 
     // Bad input: an unknown deployment, a deadline that is no duration.
-    assert_eq!(wait_ready(&db, port, "never-deployed", "1s").await.0, 2);
-    assert_eq!(wait_ready(&db, port, "ready", "soon").await.0, 2);
-    let (code, _, err) = wait_ready(&db, port, "UPPER!", "1s").await;
+    assert_eq!(wait_ready(&db, port, door.addr, "never-deployed", "1s").await.0, 2);
+    assert_eq!(wait_ready(&db, port, door.addr, "ready", "soon").await.0, 2);
+    let (code, _, err) = wait_ready(&db, port, door.addr, "UPPER!", "1s").await;
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--deployment \"UPPER!\"") && !err.contains("has no successful deploy"), "{err}");
 }

@@ -36,7 +36,7 @@ async fn round(job: ReadinessJob, ctx: &Ctx) -> Result<(), StoreError> {
         (waiting, settings)
     };
     let Some(deadline) = waiting.iter().map(|r| r.deadline_at).min() else { return Ok(()) };
-    let probes = probe_all(&waiting, &settings).await;
+    let probes = probe_all(&waiting, &settings, &ctx.config.readiness_connect).await;
     let at = now_ms();
     let mut tx = ctx.db.begin_write().await?;
     let mut next_pause = None;
@@ -65,10 +65,14 @@ async fn round(job: ReadinessJob, ctx: &Ctx) -> Result<(), StoreError> {
 }
 
 /// Probes every row's instance at once, in the rows' order.
-pub async fn probe_all(waiting: &[ReadinessRow], settings: &ReadinessMeta) -> Vec<readiness::Probe> {
+pub async fn probe_all(
+    waiting: &[ReadinessRow],
+    settings: &ReadinessMeta,
+    allowed_connect: &[String],
+) -> Vec<readiness::Probe> {
     let probes = waiting.iter().map(|row| {
         let instance = instance_of(row);
-        async move { readiness::probe(&instance, settings).await }
+        async move { readiness::probe(&instance, settings, allowed_connect).await }
     });
     futures::future::join_all(probes).await
 }
