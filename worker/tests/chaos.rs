@@ -167,18 +167,23 @@ else
   echo "deploy $BUILD_ID: another effect of this deployment holds the lock"
 fi
 echo "deploy $BUILD_ID starting"
-cat > "${{TMPDIR:-/tmp}}/chaos.nix" <<NIX
+# The Nix daemon's build sandbox shows no file of the source: the builder's
+# script goes into the derivation as text, read under restricted evaluation
+# from the one folder -I allows.
+scratch=${{TMPDIR:-/tmp}}
+cp "{builder}" "$scratch/chaos-builder.sh"
+cat > "$scratch/chaos.nix" <<NIX
 derivation {{
   name = "slipway-chaos";
   system = builtins.currentSystem;
   builder = "/bin/sh";
-  args = [ "{builder}" ];
+  args = [ "-c" (builtins.readFile $scratch/chaos-builder.sh) ];
   PATH = "/usr/bin:/bin";
   chaosRun = "{run_id}";
   attempt = "$BUILD_ID.${{SLIPWAY_EFFECT_ATTEMPT:-0}}.$(date +%s%N)";
 }}
 NIX
-nix-build "${{TMPDIR:-/tmp}}/chaos.nix" --no-out-link || exit 1
+nix-build -I "$scratch" "$scratch/chaos.nix" --no-out-link || exit 1
 echo '{{"nodes": [{{"name": "web", "dnsNames": [], "outcome": "deployed", "system": null, "error": null}}]}}' > "$SBOM_OUT_DIR/nodes.json"
 echo '{{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}}' > "$SBOM_OUT_DIR/web.cdx.json"
 echo "deploy $BUILD_ID done"
