@@ -166,6 +166,11 @@ impl Drop for RunningHere {
     }
 }
 
+/// The folders of an attempt's work folder that go as soon as the attempt
+/// can no longer run: its effect's scratch folder (`TMPDIR`) and the
+/// operator secrets handed to it.
+pub(crate) const DISPOSABLE: [&str; 2] = ["tmp", operator_secrets::SECRETS_DIR];
+
 impl Ctx {
     /// A context for worker `worker` (a name no other process has).
     pub fn new(db: Db, config: Arc<Config>, worker: impl Into<String>, echo_log: bool) -> Self {
@@ -244,7 +249,7 @@ impl Ctx {
         let mut removed = 0;
         for build_id in self.here.running() {
             for attempt in std::fs::read_dir(self.work_dir(&build_id)).into_iter().flatten().flatten() {
-                for folder in ["tmp", operator_secrets::SECRETS_DIR] {
+                for folder in DISPOSABLE {
                     match std::fs::remove_dir_all(attempt.path().join(folder)) {
                         Ok(()) => removed += 1,
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -42,12 +42,6 @@ struct ClearedField {
     field: String,
 }
 
-/// A refusal to start the effect: a message naming the field, its
-/// instance and version and OpenBao's answer, never a value.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct HandOverError(pub(crate) String);
-
 /// §8: reads the versions `build` pinned and writes the effect's files.
 ///
 /// `OPERATOR_SECRETS_FILE` has one line per field,
@@ -60,27 +54,26 @@ pub(crate) struct HandOverError(pub(crate) String);
 /// cleared: its value wins. Nothing is written when the build pinned
 /// nothing (empty `env`).
 ///
-/// Errors: the worker has no OpenBao (`OPENBAO_ADDR`), OpenBao refused or
-/// did not answer, or a pinned version is gone (deleted or destroyed).
+/// Errors, as a sentence naming the field, its instance and version and
+/// OpenBao's answer, never a value: the worker has no OpenBao
+/// (`OPENBAO_ADDR`), OpenBao refused or did not answer, or a pinned
+/// version is gone (deleted or destroyed).
 pub(crate) async fn hand_over(
     build: &BuildRow,
     ctx: &Ctx,
     work: &Path,
     policy: &crate::sandbox::Policy,
-) -> Result<Handed, HandOverError> {
+) -> Result<Handed, String> {
     let Some(pins) = build.operator_secrets.as_ref().filter(|p| !p.is_empty()) else { return Ok(Handed::none()) };
-    let refuse = |why: String| HandOverError(why);
     let Some(config) = ctx.config.openbao.as_ref() else {
-        return Err(refuse(
-            "this build's configuration has operator secrets, but this worker has no OpenBao \
-             (OPENBAO_ADDR is not set): give the workers OPENBAO_ADDR and a token with the workers' policy"
-                .into(),
-        ));
+        return Err("this build's configuration has operator secrets, but this worker has no OpenBao \
+                    (OPENBAO_ADDR is not set): give the workers OPENBAO_ADDR and a token with the workers' policy"
+            .into());
     };
-    let bao = OpenBao::new(config).map_err(|e| refuse(format!("OPENBAO_TOKEN: {e}")))?;
+    let bao = OpenBao::new(config).map_err(|e| format!("OPENBAO_TOKEN: {e}"))?;
     let set_later =
         async { builds::secrets_set_after(&mut ctx.db.acquire().await?, &build.deployment_id, build.seq).await };
-    let set_later = set_later.await.map_err(|e| refuse(format!("cannot read the deployment's later builds: {e}")))?;
+    let set_later = set_later.await.map_err(|e| format!("cannot read the deployment's later builds: {e}"))?;
     let id = &build.deployment_id;
     let folder = work.join(SECRETS_DIR);
     let mut lines = String::new();
@@ -89,16 +82,16 @@ pub(crate) async fn hand_over(
     let escape = |s: &str| s.replace(['\t', '\n', '\r'], " ");
     for pin in &pins.set {
         let instance = crate::openbao::instance_of(&pin.application);
-        let entry = bao.entry_key(id, &instance, &pin.field).map_err(|e| refuse(e.to_string()))?;
+        let entry = bao.entry_key(id, &instance, &pin.field).map_err(|e| e.to_string())?;
         let named = format!("operator secret {} ({instance}, version {})", pin.field, pin.version);
         let value = match bao.read_version(id, &instance, &pin.field, pin.version).await {
             Ok(Some(value)) => value,
-            Ok(None) => return Err(refuse(format!("{named} is no longer in OpenBao (deleted or destroyed)"))),
-            Err(e) => return Err(refuse(format!("{named} could not be read from OpenBao: {e}"))),
+            Ok(None) => return Err(format!("{named} is no longer in OpenBao (deleted or destroyed)")),
+            Err(e) => return Err(format!("{named} could not be read from OpenBao: {e}")),
         };
-        let file = value_file(&folder, &pin.application, &entry).map_err(refuse)?;
+        let file = value_file(&folder, &pin.application, &instance, &pin.field)?;
         write_private(&folder, &file, value.expose_secret().as_bytes())
-            .map_err(|e| refuse(format!("cannot write {named} for the effect: {e}")))?;
+            .map_err(|e| format!("cannot write {named} for the effect: {e}"))?;
         lines.push_str(&format!(
             "{}\t{}\t{}\t{entry}\t{}\t{}\n",
             escape(&pin.application),
@@ -114,7 +107,7 @@ pub(crate) async fn hand_over(
             continue;
         }
         let instance = crate::openbao::instance_of(&cleared.application);
-        let entry = bao.entry_key(id, &instance, &cleared.field).map_err(|e| refuse(e.to_string()))?;
+        let entry = bao.entry_key(id, &instance, &cleared.field).map_err(|e| e.to_string())?;
         lines.push_str(&format!(
             "{}\t{}\t{}\t{entry}\tclear\t\n",
             escape(&cleared.application),
@@ -127,7 +120,7 @@ pub(crate) async fn hand_over(
     let given = std::fs::write(&list, lines)
         .and_then(|()| if folder.exists() { policy.give(&folder) } else { Ok(()) })
         .and_then(|()| policy.give(&list));
-    given.map_err(|e| refuse(format!("cannot hand the operator secrets to the effect: {e}")))?;
+    given.map_err(|e| format!("cannot hand the operator secrets to the effect: {e}"))?;
     Ok(Handed {
         env: vec![("OPERATOR_SECRETS_FILE".to_owned(), list.display().to_string())],
         values,
@@ -135,14 +128,14 @@ pub(crate) async fn hand_over(
     })
 }
 
-/// `<folder>/<application>/<instance>/<field>`, the last two as `entry` (OpenBao's
-/// entry of the field) names them.
-fn value_file(folder: &Path, application: &str, entry: &str) -> Result<PathBuf, String> {
-    let mut parts = entry.rsplit('/');
-    let (field, instance) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
-    let application = crate::openbao::escape_segment(application)
-        .ok_or_else(|| format!("application {application:?} cannot name a folder"))?;
-    Ok(folder.join(application).join(instance).join(field))
+/// `<folder>/<application>/<instance>/<field>`, each named as OpenBao
+/// names an entry's parts ([`crate::openbao::escape_segment`]).
+fn value_file(folder: &Path, application: &str, instance: &str, field: &str) -> Result<PathBuf, String> {
+    let mut file = folder.to_path_buf();
+    for part in [application, instance, field] {
+        file.push(crate::openbao::escape_segment(part).ok_or_else(|| format!("{part:?} cannot name a file"))?);
+    }
+    Ok(file)
 }
 
 /// Writes `bytes` to a new file `path` under `folder`, mode 0600, and

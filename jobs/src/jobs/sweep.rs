@@ -54,7 +54,7 @@ pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
         for attempt in std::fs::read_dir(entry.path()).into_iter().flatten().flatten() {
             let n = attempt.file_name().to_str().and_then(|n| n.strip_prefix("attempt-")?.parse::<i64>().ok());
             let over = finished.is_some() || n.is_some_and(|n| n < attempts);
-            for folder in ["tmp", super::operator_secrets::SECRETS_DIR] {
+            for folder in super::DISPOSABLE {
                 let scratch = attempt.path().join(folder);
                 if over && scratch.exists() {
                     match std::fs::remove_dir_all(&scratch) {

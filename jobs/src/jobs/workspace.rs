@@ -144,9 +144,12 @@ pub(crate) fn hide_paths(text: &str, paths: &[(String, String)]) -> String {
 impl LogSink for DbLog {
     fn append<'a>(&'a self, chunk: &'a str) -> BoxFuture<'a, ()> {
         async move {
-            let mut chunk = chunk.to_owned();
+            let mut chunk = std::borrow::Cow::Borrowed(chunk);
             for value in &self.hidden {
-                chunk = chunk.replace(secrecy::ExposeSecret::expose_secret(value), "[redacted]");
+                let value = secrecy::ExposeSecret::expose_secret(value);
+                if chunk.contains(value) {
+                    chunk = chunk.replace(value, "[redacted]").into();
+                }
             }
             if self.echo {
                 eprint!("{chunk}");
@@ -260,7 +263,7 @@ pub(crate) async fn run_effect(
     let handed = if effect == "deploy" && !build.dry_run {
         operator_secrets::hand_over(build, ctx, &work, &policy).await.map_err(|e| {
             operator_secrets::take_back(&work);
-            (Reason::OperatorSecrets, e.0)
+            (Reason::OperatorSecrets, e)
         })?
     } else {
         Handed::none()
