@@ -12,9 +12,13 @@
 //!    each item before what it holds. (Copies of a tool elsewhere, in
 //!    `metadata.tools` or an annotation's `annotator`, are not counted:
 //!    cdxgen repeats the tool's `bom-ref` there.)
-//! 3. In `dependencies`, in order: each `ref` names a `bom-ref` of the
-//!    document, then each `dependsOn` entry does, and no entry repeats in
-//!    one `dependsOn`.
+//! 3. In `dependencies`, entry by entry: its `ref` names a `bom-ref` of the
+//!    document and no earlier entry has the same `ref` (a ref's entry lists
+//!    all it depends on: two could say different things, and no schema
+//!    refuses them), then each `dependsOn` entry names a `bom-ref`, and no
+//!    entry repeats in one `dependsOn`. (The other lists of refs, 1.6's
+//!    `provides` and a composition's `assemblies` and `dependencies`, are
+//!    held to unique items by the schema, rule 4.)
 //! 4. The official CycloneDX JSON schema of the document's own
 //!    `specVersion` (with its SPDX and JSF companions, and `format` checked
 //!    as the CycloneDX Python library does), its first error.
@@ -97,6 +101,18 @@ pub enum SbomProblem {
         /// Its location.
         at: String,
     },
+    /// Two entries of `dependencies` have the same `ref`.
+    #[error(
+        "dependency ref \"{bom_ref}\" is listed twice in dependencies, at {first} and at {again}: each ref may have one entry, which lists all it depends on"
+    )]
+    DuplicateDependencyRef {
+        /// The repeated `ref`.
+        bom_ref: String,
+        /// The location of its first entry's `ref`.
+        first: String,
+        /// The location of the entry that repeats it.
+        again: String,
+    },
     /// A `dependsOn` entry names no `bom-ref` of the document.
     #[error(
         "dependsOn entry \"{bom_ref}\" of \"{of}\" at {at} names no bom-ref of the document: every dependsOn entry must point at an existing bom-ref"
@@ -169,14 +185,21 @@ fn check_refs(doc: &Value) -> Result<(), SbomProblem> {
     collect_refs(doc.get("services"), "/services", "services", &mut refs)?;
 
     let Some(dependencies) = doc.get("dependencies").and_then(Value::as_array) else { return Ok(()) };
+    let mut entries_of: HashMap<&str, String> = HashMap::new();
     for (i, dependency) in dependencies.iter().enumerate() {
         let Some(of) = dependency.get("ref").and_then(Value::as_str) else { continue };
+        let at = format!("/dependencies/{i}/ref");
         if !refs.contains_key(of) {
-            return Err(SbomProblem::DanglingDependencyRef {
+            return Err(SbomProblem::DanglingDependencyRef { bom_ref: of.to_owned(), at });
+        }
+        if let Some(first) = entries_of.get(of) {
+            return Err(SbomProblem::DuplicateDependencyRef {
                 bom_ref: of.to_owned(),
-                at: format!("/dependencies/{i}/ref"),
+                first: first.clone(),
+                again: at,
             });
         }
+        entries_of.insert(of, at);
         let Some(entries) = dependency.get("dependsOn").and_then(Value::as_array) else { continue };
         let mut seen = HashSet::new();
         for (j, entry) in entries.iter().enumerate() {

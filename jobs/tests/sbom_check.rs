@@ -208,6 +208,51 @@ fn a_repeated_depends_on_entry_is_refused_naming_the_entry_before_the_schema_wou
 }
 
 #[test]
+fn a_dependency_ref_listed_twice_is_refused_naming_both_places_for_every_version() {
+    for version in SUPPORTED {
+        // Two entries of one ref, saying different things: no schema refuses it.
+        let mut doc = small(version);
+        doc["dependencies"].as_array_mut().unwrap().push(json!({"ref": "app", "dependsOn": ["libc"]}));
+        let problem = check(&doc).unwrap_err();
+        assert_eq!(
+            problem,
+            SbomProblem::DuplicateDependencyRef {
+                bom_ref: "app".into(),
+                first: "/dependencies/1/ref".into(),
+                again: "/dependencies/4/ref".into()
+            },
+            "CycloneDX {version}"
+        );
+        assert_eq!(
+            problem.to_string(),
+            "dependency ref \"app\" is listed twice in dependencies, at /dependencies/1/ref and at /dependencies/4/ref: \
+             each ref may have one entry, which lists all it depends on"
+        );
+        // The same entry twice (the schemas' uniqueItems): the rule names the ref.
+        let mut doc = small(version);
+        let again = doc["dependencies"][3].clone();
+        doc["dependencies"].as_array_mut().unwrap().push(again);
+        assert!(reason(&doc).starts_with("dependency ref \"libc\" is listed twice"), "CycloneDX {version}");
+    }
+}
+
+#[test]
+fn every_other_list_of_refs_that_repeats_one_is_refused_too() {
+    // 1.6's `provides`, and a composition's lists, are sets of refs: the
+    // schema refuses a repeat (uniqueItems), naming its place.
+    let mut doc = small("1.6");
+    doc["dependencies"][1]["provides"] = json!(["lib", "lib"]);
+    assert!(reason(&doc).contains("/dependencies/1/provides"), "{}", reason(&doc));
+    for version in SUPPORTED {
+        for list in ["assemblies", "dependencies"] {
+            let mut doc = small(version);
+            doc["compositions"] = json!([{"aggregate": "complete", list: ["app", "app"]}]);
+            assert!(reason(&doc).contains(&format!("/compositions/0/{list}")), "{version} {list}: {}", reason(&doc));
+        }
+    }
+}
+
+#[test]
 fn a_dependency_may_name_a_nested_component_and_a_nested_service() {
     let mut doc = small("1.6");
     doc["dependencies"].as_array_mut().unwrap().push(json!({"ref": "lib", "dependsOn": ["db"]}));
