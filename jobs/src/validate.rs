@@ -250,8 +250,16 @@ fn undeployable_text(value: &Value, path: &mut String, found: &mut Listing) {
 
 impl Checker {
     /// Compiles the schema of `outputs`; a schema that does not compile is an [`OutputError`].
+    ///
+    /// `format` is asserted, not only an annotation (as JSON Schema 2020-12
+    /// leaves it by default): a value breaking a format the specification
+    /// defines (`email`, `hostname`, `uri`, `date`, `ipv4`, …) is a `schema`
+    /// problem at its path. A format no validator knows, such as the
+    /// `password` of secret fields (MS-2), stays an annotation.
     pub fn new(outputs: SourceOutputs) -> Result<Self, OutputError> {
-        let validator = jsonschema::validator_for(&outputs.schema)
+        let validator = jsonschema::options()
+            .should_validate_formats(true)
+            .build(&outputs.schema)
             .map_err(|e| OutputError { file: "schema.json".into(), reason: format!("not a valid JSON Schema: {e}") })?;
         Ok(Self { outputs, validator })
     }
