@@ -250,8 +250,11 @@ impl From<SourceError> for ApiError {
 /// message says which output and why; the build log stays on the job.
 /// `output_missing` and `source_too_old` `422`; a build that failed `422`
 /// (`invalid_configuration` `400` when the `names` eval refused the
-/// configuration, EV-1); `fetch_failed` `502`; `timeout` `504`; what a
-/// source's own content caused past a bound of SEC-3 (`out_of_memory`,
+/// configuration, EV-1); a repository, commit, branch or tag the source
+/// names that is not there (`source_repository_not_found`,
+/// `source_revision_not_found`) `422`; `fetch_failed` (the server could not
+/// be reached, or failed) `502`; `timeout` `504`; what a source's own
+/// content caused past a bound of SEC-3 (`out_of_memory`,
 /// `output_too_large`, `source_too_large`, `source_unsafe`) `422`.
 impl From<NixFailure> for ApiError {
     fn from(f: NixFailure) -> Self {
@@ -268,7 +271,9 @@ impl From<NixFailure> for ApiError {
             | FailureCode::OutOfMemory
             | FailureCode::OutputTooLarge
             | FailureCode::SourceTooLarge
-            | FailureCode::SourceUnsafe => (StatusCode::UNPROCESSABLE_ENTITY, f.code.as_str()),
+            | FailureCode::SourceUnsafe
+            | FailureCode::SourceRepositoryNotFound
+            | FailureCode::SourceRevisionNotFound => (StatusCode::UNPROCESSABLE_ENTITY, f.code.as_str()),
         };
         Self::new(status, code, f.message).with_details(details)
     }

@@ -78,7 +78,20 @@ fn error_codes() -> std::collections::BTreeSet<String> {
         }
     }
     use slipway_jobs::nix::FailureCode::*;
-    codes.extend([OutputMissing, SourceTooOld, BuildFailed, FetchFailed, Timeout].map(|c| c.as_str().to_owned()));
+    let failures = [
+        OutputMissing,
+        SourceTooOld,
+        BuildFailed,
+        FetchFailed,
+        SourceRepositoryNotFound,
+        SourceRevisionNotFound,
+        Timeout,
+        OutOfMemory,
+        OutputTooLarge,
+        SourceTooLarge,
+        SourceUnsafe,
+    ];
+    codes.extend(failures.map(|c| c.as_str().to_owned()));
     codes
 }
 

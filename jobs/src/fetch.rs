@@ -62,6 +62,19 @@ pub enum FetchError {
         /// The tool's output.
         log: String,
     },
+    /// The URL names no repository, or one this host may not read (git's
+    /// or the server's words, [`git::NO_REPOSITORY`]): a refusal, not worth
+    /// a later try.
+    #[error(
+        "{source_ref}: there is no repository at this URL, or it refuses this service (a private repository needs \
+         SLIPWAY_GIT_CREDENTIALS or SLIPWAY_GIT_SSH_KEY)"
+    )]
+    NoRepository {
+        /// The source as requested.
+        source_ref: String,
+        /// The tool's output.
+        log: String,
+    },
     /// The ref names no branch or tag of the repository.
     #[error("{source_ref}: the repository has no branch or tag {name:?}")]
     NoSuchRef {
@@ -78,7 +91,8 @@ pub enum FetchError {
         /// The deadline it had.
         deadline: Duration,
     },
-    /// The repository has no such commit (on any branch or tag).
+    /// The repository has no such commit (on any branch or tag), or the
+    /// id is not a commit's (a tag object's, a tree's).
     #[error("{source_ref}: the repository has no commit {revision} on any branch or tag")]
     NoSuchRevision {
         /// The source as requested.
@@ -130,8 +144,8 @@ pub enum FetchError {
 }
 
 impl FetchError {
-    /// How the failure classifies ([`crate::outbound`]): a commit, ref or
-    /// tree that is not there, or a local failure, is refused; a deadline
+    /// How the failure classifies ([`crate::outbound`]): a repository,
+    /// commit, ref or tree that is not there, or a local failure, is refused; a deadline
     /// passed is worth a later try; `git`'s own failure is read from its
     /// output ([`crate::outbound::classify_git`]).
     pub fn class(&self) -> crate::outbound::Class {
@@ -145,7 +159,7 @@ impl FetchError {
     /// The output of the tool that failed, if any (never shown to front-ends).
     pub fn log(&self) -> &str {
         match self {
-            Self::Failed { log, .. } => log,
+            Self::Failed { log, .. } | Self::NoRepository { log, .. } => log,
             _ => "",
         }
     }
@@ -212,6 +226,11 @@ async fn fetch_once(config: &Config, source: &ModuleSource, deadline: Duration) 
     // RLIMIT_FSIZE: no file of a fetch (its pack above all) past the limit.
     policy.file_size = Some(limit);
     let url_dir = url.strip_prefix("file://").map(PathBuf::from);
+    // The sandbox shows git a `file://` repository's folder: one that is
+    // not there is no repository, and git never runs.
+    if url_dir.as_deref().is_some_and(|dir| !dir.is_dir()) {
+        return Err(FetchError::NoRepository { source_ref, log: String::new() });
+    }
     // The first `git` run of the fetch makes its settings and copies its keys.
     let start_git = || start(config, &policy, &source_ref, url_dir.clone(), until, deadline);
     let mut git = None;

@@ -175,12 +175,23 @@ impl ModuleSource {
     }
 }
 
-/// Why `name` is not a name `git check-ref-format` takes for a branch or
-/// tag (and so could not be one on any server), or `None`: no leading `-`
-/// (it would read as an option) or `/`, no `..`, `@{`, `//`, control
-/// character, space or any of `~^:?*[\`, no component starting with `.`
-/// or ending in `.lock`, no trailing `/` or `.`; and, in a source's
-/// query, no `&`, `#` or `%` (nothing there is percent-decoded).
+/// Why `name` is not a branch or tag name git takes, or `None`: the rules
+/// of `git check-ref-format --allow-onelevel`, byte for byte, and no
+/// leading `-` (as `--branch` adds):
+///
+/// - it is not empty, and does not begin with `-` (git would read it as an
+///   option);
+/// - it does not begin or end with `/`, and holds no `//` (no empty part);
+/// - no part of it (between `/`s) begins with `.` or ends with `.lock`;
+/// - it does not end with `.`, and holds no `..` and no `@{` (git reads
+///   `@{-1}`, `main@{1}` as other revisions); it is not the single `@`;
+/// - it holds no control character (bytes below `0x20`, and `0x7f`), no
+///   space, and none of `~ ^ : ? * [ \` (git reads `main^`, `main~1`,
+///   `a:b` as other revisions, and `?*[` as patterns).
+///
+/// Besides, a source's query decodes nothing and takes one parameter, so
+/// `&`, `#` and `%` are refused too. Any other byte (non-ASCII letters
+/// included) is taken, as git takes it.
 pub fn bad_ref(name: &str) -> Option<&'static str> {
     if name.is_empty() {
         return Some("it is empty");
@@ -188,17 +199,40 @@ pub fn bad_ref(name: &str) -> Option<&'static str> {
     if name.starts_with('-') {
         return Some("it begins with '-'");
     }
-    if name.starts_with('/') || name.ends_with('/') || name.ends_with('.') || name.contains("//") {
-        return Some("it begins or ends with '/', ends with '.' or holds '//'");
+    if name == "@" {
+        return Some("it is the single character '@'");
     }
-    if name.contains("..") || name.contains("@{") || name == "@" {
-        return Some("it holds '..' or '@{'");
+    if name.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        return Some("it holds a control character");
     }
-    if name.chars().any(|c| c.is_control() || c.is_whitespace() || "~^:?*[\\&#%".contains(c)) {
-        return Some("it holds a space, a control character or one of ~^:?*[\\&#%");
+    if let Some(c) = name.chars().find(|c| " ~^:?*[\\".contains(*c)) {
+        return Some(match c {
+            ' ' => "it holds a space",
+            '~' | '^' | ':' => "it holds '~', '^' or ':', which git reads as a revision expression",
+            '\\' => "it holds '\\'",
+            _ => "it holds '?', '*' or '[', which git reads as a pattern",
+        });
     }
-    if name.split('/').any(|part| part.starts_with('.') || part.ends_with(".lock")) {
-        return Some("a part of it begins with '.' or ends with '.lock'");
+    if name.contains(['&', '#', '%']) {
+        return Some("it holds '&', '#' or '%', which a module source's query does not take");
+    }
+    if name.starts_with('/') || name.ends_with('/') || name.contains("//") {
+        return Some("it begins or ends with '/' or holds '//'");
+    }
+    if name.contains("..") {
+        return Some("it holds '..'");
+    }
+    if name.ends_with('.') {
+        return Some("it ends with '.'");
+    }
+    if name.contains("@{") {
+        return Some("it holds '@{', which git reads as a revision expression");
+    }
+    if name.split('/').any(|part| part.starts_with('.')) {
+        return Some("a part of it begins with '.'");
+    }
+    if name.split('/').any(|part| part.ends_with(".lock")) {
+        return Some("a part of it ends with '.lock'");
     }
     None
 }
@@ -445,15 +479,89 @@ mod tests {
         }
     }
 
+    /// Each ref name, whether Slipway takes it, and the words of its
+    /// refusal; `git check-ref-format` is asked about each too.
+    const REF_NAMES: &[(&str, Option<&str>)] = &[
+        ("main", None),
+        ("release/1.2", None),
+        ("v1.0.0", None),
+        ("feature_x-2", None),
+        ("refs/tags/v1", None),
+        ("refs/heads/main", None),
+        ("HEAD", None),
+        ("x/-y", None),
+        ("a@b", None),
+        ("@@", None),
+        ("a{b}", None),
+        ("a.lock.b", None),
+        ("é", None),
+        ("a\u{a0}b", None),
+        ("a\u{85}b", None),
+        ("ü/ß", None),
+        ("-n", Some("begins with '-'")),
+        ("-", Some("begins with '-'")),
+        ("--upload-pack=x", Some("begins with '-'")),
+        ("main^", Some("'^'")),
+        ("main^{}", Some("'^'")),
+        ("main~1", Some("'~'")),
+        ("a:b", Some("':'")),
+        ("a?b", Some("'?'")),
+        ("a*", Some("'*'")),
+        ("a[b", Some("'['")),
+        ("a\\b", Some("'\\'")),
+        ("a b", Some("a space")),
+        ("a\tb", Some("control character")),
+        ("ma\u{0}in", Some("control character")),
+        ("a\u{7f}b", Some("control character")),
+        ("x.lock", Some("'.lock'")),
+        ("a/b.lock", Some("'.lock'")),
+        ("foo/bar.lock/baz", Some("'.lock'")),
+        ("a//b", Some("'//'")),
+        ("x/", Some("ends with '/'")),
+        ("/x", Some("begins or ends with '/'")),
+        ("a.", Some("ends with '.'")),
+        ("a..b", Some("'..'")),
+        ("..", Some("'..'")),
+        (".", Some("ends with '.'")),
+        (".hidden", Some("begins with '.'")),
+        ("a/.b", Some("begins with '.'")),
+        ("a/./b", Some("begins with '.'")),
+        ("@", Some("single character '@'")),
+        ("@{-1}", Some("'@{'")),
+        ("main@{1}", Some("'@{'")),
+        ("a@{b", Some("'@{'")),
+        ("", Some("empty")),
+    ];
+
+    /// Slipway's own refusals of a ref that git takes: a source's query is
+    /// not decoded and takes one parameter.
+    const QUERY_ONLY: &[&str] = &["a&b", "a#b", "a%20b"];
+
     #[test]
-    fn a_ref_git_could_read_as_an_option_or_not_a_ref_is_refused() {
-        for r in ["--upload-pack=touch%20/tmp/x", "-c", "ma%00in", "a..b", "a b", "main.lock", "x/", ".hidden", "a~1"] {
-            let source = format!("git+https://example.org/x.git?ref={r}");
-            let err = ModuleSource::parse(&source).unwrap_err().to_string();
-            assert!(err.contains("is not a branch or tag name"), "{source}: {err}");
+    fn every_ref_name_git_refuses_is_refused_naming_the_rule_and_every_other_is_taken() {
+        for (name, refused) in REF_NAMES {
+            // A NUL cannot be an argument: git never sees such a name.
+            if !name.contains('\0') {
+                let git = std::process::Command::new("git")
+                    .args(["check-ref-format", "--allow-onelevel", name])
+                    .output()
+                    .expect("git runs");
+                assert_eq!(!git.status.success(), refused.is_some(), "git and this table disagree on {name:?}");
+            }
+            let source = format!("git+https://example.org/x.git?ref={name}");
+            match (ModuleSource::parse(&source), refused) {
+                (Ok(parsed), None) => assert_eq!(parsed.to_string(), source),
+                (Err(SourceError::Malformed(why)), Some(words)) => {
+                    assert!(why.contains("is not a branch or tag name") && why.contains(words), "{name:?}: {why}")
+                }
+                (other, _) => panic!("{name:?}: {other:?}"),
+            }
         }
-        for r in ["main", "release/1.2", "v1.0.0", "feature_x-2"] {
-            assert!(ModuleSource::parse(&format!("git+https://example.org/x.git?ref={r}")).is_ok(), "{r}");
+        for name in QUERY_ONLY {
+            let git = std::process::Command::new("git").args(["check-ref-format", "--allow-onelevel", name]).status();
+            assert!(git.expect("git runs").success(), "git refuses {name:?}: move it to REF_NAMES");
+            let err = ModuleSource::parse(&format!("git+https://example.org/x.git?ref={name}")).unwrap_err();
+            assert!(err.to_string().contains("query does not take"), "{name:?}: {err}");
         }
     }
 

@@ -418,7 +418,7 @@ async fn a_hostile_git_configuration_of_the_host_redirects_runs_and_filters_noth
 /// An `https` fetch goes to its server directly: neither the proxy of the
 /// host's `~/.gitconfig` nor that of the worker's environment is offered a
 /// connection. (The server answers `401`: the fetch fails as
-/// `fetch_failed`, having reached it.)
+/// `source_repository_not_found`, having reached it.)
 #[tokio::test]
 async fn a_proxy_of_the_host_never_carries_a_fetch() {
     let db = TestDatabase::new(Engine::Sqlite).await;
@@ -432,7 +432,7 @@ async fn a_proxy_of_the_host_never_carries_a_fetch() {
 
     let source = format!("git+https://127.0.0.1:{}/ops/source.git?ref=main", server.port);
     let (status, answer) = fleet.schema_for(&source).await;
-    assert_eq!((status, answer["error"].as_str()), (502, Some("fetch_failed")), "{answer}");
+    assert_eq!((status, answer["error"].as_str()), (422, Some("source_repository_not_found")), "{answer}");
     assert!(!server.authorizations().await.is_empty(), "the server was not reached directly");
     assert_eq!(proxy.connections.load(Ordering::SeqCst), 0, "a proxy of the host was offered the fetch");
     assert_eq!(hostile.ran(), Vec::<String>::new(), "the host's git configuration ran something");
@@ -483,7 +483,8 @@ async fn slipways_credential_goes_only_to_its_host_and_no_credential_of_the_host
     for server in [&own, &other] {
         let source = format!("git+https://127.0.0.1:{}/ops/source.git?ref=main", server.port);
         let (status, answer) = fleet.schema_for(&source).await;
-        assert_eq!((status, answer["error"].as_str()), (502, Some("fetch_failed")), "{answer}");
+        // The servers refuse every login: 401.
+        assert_eq!((status, answer["error"].as_str()), (422, Some("source_repository_not_found")), "{answer}");
         assert!(!answer.to_string().contains("token"), "a credential reached the answer: {answer}");
     }
     use base64::Engine as _;

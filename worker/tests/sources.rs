@@ -212,19 +212,33 @@ async fn a_source_outside_the_allowlist_is_refused_before_anything_is_fetched() 
         (403, Some("source_not_allowed")),
         "a prefix matches at a boundary: {answer}"
     );
-    for malformed in [
+    let mut malformed: Vec<String> = [
         "github:x/y",
         "git+https://example.org/x?rev=abc",
         "path:",
         "git+https://git.example.org/trusted/../evil?ref=main",
-    ] {
-        let (status, answer) = fleet.post("/schema/get_for", &json!({ "source": malformed })).await;
-        assert_eq!((status, answer["error"].as_str()), (400, Some("invalid_module_source")), "{malformed}: {answer}");
+    ]
+    .map(String::from)
+    .to_vec();
+    // Refs git refuses (jobs/src/source.rs holds the whole table, checked
+    // against `git check-ref-format`), in an allowed repository.
+    for name in ["-n", "main^", "x.lock", "a//b", "@{-1}", "@", ".x", "a..b", "a:b", "v1~1"] {
+        malformed.push(format!("git+{url}?ref={name}"));
+    }
+    for source in &malformed {
+        let (status, answer) = fleet.post("/schema/get_for", &json!({ "source": source })).await;
+        assert_eq!((status, answer["error"].as_str()), (400, Some("invalid_module_source")), "{source}: {answer}");
         assert!(
             answer["message"].as_str().unwrap().starts_with("a module source is git+<url>?rev="),
             "names the accepted forms: {answer}"
         );
+        let submit = json!({ "configuration": demo(), "module_source": source });
+        let (status, answer) = fleet.api.call(Method::PUT, "/deployments/demo", Some(&submit)).await.unwrap();
+        assert_eq!((status, answer["error"].as_str()), (400, Some("invalid_module_source")), "{source}: {answer}");
     }
+    assert!(processes_with(&url).is_empty(), "a git process runs for a refused ref");
+    assert!(!db.path("state/sources").exists(), "a refused ref was fetched");
+    assert_eq!(nix_jobs(&db).await, 0, "a refused ref queued a job");
 }
 
 /// Each failure says which output and why, with its own code and status:
@@ -256,16 +270,28 @@ async fn each_failure_of_a_source_names_its_output_and_why() {
     assert_eq!((status, answer["error"].as_str()), (422, Some("output_missing")), "{answer}");
     assert_eq!(answer["details"]["output"], "schema");
 
+    // What the source names and the repository lacks is the request's
+    // fault, not a gateway's: 422, naming it.
     let unknown = format!("git+file://{}?rev={}", empty.display(), "0".repeat(40));
     let (status, answer) = fleet.until_computed("/schema/get_for", &json!({ "source": unknown })).await;
-    assert_eq!((status, answer["error"].as_str()), (502, Some("fetch_failed")), "{answer}");
-    assert!(answer["message"].as_str().unwrap().contains("no commit"), "{answer}");
+    assert_eq!((status, answer["error"].as_str()), (422, Some("source_revision_not_found")), "{answer}");
+    assert!(answer["message"].as_str().unwrap().contains(&format!("no commit {}", "0".repeat(40))), "{answer}");
     assert!(!answer.to_string().contains("fatal:"), "the git log reached the front-end: {answer}");
+    let submit = json!({ "configuration": demo(), "module_source": unknown });
+    let (status, answer) = fleet.api.call(Method::PUT, "/deployments/unknown-rev", Some(&submit)).await.unwrap();
+    assert_eq!((status, answer["error"].as_str()), (422, Some("source_revision_not_found")), "{answer}");
 
     let no_branch = format!("git+file://{}?ref=no-such-branch", empty.display());
     let (status, answer) = fleet.until_computed("/schema/get_for", &json!({ "source": no_branch })).await;
-    assert_eq!((status, answer["error"].as_str()), (502, Some("fetch_failed")), "{answer}");
+    assert_eq!((status, answer["error"].as_str()), (422, Some("source_revision_not_found")), "{answer}");
     assert!(answer["message"].as_str().unwrap().contains("no-such-branch"), "{answer}");
+
+    for nowhere in [db.path("nowhere"), db.path("state")] {
+        let source = format!("git+file://{}?ref=main", nowhere.display());
+        let (status, answer) = fleet.until_computed("/schema/get_for", &json!({ "source": source })).await;
+        assert_eq!((status, answer["error"].as_str()), (422, Some("source_repository_not_found")), "{answer}");
+        assert!(!answer.to_string().contains("fatal:"), "the git log reached the front-end: {answer}");
+    }
 }
 
 /// MS-7: with the one nix slot held by a build, a miss of another source is

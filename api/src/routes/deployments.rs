@@ -291,8 +291,9 @@ pub struct SubmitQuery {
                                       `invalid_request`, `malformed_json` or `invalid_deployment_id`", body = crate::error::ErrorBody),
         (status = 403, description = "`forbidden` (outside the token's scope) or `source_not_allowed`", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: a dry run of a deployment never submitted", body = crate::error::ErrorBody),
-        (status = 422, description = "`output_missing`, `source_too_old` or `build_failed`: the module source's outputs", body = crate::error::ErrorBody),
-        (status = 502, description = "`fetch_failed`: the module source could not be fetched", body = crate::error::ErrorBody),
+        (status = 422, description = "`output_missing`, `source_too_old` or `build_failed` (the module source's outputs), \
+                                      `source_repository_not_found` or `source_revision_not_found` (what it names is not there)", body = crate::error::ErrorBody),
+        (status = 502, description = "`fetch_failed`: the module source's server could not be reached, or failed", body = crate::error::ErrorBody),
         (status = 503, description = "`queue_full`, `nix_busy` or `service_unavailable`", body = crate::error::ErrorBody),
         (status = 504, description = "`timeout`: building the module source's outputs took too long", body = crate::error::ErrorBody),
     ))]
@@ -333,8 +334,9 @@ pub async fn submit(
         (status = 400, description = "`invalid_configuration`, `invalid_module_source`, `invalid_request`, `malformed_json` \
                                       or `invalid_deployment_id`", body = crate::error::ErrorBody),
         (status = 403, description = "`forbidden` (outside the token's scope) or `source_not_allowed`", body = crate::error::ErrorBody),
-        (status = 422, description = "`output_missing`, `source_too_old` or `build_failed`: the module source's outputs", body = crate::error::ErrorBody),
-        (status = 502, description = "`fetch_failed`: the module source could not be fetched", body = crate::error::ErrorBody),
+        (status = 422, description = "`output_missing`, `source_too_old` or `build_failed` (the module source's outputs), \
+                                      `source_repository_not_found` or `source_revision_not_found` (what it names is not there)", body = crate::error::ErrorBody),
+        (status = 502, description = "`fetch_failed`: the module source's server could not be reached, or failed", body = crate::error::ErrorBody),
         (status = 503, description = "`nix_busy` or `service_unavailable` (no worker serves the nix queue)", body = crate::error::ErrorBody),
         (status = 504, description = "`timeout`: the names eval took too long", body = crate::error::ErrorBody),
     ))]

@@ -8,8 +8,10 @@
 //! `202 {"status": "computing"}` (the client repeats the same call); with
 //! every nix slot busy it answers `503 nix_busy` at once. A build that
 //! failed answers its error: `output_missing`, `source_too_old` (`422`),
-//! `build_failed` (`422`), `fetch_failed` (`502`), `timeout` (`504`), naming
-//! the output; the build log stays with the job, for operators.
+//! `build_failed` (`422`), `source_repository_not_found`,
+//! `source_revision_not_found` (`422`), `fetch_failed` (`502`), `timeout`
+//! (`504`), naming the output; the build log stays with the job, for
+//! operators.
 
 use crate::app::{AppState, Auth};
 use crate::error::ApiError;
@@ -90,8 +92,9 @@ async fn lookup(app: &AppState, source: &str) -> Result<Result<Arc<SourceSchema>
         (status = 403, description = "`source_not_allowed`: the source is not on this service's allowlist", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: no such application or section in the source", body = crate::error::ErrorBody),
         (status = 415, description = "`unsupported_media_type`: the body is not sent as JSON", body = crate::error::ErrorBody),
-        (status = 422, description = "`output_missing`, `source_too_old` or `build_failed`", body = crate::error::ErrorBody),
-        (status = 502, description = "`fetch_failed`: the source could not be fetched", body = crate::error::ErrorBody),
+        (status = 422, description = "`output_missing`, `source_too_old`, `build_failed`, `source_repository_not_found` \
+                                      or `source_revision_not_found`", body = crate::error::ErrorBody),
+        (status = 502, description = "`fetch_failed`: the source's server could not be reached, or failed", body = crate::error::ErrorBody),
         (status = 503, description = "`nix_busy` or `service_unavailable`", body = crate::error::ErrorBody),
         (status = 504, description = "`timeout`: building the source's outputs took too long", body = crate::error::ErrorBody),
     ))]
@@ -132,8 +135,9 @@ pub async fn schema(
         (status = 403, description = "`source_not_allowed`: the source is not on this service's allowlist", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: no such application or section in the source", body = crate::error::ErrorBody),
         (status = 415, description = "`unsupported_media_type`: the body is not sent as JSON", body = crate::error::ErrorBody),
-        (status = 422, description = "`output_missing`, `source_too_old` or `build_failed`", body = crate::error::ErrorBody),
-        (status = 502, description = "`fetch_failed`: the source could not be fetched", body = crate::error::ErrorBody),
+        (status = 422, description = "`output_missing`, `source_too_old`, `build_failed`, `source_repository_not_found` \
+                                      or `source_revision_not_found`", body = crate::error::ErrorBody),
+        (status = 502, description = "`fetch_failed`: the source's server could not be reached, or failed", body = crate::error::ErrorBody),
         (status = 503, description = "`nix_busy` or `service_unavailable`", body = crate::error::ErrorBody),
         (status = 504, description = "`timeout`: building the source's outputs took too long", body = crate::error::ErrorBody),
     ))]

@@ -296,6 +296,9 @@ impl Git<'_> {
             {
                 Err(self.too_large(passed))
             }
+            EffectOutcome::Exited(_) if remote && no_repository(&run.output) => {
+                Err(FetchError::NoRepository { source_ref: self.source_ref.to_owned(), log: run.output })
+            }
             other => Err(FetchError::Failed {
                 source_ref: self.source_ref.to_owned(),
                 step: format!("{step} {}", ended(other)),
@@ -309,16 +312,24 @@ impl Git<'_> {
         FetchError::TooLarge { source_ref: self.source_ref.to_owned(), limit: self.limit, what }
     }
 
-    /// The commit `name` (a branch, else a tag) names in the repository now.
+    /// The commit `name` names in the repository now: the branch
+    /// `refs/heads/<name>`, else the tag `refs/tags/<name>` (a full name
+    /// `refs/…` first as it is). An annotated tag is peeled to the commit it
+    /// points at (`ls-remote`'s `<ref>^{}` line), never its tag object's id.
     pub async fn resolve(&self, url: &str, name: &str) -> Result<String, FetchError> {
-        let run = self.git(None, "git ls-remote", &["ls-remote", "--", url, name]).await?;
+        let peeled = format!("{name}^{{}}");
+        // ls-remote lists a tag's peeled line only when a pattern matches it.
+        let run = self.git(None, "git ls-remote", &["ls-remote", "--", url, name, &peeled]).await?;
         let refs: Vec<(&str, &str)> = run.output.lines().filter_map(|l| l.split_once('\t')).collect();
         let find = |full: &str| refs.iter().find(|(_, r)| *r == full).map(|(rev, _)| rev.to_string());
-        find(name)
-            .filter(|_| name.starts_with("refs/"))
-            .or_else(|| find(&format!("refs/heads/{name}")))
-            .or_else(|| find(&format!("refs/tags/{name}^{{}}")))
-            .or_else(|| find(&format!("refs/tags/{name}")))
+        let mut candidates = Vec::new();
+        if name.starts_with("refs/") {
+            candidates.push(name.to_owned());
+        }
+        candidates.extend([format!("refs/heads/{name}"), format!("refs/tags/{name}")]);
+        candidates
+            .iter()
+            .find_map(|full| find(&format!("{full}^{{}}")).or_else(|| find(full)))
             .filter(|rev| rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit()))
             .ok_or_else(|| FetchError::NoSuchRef { source_ref: self.source_ref.to_owned(), name: name.to_owned() })
     }
@@ -351,8 +362,11 @@ impl Git<'_> {
                 .await?;
             }
         }
+        // The revision must be a commit itself: a tag object's id (which
+        // `^{commit}` would peel) is not the commit that gets deployed.
         let commit = format!("{revision}^{{commit}}");
-        if self.git(Some(work), "git cat-file", &["cat-file", "-e", &commit]).await.is_err() {
+        let found = self.git(Some(work), "git rev-parse", &["rev-parse", "--verify", "--quiet", &commit]).await;
+        if !found.is_ok_and(|run| run.output.lines().any(|line| line.trim() == revision)) {
             return Err(FetchError::NoSuchRevision {
                 source_ref: self.source_ref.to_owned(),
                 revision: revision.to_owned(),
@@ -378,6 +392,35 @@ impl Git<'_> {
             log: run.output.clone(),
         })
     }
+}
+
+/// What git (and the server through it) says when the URL names no
+/// repository, or none this host may read: git's own words for a folder or
+/// path that is no repository, an HTTP `401`, `403` or `404`, a login
+/// refused or asked for (no prompt is given), a key refused, and the words
+/// the common hosting services use over `ssh`. (Over `https`, git reports
+/// a `404` as `repository '<url>' not found`, which [`no_repository`]
+/// reads too.) A server that cannot be reached, or answers `5xx`, says
+/// none of these.
+pub const NO_REPOSITORY: [&str; 11] = [
+    "does not appear to be a git repository",
+    "returned error: 401",
+    "returned error: 403",
+    "returned error: 404",
+    "Authentication failed for",
+    "could not read Username for",
+    "could not read Password for",
+    "Permission denied (publickey",
+    "Repository not found",
+    "could not be found or you don't have permission",
+    "The project you were looking for could not be found",
+];
+
+/// Whether a remote `git`'s `output` says the repository is not there, or
+/// refuses this host ([`NO_REPOSITORY`]).
+pub fn no_repository(output: &str) -> bool {
+    NO_REPOSITORY.iter().any(|words| output.contains(words))
+        || output.lines().any(|line| line.starts_with("fatal: repository '") && line.ends_with("' not found"))
 }
 
 /// Measures `dir` every [`WATCH_EVERY`] and stops its run (`stop`) once it
@@ -491,6 +534,31 @@ mod tests {
         let dir = keys.dir.clone();
         drop(keys);
         assert!(!dir.exists(), "the copies outlived the fetch");
+    }
+
+    #[test]
+    fn a_repository_that_is_not_there_or_refuses_is_told_from_a_server_that_cannot_answer() {
+        for missing in [
+            "remote: Not Found\nfatal: repository 'https://git.example.org/ops/x.git/' not found\n",
+            "fatal: could not read Username for 'https://127.0.0.1:4431': terminal prompts disabled\n",
+            "remote: Invalid username or password.\nfatal: Authentication failed for 'https://git.example.org/x/'\n",
+            "fatal: unable to access 'https://git.example.org/x/': The requested URL returned error: 403\n",
+            "fatal: '/srv/x' does not appear to be a git repository\nfatal: Could not read from remote repository.\n",
+            "ERROR: Repository not found.\nfatal: Could not read from remote repository.\n",
+            "git@git.example.org: Permission denied (publickey).\nfatal: Could not read from remote repository.\n",
+        ] {
+            assert!(no_repository(missing), "{missing}");
+        }
+        for unreachable in [
+            "fatal: unable to access 'https://git.example.org/x/': The requested URL returned error: 502\n",
+            "fatal: unable to access 'https://127.0.0.1:1/x/': Failed to connect to 127.0.0.1 port 1: Connection refused\n",
+            "fatal: unable to access 'https://nowhere.invalid/x/': Could not resolve host: nowhere.invalid\n",
+            "ssh: connect to host git.example.org port 22: Connection timed out\nfatal: Could not read from remote repository.\n",
+            "Host key verification failed.\nfatal: Could not read from remote repository.\n",
+            "fatal: remote error: upload-pack: not our ref 0123456789abcdef0123456789abcdef01234567\n",
+        ] {
+            assert!(!no_repository(unreachable), "{unreachable}");
+        }
     }
 
     #[tokio::test]

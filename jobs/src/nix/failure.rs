@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 #[error("{message}")]
 pub struct NixFailure {
     /// `output_missing`, `source_too_old`, `build_failed`, `fetch_failed`,
+    /// `source_repository_not_found`, `source_revision_not_found`,
     /// `timeout`, `out_of_memory`, `output_too_large`, `source_too_large`
     /// or `source_unsafe`.
     pub code: FailureCode,
@@ -32,8 +33,15 @@ pub enum FailureCode {
     SourceTooOld,
     /// Nix could not evaluate or build the output.
     BuildFailed,
-    /// The source could not be fetched.
+    /// The source could not be fetched: its server could not be reached,
+    /// or failed (`5xx`), or `git` failed otherwise.
     FetchFailed,
+    /// The source's URL names no repository, or one that refuses this
+    /// service (HTTP `401`, `403`, `404`, a refused key).
+    SourceRepositoryNotFound,
+    /// The repository has no such commit, or no such branch or tag; the
+    /// message names it.
+    SourceRevisionNotFound,
     /// The fetch and build ran past `NIX_TIMEOUT` and were killed.
     Timeout,
     /// A Nix or git process of the job reached `NIX_MEMORY_LIMIT` (SEC-3).
@@ -58,6 +66,8 @@ impl FailureCode {
             Self::SourceTooOld => "source_too_old",
             Self::BuildFailed => "build_failed",
             Self::FetchFailed => "fetch_failed",
+            Self::SourceRepositoryNotFound => "source_repository_not_found",
+            Self::SourceRevisionNotFound => "source_revision_not_found",
             Self::Timeout => "timeout",
             Self::OutOfMemory => "out_of_memory",
             Self::OutputTooLarge => "output_too_large",
@@ -79,6 +89,8 @@ impl NixFailure {
             FetchError::Timeout { .. } => FailureCode::Timeout,
             FetchError::Unsafe { .. } => FailureCode::SourceUnsafe,
             FetchError::TooLarge { .. } => FailureCode::SourceTooLarge,
+            FetchError::NoRepository { .. } => FailureCode::SourceRepositoryNotFound,
+            FetchError::NoSuchRef { .. } | FetchError::NoSuchRevision { .. } => FailureCode::SourceRevisionNotFound,
             _ => FailureCode::FetchFailed,
         };
         Self::new(code, None, e.to_string())
