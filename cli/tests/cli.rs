@@ -363,3 +363,119 @@ async fn a_full_queue_exits_5_and_shows_when_to_try_again() {
     let body: Value = serde_json::from_str(refused.stderr.trim()).unwrap();
     assert_eq!((body["error"].as_str(), body["retry_after"].as_str()), (Some("queue_full"), Some("30")), "{body}");
 }
+
+/// A loopback TCP proxy to `port` that can go silent as a vanished host
+/// does: while silenced, the connections it holds pass nothing more and are
+/// not closed, and new ones are accepted and never answered.
+struct SilentProxy {
+    url: String,
+    silence: tokio::sync::watch::Sender<bool>,
+    silenced: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SilentProxy {
+    async fn start(port: u16) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (silence, quiet) = tokio::sync::watch::channel(false);
+        let silenced = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = std::sync::Arc::clone(&silenced);
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((client, _)) = listener.accept().await {
+                if *quiet.borrow() {
+                    held.push(client);
+                    continue;
+                }
+                let mut quiet = quiet.clone();
+                let count = std::sync::Arc::clone(&count);
+                tokio::spawn(async move {
+                    let Ok(upstream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { return };
+                    let (mut client_read, mut client_write) = client.into_split();
+                    let (mut up_read, mut up_write) = upstream.into_split();
+                    tokio::select! {
+                        _ = async {
+                            tokio::try_join!(
+                                tokio::io::copy(&mut client_read, &mut up_write),
+                                tokio::io::copy(&mut up_read, &mut client_write)
+                            )
+                        } => return,
+                        _ = quiet.wait_for(|q| *q) => count.fetch_add(1, Ordering::SeqCst),
+                    };
+                    // Silent from now on, and open: the client hears nothing.
+                    let _held = (client_read, client_write, up_read, up_write);
+                    std::future::pending::<()>().await;
+                });
+            }
+        });
+        Self { url, silence, silenced }
+    }
+}
+
+/// A log stream that goes silent without closing (the api's host gone from
+/// the network: no FIN, no RST, no keep-alive) counts as cut after 45 s and
+/// is resumed, instead of holding `logs -f` forever.
+#[tokio::test]
+async fn logs_follow_resumes_a_stream_that_went_silent_without_closing() {
+    use std::io::BufRead as _;
+    use std::process::Stdio;
+    use std::sync::atomic::Ordering;
+    let source = tempfile::tempdir().unwrap();
+    printing_source(source.path(), SIX_HUNDRED_LINES);
+    let fleet = Fleet::start(Some(source.path())).await;
+    let user = fleet.token(false);
+    let demo = demo_file();
+    let accepted = fleet.slipway(&user, &["--output", "json", "deploy", "quiet", "-f", demo.to_str().unwrap()]).await;
+    assert_eq!(accepted.code, 0, "{accepted:#?}");
+    let build = accepted.json()["build_id"].as_str().unwrap().to_owned();
+    let port: u16 = fleet.url.rsplit(':').next().unwrap().parse().unwrap();
+    let proxy = SilentProxy::start(port).await;
+
+    let mut follower = fleet
+        .command(&user, &["logs", "-f", &build])
+        .env("SLIPWAY_URL", &proxy.url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _reap = KillOnDrop(follower.id());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let lines = std::sync::Arc::clone(&seen);
+    let stdout = follower.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            lines.lock().unwrap().push(line.unwrap());
+        }
+    });
+    wait_for("the follower to show the first half", Duration::from_secs(120), || {
+        let half = seen.lock().unwrap().iter().any(|l| l == "line 300 of 600");
+        async move { half.then_some(()) }
+    })
+    .await;
+    // The follower's stream goes silent; new connections pass again.
+    proxy.silence.send_replace(true);
+    wait_for("the proxy to silence the stream", Duration::from_secs(10), || {
+        let silent = proxy.silenced.load(Ordering::SeqCst) >= 1;
+        async move { silent.then_some(()) }
+    })
+    .await;
+    proxy.silence.send_replace(false);
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(150);
+    let status = loop {
+        if let Some(status) = follower.try_wait().unwrap() {
+            break status;
+        }
+        let shown = seen.lock().unwrap().len();
+        assert!(std::time::Instant::now() < deadline, "the follower is held by a silent stream ({shown} lines)");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    reader.join().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut follower.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let numbered: Vec<String> = seen.lock().unwrap().iter().filter(|l| l.starts_with("line ")).cloned().collect();
+    let expected: Vec<String> = (1..=600).map(|i| format!("line {i} of 600")).collect();
+    assert_eq!(numbered, expected, "every line exactly once, in order");
+}
