@@ -24,17 +24,17 @@ const DEFAULT_URL: &str = "http://127.0.0.1:8080";
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  done (with --follow or logs -f: the build succeeded)
-  1  the api refused or failed the request (its error code and message are shown)
-  2  bad usage or input (a missing token, an unreadable file, a bad option)
-  3  the api could not be reached at --url
-  4  the followed build failed, was cancelled or was superseded
-  5  the api is busy for now (HTTP 503 or 429, such as queue_full); try again after the Retry-After shown
+    0  done (with --follow or logs -f: the build succeeded)
+    1  the api refused or failed the request (its error code and message are shown)
+    2  bad usage or input (a missing token, an unreadable file, a bad option)
+    3  the api could not be reached at --url
+    4  the followed build failed, was cancelled or was superseded
+    5  the api is busy for now (HTTP 503 or 429, such as queue_full); try again after the Retry-After shown
   130  stopped by Ctrl-C while following; the build goes on (the command to follow it again is shown)
   141  the reader of the output went away (`slipway logs -f … | head`): ended by SIGPIPE, quietly
 
 On a terminal, control characters in what the api and builds send (escape sequences, carriage
-returns) are shown as escapes such as \x1b; --raw, or output to a pipe or file, keeps them as sent.";
+returns) are shown as escapes such as \\x1b; --raw, or output to a pipe or file, keeps them as sent.";
 
 #[derive(Parser)]
 #[command(

@@ -172,6 +172,7 @@ async fn an_unreachable_api_is_named_and_exits_3_and_a_missing_token_exits_2() {
     ] {
         assert!(help.stdout.contains(code), "--help lacks exit code {code:?}: {}", help.stdout);
     }
+    assert!(!help.stdout.contains(|c: char| c.is_control() && c != '\n'), "{:?}", help.stdout);
 }
 
 /// A reader that has gone (`slipway token | head -0`) ends `slipway`
