@@ -20,6 +20,9 @@ pub enum Failure {
         message: String,
         /// The `details` (every problem of a refused configuration, …).
         details: Value,
+        /// The answer's `Retry-After` (seconds, or an HTTP date), on a
+        /// refusal that passes with time (`503 queue_full`, `nix_busy`).
+        retry_after: Option<String>,
     },
     /// No connection to the api (refused, reset, timed out, bad TLS).
     #[error("could not reach the Slipway api at {url}: {cause}")]
@@ -45,23 +48,37 @@ pub enum Failure {
     /// The api answered something this client cannot read.
     #[error("{0}")]
     Protocol(String),
+    /// The person stopped a follow (Ctrl-C, `SIGINT`); the build goes on.
+    #[error("stopped following build {build_id} (the build goes on); follow it again with: {again}")]
+    Interrupted {
+        /// The build that was followed.
+        build_id: String,
+        /// The command that follows it again.
+        again: String,
+    },
 }
 
 impl Failure {
-    /// The process's exit code (documented in `slipway --help`).
+    /// The process's exit code (documented in `slipway --help` and
+    /// docs/CLI.md): a refusal that passes with time (HTTP 503 or 429, such
+    /// as `queue_full`) is 5, apart from the other refusals (1), so that a
+    /// script can wait `Retry-After` and try again; a stop by Ctrl-C is 130,
+    /// as a shell reports a process ended by `SIGINT`.
     pub fn exit_code(&self) -> u8 {
         match self {
+            Failure::Api { status: 503 | 429, .. } => 5,
             Failure::Api { .. } | Failure::Protocol(_) => 1,
             Failure::Usage(_) => 2,
             Failure::Unreachable { .. } => 3,
             Failure::BuildUnsuccessful { .. } => 4,
+            Failure::Interrupted { .. } => 130,
         }
     }
 }
 
 /// An error and its causes, `: `-separated (reqwest's own message omits the
 /// cause, which is what says "connection refused").
-fn chain(error: &dyn std::error::Error) -> String {
+pub fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(e) = source {
@@ -133,9 +150,10 @@ impl Client {
     pub async fn json(&self, request: reqwest::RequestBuilder) -> Result<(StatusCode, Value), Failure> {
         let answer = self.send(request).await?;
         let status = answer.status();
+        let headers = answer.headers().clone();
         let bytes = answer.bytes().await.map_err(|e| self.unreachable(&e))?;
         if !status.is_success() {
-            return Err(api_error(status, &bytes));
+            return Err(api_error(status, &headers, &bytes));
         }
         if status == StatusCode::NO_CONTENT {
             return Ok((status, Value::Null));
@@ -151,22 +169,28 @@ impl Client {
         Ok(self.json(self.request(Method::GET, path)?).await?.1)
     }
 
-    /// `GET path`, the body as text (an SBOM document, sent as the api wrote it).
-    pub async fn get_text(&self, path: &str) -> Result<String, Failure> {
+    /// `GET path`, the body's bytes as the api sent them (an SBOM document).
+    pub async fn get_bytes(&self, path: &str) -> Result<Vec<u8>, Failure> {
         let answer = self.send(self.request(Method::GET, path)?).await?;
         let status = answer.status();
+        let headers = answer.headers().clone();
         let bytes = answer.bytes().await.map_err(|e| self.unreachable(&e))?;
         if !status.is_success() {
-            return Err(api_error(status, &bytes));
+            return Err(api_error(status, &headers, &bytes));
         }
-        String::from_utf8(bytes.to_vec())
-            .map_err(|_| Failure::Protocol("the api answered a body that is not UTF-8".into()))
+        Ok(bytes.to_vec())
     }
 }
 
-/// [`Failure::Api`] from an error answer; an answer outside the error shape
-/// (a proxy's page) keeps its status and says so.
-pub fn api_error(status: StatusCode, body: &[u8]) -> Failure {
+/// [`Failure::Api`] from an error answer with its `headers` (for
+/// `Retry-After`); an answer outside the error shape (a proxy's page) keeps
+/// its status and says so.
+pub fn api_error(status: StatusCode, headers: &reqwest::header::HeaderMap, body: &[u8]) -> Failure {
+    let retry_after = headers
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty());
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     let field = |name: &str| parsed.as_ref().and_then(|v| v.get(name)).and_then(Value::as_str).map(str::to_owned);
     match (field("error"), field("message")) {
@@ -175,6 +199,7 @@ pub fn api_error(status: StatusCode, body: &[u8]) -> Failure {
             code,
             message,
             details: parsed.as_ref().and_then(|v| v.get("details")).cloned().unwrap_or(Value::Null),
+            retry_after,
         },
         _ => Failure::Api {
             status: status.as_u16(),
@@ -183,7 +208,17 @@ pub fn api_error(status: StatusCode, body: &[u8]) -> Failure {
                 "HTTP {status} without Slipway's JSON error shape (is --url the Slipway api, not a proxy or another service?)"
             ),
             details: Value::Null,
+            retry_after,
         },
+    }
+}
+
+/// A `Retry-After` value as words: `30` is "in 30 s", an HTTP date "after <date>".
+pub fn retry_after_words(value: &str) -> String {
+    if value.bytes().all(|b| b.is_ascii_digit()) {
+        format!("in {value} s")
+    } else {
+        format!("after {value}")
     }
 }
 

@@ -4,26 +4,37 @@
 
 mod client;
 mod follow;
+mod screen;
 mod table;
 mod token;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use client::{path_id, query_value, Client, Failure};
-use follow::Seen;
+use follow::{Resume, Seen};
 use indicatif::{ProgressBar, ProgressStyle};
 use reqwest::Method;
+use screen::Screen;
 use serde_json::{json, Value};
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// The api's base URL when neither `--url` nor `SLIPWAY_URL` is given.
+const DEFAULT_URL: &str = "http://127.0.0.1:8080";
+
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  done (with --follow or logs -f: the build succeeded)
-  1  the api refused or failed the request (its error code and message are shown)
-  2  bad usage or input (a missing token, an unreadable file, a bad option)
-  3  the api could not be reached at --url
-  4  the followed build failed, was cancelled or was superseded";
+    0  done (with --follow or logs -f: the build succeeded)
+    1  the api refused or failed the request (its error code and message are shown)
+    2  bad usage or input (a missing token, an unreadable file, a bad option)
+    3  the api could not be reached at --url
+    4  the followed build failed, was cancelled or was superseded
+    5  the api is busy for now (HTTP 503 or 429, such as queue_full); try again after the Retry-After shown
+  130  stopped by Ctrl-C while following; the build goes on (the command to follow it again is shown)
+  141  the reader of the output went away (`slipway logs -f … | head`): ended by SIGPIPE, quietly
+
+On a terminal, control characters in what the api and builds send (escape sequences, carriage
+returns) are shown as escapes such as \\x1b; --raw, or output to a pipe or file, keeps them as sent.";
 
 #[derive(Parser)]
 #[command(
@@ -34,7 +45,7 @@ Exit codes:
 )]
 struct Cli {
     /// The api's base URL.
-    #[arg(long, env = "SLIPWAY_URL", default_value = "http://127.0.0.1:8080", global = true)]
+    #[arg(long, env = "SLIPWAY_URL", default_value = DEFAULT_URL, global = true)]
     url: String,
     /// A bearer token (a JWT from your front-end, or `slipway-api token` in development). Never printed.
     #[arg(long, env = "SLIPWAY_TOKEN", hide_env_values = true, global = true)]
@@ -42,6 +53,14 @@ struct Cli {
     /// `text` for people (tables), `json` for scripts (one JSON document; NDJSON for streams).
     #[arg(long, value_enum, default_value_t = Output::Text, global = true)]
     output: Output,
+    /// Write log text, messages and names exactly as the api sent them, terminal control
+    /// characters included, even to a terminal (by default a terminal gets them escaped).
+    #[arg(long, global = true)]
+    raw: bool,
+    /// While following a build (logs -f, --follow): how long the api may be away (unreachable or
+    /// cutting the stream) before giving up with exit code 3; `90s`, `10m`, `1h`.
+    #[arg(long, global = true, default_value = "10m", value_parser = follow::parse_duration)]
+    give_up_after: Duration,
     #[command(subcommand)]
     command: Command,
 }
@@ -128,11 +147,12 @@ fn main() -> ExitCode {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let output = cli.output;
+    let screen = Screen::detect(cli.raw);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime starts");
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, screen)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            report(&failure, output);
+            report(&failure, output, screen);
             ExitCode::from(failure.exit_code())
         }
     }
@@ -140,11 +160,14 @@ fn main() -> ExitCode {
 
 /// Writes `failure` to standard error: a sentence, or (`--output json`) one
 /// JSON object with the api's `error`, `message` and `details`.
-fn report(failure: &Failure, output: Output) {
+fn report(failure: &Failure, output: Output, screen: Screen) {
     if output == Output::Json {
         let body = match failure {
-            Failure::Api { status, code, message, details } => {
-                json!({ "error": code, "message": message, "details": details, "status": status })
+            Failure::Api { status, code, message, details, retry_after } => {
+                json!({ "error": code, "message": message, "details": details, "status": status, "retry_after": retry_after })
+            }
+            Failure::Interrupted { build_id, again } => {
+                json!({ "error": "interrupted", "message": failure.to_string(), "details": { "build_id": build_id, "again": again } })
             }
             Failure::BuildUnsuccessful { build_id, status, reason } => {
                 json!({ "error": "build_unsuccessful", "message": failure.to_string(), "details": { "build_id": build_id, "status": status, "reason": reason } })
@@ -155,19 +178,24 @@ fn report(failure: &Failure, output: Output) {
             Failure::Usage(_) => json!({ "error": "usage", "message": failure.to_string(), "details": null }),
             Failure::Protocol(_) => json!({ "error": "protocol", "message": failure.to_string(), "details": null }),
         };
-        eprintln!("{body}");
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{}", Screen { out: screen.err, err: screen.err }.json(&body));
         return;
     }
     match failure {
-        Failure::Api { code, message, details, status } => {
-            eprintln!("slipway: error {code} (HTTP {status}): {message}");
+        Failure::Api { code, message, details, status, retry_after } => {
+            let mut line = format!("slipway: error {code} (HTTP {status}): {message}");
+            if let Some(after) = retry_after {
+                line.push_str(&format!(" (Retry-After: {after}; try again {})", client::retry_after_words(after)));
+            }
+            screen.eprintln(&line);
             for problem in
                 details.get("problems").or(details.get("errors")).and_then(Value::as_array).into_iter().flatten()
             {
-                eprintln!("  - {}", problem_line(problem));
+                screen.eprintln(&format!("  - {}", problem_line(problem)));
             }
         }
-        other => eprintln!("slipway: {other}"),
+        other => screen.eprintln(&format!("slipway: {other}")),
     }
 }
 
@@ -179,26 +207,40 @@ fn problem_line(problem: &Value) -> String {
     }
 }
 
-async fn run(cli: Cli) -> Result<(), Failure> {
+async fn run(cli: Cli, screen: Screen) -> Result<(), Failure> {
     let output = cli.output;
     if let Command::Token = cli.command {
-        return token::show(cli.token.as_deref(), output == Output::Json);
+        return token::show(cli.token.as_deref(), output == Output::Json, screen);
     }
+    // Ctrl-C while following stops the follow, not the build: listen from
+    // before anything is printed, so that no press ends the process unsaid.
+    let following = matches!(
+        cli.command,
+        Command::Logs { follow: true, .. }
+            | Command::Deploy { follow: true, .. }
+            | Command::Delete { follow: true, .. }
+    );
+    let mut interrupt =
+        if following { tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok() } else { None };
+    let follow = Follow {
+        resume: Resume { give_up_after: cli.give_up_after, stall: follow::STALL },
+        again: again_prefix(&cli.url, output),
+    };
     let client = Client::new(&cli.url, cli.token)?;
     match cli.command {
-        Command::Deploy { id, file, module_source, dry_run, follow } => {
+        Command::Deploy { id, file, module_source, dry_run, follow: and_follow } => {
             let id = path_id("deployment id", &id)?;
             let body = submit_body(&file, module_source)?;
             let path = format!("/deployments/{id}{}", if dry_run { "?dry_run=true" } else { "" });
             let (_, accepted) = client.json(client.request(Method::PUT, &path)?.json(&body)).await?;
             let build = accepted["build_id"].as_str().unwrap_or_default().to_owned();
-            if follow {
+            if and_follow {
                 if output == Output::Text {
-                    println!("deployment {id}: build {build} queued");
+                    screen.println(&format!("deployment {id}: build {build} queued"));
                 }
-                return follow_build(&client, &build, output).await;
+                return follow_build(&client, &build, output, screen, &follow, &mut interrupt).await;
             }
-            print(output, &accepted, || {
+            print(output, screen, &accepted, || {
                 let mut text = format!("deployment {id}: build {build} queued");
                 for warning in accepted["warnings"].as_array().into_iter().flatten() {
                     text.push_str(&format!(
@@ -211,44 +253,40 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Status { id } => {
             let view = client.get(&format!("/deployments/{}", path_id("deployment id", &id)?)).await?;
-            print(output, &view, || table::deployment(&view));
+            print(output, screen, &view, || table::deployment(&view));
         }
-        Command::Logs { build_id, follow } => {
+        Command::Logs { build_id, follow: and_follow } => {
             let build_id = path_id("build id", &build_id)?;
-            if follow {
+            if and_follow {
                 let json = output == Output::Json;
-                let build = follow::follow_log(&client, build_id, |seen| {
-                    let mut out = std::io::stdout().lock();
-                    let _ = match (seen, json) {
-                        (Seen::Log { id, text }, true) => {
-                            writeln!(out, "{}", json!({ "event": "log", "id": id, "text": text }))
-                        }
-                        (Seen::Log { text, .. }, false) => write!(out, "{text}"),
-                        (Seen::End { status }, true) => {
-                            writeln!(out, "{}", json!({ "event": "end", "status": status }))
-                        }
-                        (Seen::End { .. }, false) => Ok(()),
-                    };
-                    let _ = out.flush();
-                })
-                .await?;
+                let streamed = follow::follow_log(&client, build_id, follow.resume, |seen| match (seen, json) {
+                    (Seen::Log { id, text }, true) => {
+                        screen.println(&screen.json(&json!({ "event": "log", "id": id, "text": text })))
+                    }
+                    (Seen::Log { text, .. }, false) => screen.print(text),
+                    (Seen::End { status }, true) => {
+                        screen.println(&screen.json(&json!({ "event": "end", "status": status })))
+                    }
+                    (Seen::End { .. }, false) => {}
+                });
+                let build = until_interrupted(streamed, &mut interrupt, || follow.interrupted(build_id)).await?;
                 return follow::outcome(&build);
             }
             let build = client.get(&format!("/builds/{build_id}")).await?;
             match output {
-                Output::Json => {
-                    println!("{}", json!({ "build_id": build["id"], "status": build["status"], "log": build["log"] }))
-                }
+                Output::Json => screen.println(
+                    &screen.json(&json!({ "build_id": build["id"], "status": build["status"], "log": build["log"] })),
+                ),
                 Output::Text => {
                     let log = build["log"].as_str().unwrap_or_default();
-                    print!("{log}");
+                    screen.print(log);
                     if !log.is_empty() && !log.ends_with('\n') {
-                        println!();
+                        screen.println("");
                     }
                 }
             }
         }
-        Command::Delete { id, follow } => {
+        Command::Delete { id, follow: and_follow } => {
             let id = path_id("deployment id", &id)?;
             let (_, accepted) = client.json(client.request(Method::DELETE, &format!("/deployments/{id}"))?).await?;
             let build = accepted["build_id"].as_str().unwrap_or_default().to_owned();
@@ -258,18 +296,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 Some("idle") => format!("deployment {id}: already deleted (destroy build {build} succeeded)"),
                 _ => format!("deployment {id}: destroy build {build} queued"),
             };
-            if follow {
+            if and_follow {
                 if output == Output::Text {
-                    println!("{said}");
+                    screen.println(&said);
                 }
-                return follow_build(&client, &build, output).await;
+                return follow_build(&client, &build, output, screen, &follow, &mut interrupt).await;
             }
-            print(output, &accepted, || said.clone());
+            print(output, screen, &accepted, || said.clone());
         }
         Command::Cancel { build_id } => {
             let path = format!("/builds/{}/cancel", path_id("build id", &build_id)?);
             let (_, answer) = client.json(client.request(Method::POST, &path)?).await?;
-            print(output, &answer, || match answer["status"].as_str() {
+            print(output, screen, &answer, || match answer["status"].as_str() {
                 Some("cancelled") => format!("build {build_id} cancelled"),
                 _ => format!("build {build_id} cancelling: its worker stops the effect"),
             });
@@ -277,34 +315,86 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Sbom { id, node } => {
             let id = path_id("deployment id", &id)?;
             match node {
-                // The document as the api sent it, in both output modes.
+                // The document as the api sent it, in both output modes
+                // (escaped on a terminal, like everything the api sends).
                 Some(node) => {
-                    println!("{}", client.get_text(&format!("/sbom/{id}?node={}", query_value(&node))).await?)
+                    let bytes = client.get_bytes(&format!("/sbom/{id}?node={}", query_value(&node))).await?;
+                    if screen.out {
+                        screen.println(&screen::lossless_text(&bytes));
+                    } else {
+                        let mut out = std::io::stdout().lock();
+                        let _ = out.write_all(&bytes).and_then(|()| out.write_all(b"\n")).and_then(|()| out.flush());
+                    }
                 }
                 None => {
                     let list = client.get(&format!("/sbom-list/{id}")).await?;
-                    print(output, &list, || table::sboms(&list));
+                    print(output, screen, &list, || table::sboms(&list));
                 }
             }
         }
         Command::Queues => {
             let queues = client.get("/queues").await?;
-            print(output, &queues, || table::queues(&queues));
+            print(output, screen, &queues, || table::queues(&queues));
         }
         Command::Workers => {
             let workers = client.get("/workers").await?;
-            print(output, &workers, || table::workers(&workers));
+            print(output, screen, &workers, || table::workers(&workers));
         }
         Command::Token => unreachable!("handled above"),
     }
     Ok(())
 }
 
-/// Prints `value` as JSON, or the text `human` makes.
-fn print(output: Output, value: &Value, human: impl FnOnce() -> String) {
+/// Prints `value` as JSON, or the text `human` makes, through `screen`.
+fn print(output: Output, screen: Screen, value: &Value, human: impl FnOnce() -> String) {
     match output {
-        Output::Json => println!("{value}"),
-        Output::Text => println!("{}", human()),
+        Output::Json => screen.println(&screen.json(value)),
+        Output::Text => screen.println(&human()),
+    }
+}
+
+/// How this run follows a build: how it resumes, and how to follow again.
+struct Follow {
+    resume: Resume,
+    /// `slipway` with the options that must be repeated to follow again
+    /// (`--url` unless it came from `SLIPWAY_URL` or is the default, `--output json`).
+    again: String,
+}
+
+impl Follow {
+    /// [`Failure::Interrupted`] for build `build`, with the command that follows it again.
+    fn interrupted(&self, build: &str) -> Failure {
+        Failure::Interrupted { build_id: build.to_owned(), again: format!("{} logs -f {build}", self.again) }
+    }
+}
+
+/// The start of a command that repeats this run's connection and output
+/// options: `slipway [--url URL] [--output json]`. The token is never
+/// repeated (it comes from `SLIPWAY_TOKEN` or `--token` as before).
+fn again_prefix(url: &str, output: Output) -> String {
+    let mut again = String::from("slipway");
+    let from_env = std::env::var("SLIPWAY_URL").is_ok_and(|v| v == url);
+    if !from_env && url != DEFAULT_URL {
+        again.push_str(&format!(" --url {url}"));
+    }
+    if output == Output::Json {
+        again.push_str(" --output json");
+    }
+    again
+}
+
+/// Runs `work` unless `interrupt` (SIGINT) comes first, then `stopped()`.
+async fn until_interrupted<T>(
+    work: impl std::future::Future<Output = Result<T, Failure>>,
+    interrupt: &mut Option<tokio::signal::unix::Signal>,
+    stopped: impl FnOnce() -> Failure,
+) -> Result<T, Failure> {
+    match interrupt {
+        Some(signal) => tokio::select! {
+            result = work => result,
+            _ = signal.recv() => Err(stopped()),
+        },
+        None => work.await,
     }
 }
 
@@ -328,40 +418,49 @@ fn submit_body(file: &str, module_source: Option<String>) -> Result<Value, Failu
 }
 
 /// Follows build `build` to its end: a spinner with its latest log line and
-/// the log above it (text), or NDJSON of the log then the final build view
-/// (json). `Ok` only when the build succeeded.
-async fn follow_build(client: &Client, build: &str, output: Output) -> Result<(), Failure> {
+/// the log above it (text, on standard error), or NDJSON of the log then the
+/// final build view (json). `Ok` only when the build succeeded; Ctrl-C
+/// clears the spinner and ends with [`Failure::Interrupted`].
+async fn follow_build(
+    client: &Client,
+    build: &str,
+    output: Output,
+    screen: Screen,
+    follow: &Follow,
+    interrupt: &mut Option<tokio::signal::unix::Signal>,
+) -> Result<(), Failure> {
     let json = output == Output::Json;
     let spinner = if json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
     spinner.set_style(ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("a valid template"));
     spinner.enable_steady_tick(Duration::from_millis(120));
     spinner.set_message(format!("build {build}: waiting for its log"));
-    let result = follow::follow_log(client, build, |seen| match seen {
+    let streamed = follow::follow_log(client, build, follow.resume, |seen| match seen {
         Seen::Log { id, text } => {
             if json {
-                println!("{}", json!({ "event": "log", "id": id, "text": text }));
+                screen.println(&screen.json(&json!({ "event": "log", "id": id, "text": text })));
                 return;
             }
             spinner.suspend(|| {
                 let mut err = std::io::stderr().lock();
-                let _ = write!(err, "{text}");
+                let _ = write!(err, "{}", screen.err(text));
                 if !text.ends_with('\n') {
                     let _ = writeln!(err);
                 }
             });
+            // The spinner's line is this program's own: always escaped.
             if let Some(line) = text.lines().rev().find(|l| !l.trim().is_empty()) {
-                let line: String = line.chars().take(100).collect();
+                let line: String = screen::escape(line).chars().take(100).collect();
                 spinner.set_message(format!("build {build}: {line}"));
             }
         }
-        Seen::End { status } => spinner.set_message(format!("build {build}: {status}")),
-    })
-    .await;
+        Seen::End { status } => spinner.set_message(format!("build {build}: {}", screen::escape(status))),
+    });
+    let result = until_interrupted(streamed, interrupt, || follow.interrupted(build)).await;
     spinner.finish_and_clear();
     let view = result?;
     match output {
-        Output::Json => println!("{}", json!({ "event": "build", "build": view })),
-        Output::Text => println!("{}", table::build_summary(&view)),
+        Output::Json => screen.println(&screen.json(&json!({ "event": "build", "build": view }))),
+        Output::Text => screen.println(&table::build_summary(&view)),
     }
     follow::outcome(&view)
 }

@@ -5,6 +5,7 @@
 //! genuine one.
 
 use crate::client::Failure;
+use crate::screen::Screen;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
@@ -26,8 +27,9 @@ pub fn claims(token: &str) -> Result<Value, Failure> {
     }
 }
 
-/// Prints the token's claims and expiry (text, or one JSON object).
-pub fn show(token: Option<&str>, json_output: bool) -> Result<(), Failure> {
+/// Prints the token's claims and expiry (text, or one JSON object), through
+/// `screen` (claims are text from elsewhere, escaped on a terminal).
+pub fn show(token: Option<&str>, json_output: bool, screen: Screen) -> Result<(), Failure> {
     let token = token.filter(|t| !t.trim().is_empty()).ok_or_else(|| {
         Failure::Usage(
             "no token: pass --token or set SLIPWAY_TOKEN (tokens come from your front-end, or from `slipway-api token` in development)"
@@ -42,7 +44,9 @@ pub fn show(token: Option<&str>, json_output: bool) -> Result<(), Failure> {
         .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok());
     let expired = exp.map(|e| now >= e);
     if json_output {
-        println!("{}", json!({ "claims": claims, "expires_at": expires_at, "expired": expired, "verified": false }));
+        screen.println(
+            &screen.json(&json!({ "claims": claims, "expires_at": expires_at, "expired": expired, "verified": false })),
+        );
         return Ok(());
     }
     let text = |v: &Value| match v {
@@ -50,21 +54,24 @@ pub fn show(token: Option<&str>, json_output: bool) -> Result<(), Failure> {
         Value::Null => "-".into(),
         other => other.to_string(),
     };
-    println!("subject      {}", text(&claims["sub"]));
-    println!("audience     {}", text(&claims["aud"]));
-    println!("issuer       {}", text(&claims["iss"]));
-    println!("deployments  {}", text(&claims["deployments"]));
-    println!("operator     {}", if claims["operator"] == json!(true) { "yes" } else { "no" });
-    match (expires_at, exp) {
+    let mut lines = vec![
+        format!("subject      {}", text(&claims["sub"])),
+        format!("audience     {}", text(&claims["aud"])),
+        format!("issuer       {}", text(&claims["iss"])),
+        format!("deployments  {}", text(&claims["deployments"])),
+        format!("operator     {}", if claims["operator"] == json!(true) { "yes" } else { "no" }),
+    ];
+    lines.push(match (expires_at, exp) {
         (Some(at), Some(e)) if now >= e => {
-            println!("expires      {at} (expired {} ago)", crate::table::age(&json!(((now - e) * 1000.0) as i64)))
+            format!("expires      {at} (expired {} ago)", crate::table::age(&json!(((now - e) * 1000.0) as i64)))
         }
         (Some(at), Some(e)) => {
-            println!("expires      {at} (in {})", crate::table::age(&json!(((e - now) * 1000.0) as i64)))
+            format!("expires      {at} (in {})", crate::table::age(&json!(((e - now) * 1000.0) as i64)))
         }
-        _ => println!("expires      - (no exp claim: the api refuses such a token)"),
-    }
-    println!("(decoded without checking the signature: only the api can tell whether it is genuine)");
+        _ => "expires      - (no exp claim: the api refuses such a token)".into(),
+    });
+    lines.push("(decoded without checking the signature: only the api can tell whether it is genuine)".into());
+    screen.println(&lines.join("\n"));
     Ok(())
 }
 

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{demo_file, failing_source, free_port, slipway, wait_for, Fleet};
+use common::{demo_file, failing_source, free_port, printing_source, slipway, wait_for, Fleet};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -160,11 +160,19 @@ async fn an_unreachable_api_is_named_and_exits_3_and_a_missing_token_exits_2() {
     assert_eq!(out.code, 2, "{out:#?}");
     assert!(out.stderr.contains("no token"), "{out:#?}");
     let help = slipway(&[], &["--help"]).await;
-    for code in
-        ["0  done", "1  the api refused", "2  bad usage", "3  the api could not be reached", "4  the followed build"]
-    {
+    for code in [
+        "0  done",
+        "1  the api refused",
+        "2  bad usage",
+        "3  the api could not be reached",
+        "4  the followed build",
+        "5  the api is busy",
+        "130  stopped by Ctrl-C",
+        "141  the reader of the output went away",
+    ] {
         assert!(help.stdout.contains(code), "--help lacks exit code {code:?}: {}", help.stdout);
     }
+    assert!(!help.stdout.contains(|c: char| c.is_control() && c != '\n'), "{:?}", help.stdout);
 }
 
 /// A reader that has gone (`slipway token | head -0`) ends `slipway`
@@ -238,4 +246,237 @@ async fn logs_follow_resumes_across_a_restart_of_the_api() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "{stderr}");
     assert!(stderr.contains(&format!("build {build} cancelled")), "{stderr}");
+}
+
+/// 600 numbered lines, the second half written after a pause long enough
+/// for the api to be away while the build runs.
+const SIX_HUNDRED_LINES: &str = r#"i=1
+while [ $i -le 300 ]; do echo "line $i of 600"; i=$((i+1)); done
+sleep 20
+while [ $i -le 600 ]; do echo "line $i of 600"; i=$((i+1)); done"#;
+
+/// `slipway logs -f` outlives an api that is away far longer than a few
+/// quick retries (15 s, killed, then started again on its port): it resumes
+/// with backoff until the api answers, every line arrives exactly once and
+/// in order, and the follow ends with the build (exit 0). A follower told
+/// `--give-up-after 2s` gives up during the same outage with exit 3.
+#[tokio::test]
+async fn logs_follow_outlives_a_long_api_outage_and_shows_every_line_exactly_once() {
+    use std::io::BufRead as _;
+    use std::process::Stdio;
+    let source = tempfile::tempdir().unwrap();
+    printing_source(source.path(), SIX_HUNDRED_LINES);
+    let mut fleet = Fleet::start(Some(source.path())).await;
+    let user = fleet.token(false);
+    let demo = demo_file();
+    let accepted = fleet.slipway(&user, &["--output", "json", "deploy", "chatty", "-f", demo.to_str().unwrap()]).await;
+    assert_eq!(accepted.code, 0, "{accepted:#?}");
+    let build = accepted.json()["build_id"].as_str().unwrap().to_owned();
+
+    let mut follower =
+        fleet.command(&user, &["logs", "-f", &build]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let quitter = fleet
+        .command(&user, &["--give-up-after", "2s", "logs", "-f", &build])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _reap = KillOnDrop(follower.id());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let lines = std::sync::Arc::clone(&seen);
+    let stdout = follower.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            lines.lock().unwrap().push(line.unwrap());
+        }
+    });
+    wait_for("the follower to show the first half", Duration::from_secs(120), || {
+        let half = seen.lock().unwrap().iter().any(|l| l == "line 300 of 600");
+        async move { half.then_some(()) }
+    })
+    .await;
+    // Away for 15 s: three times what five quick resumes used to survive.
+    fleet.restart_api(Duration::from_secs(15)).await;
+
+    let quit = quitter.wait_with_output().unwrap();
+    let quit_err = String::from_utf8_lossy(&quit.stderr);
+    assert_eq!(quit.status.code(), Some(3), "{quit_err}");
+    assert!(quit_err.contains("could not be resumed") && quit_err.contains("--give-up-after"), "{quit_err}");
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let status = loop {
+        if let Some(status) = follower.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "the follower did not end: {:?}", seen.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    reader.join().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut follower.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let numbered: Vec<String> = seen.lock().unwrap().iter().filter(|l| l.starts_with("line ")).cloned().collect();
+    let expected: Vec<String> = (1..=600).map(|i| format!("line {i} of 600")).collect();
+    assert_eq!(numbered, expected, "every line exactly once, in order");
+
+    // A reader that stops early ends slipway quietly (SIGPIPE, 141) or
+    // finds it done (0), never with a panic.
+    let url = fleet.url.clone();
+    let piped = tokio::process::Command::new("bash")
+        .args(["-c", &format!("set -o pipefail; {:?} logs -f {build} | head -1", env!("CARGO_BIN_EXE_slipway"))])
+        .env("SLIPWAY_URL", url)
+        .env("SLIPWAY_TOKEN", &user)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(matches!(piped.status.code(), Some(0 | 141)), "{:?}: {stderr}", piped.status);
+    assert_eq!(String::from_utf8_lossy(&piped.stdout).lines().count(), 1);
+    assert!(!stderr.contains("panicked") && stderr.trim().is_empty(), "{stderr}");
+}
+
+/// Kills a process by id when the test ends, however it ends.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: a signal to a child of this test, by its id.
+        unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+    }
+}
+
+/// A submit refused because the queue is full exits 5, apart from other
+/// refusals (1), and says when to try again (the answer's `Retry-After`).
+#[tokio::test]
+async fn a_full_queue_exits_5_and_shows_when_to_try_again() {
+    let fleet = Fleet::start_with(None, &[("QUEUE_SIZE", "1")], false).await;
+    let user = fleet.token(false);
+    let demo = demo_file();
+    let demo = demo.to_str().unwrap();
+    let first = fleet.slipway(&user, &["deploy", "first", "-f", demo]).await;
+    assert_eq!(first.code, 0, "{first:#?}");
+    let refused = fleet.slipway(&user, &["deploy", "second", "-f", demo]).await;
+    assert_eq!(refused.code, 5, "{refused:#?}");
+    assert!(refused.stderr.starts_with("slipway: error queue_full (HTTP 503): "), "{refused:#?}");
+    assert!(refused.stderr.contains("(Retry-After: 30; try again in 30 s)"), "{refused:#?}");
+    let refused = fleet.slipway(&user, &["--output", "json", "deploy", "second", "-f", demo]).await;
+    assert_eq!(refused.code, 5, "{refused:#?}");
+    let body: Value = serde_json::from_str(refused.stderr.trim()).unwrap();
+    assert_eq!((body["error"].as_str(), body["retry_after"].as_str()), (Some("queue_full"), Some("30")), "{body}");
+}
+
+/// A loopback TCP proxy to `port` that can go silent as a vanished host
+/// does: while silenced, the connections it holds pass nothing more and are
+/// not closed, and new ones are accepted and never answered.
+struct SilentProxy {
+    url: String,
+    silence: tokio::sync::watch::Sender<bool>,
+    silenced: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SilentProxy {
+    async fn start(port: u16) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (silence, quiet) = tokio::sync::watch::channel(false);
+        let silenced = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = std::sync::Arc::clone(&silenced);
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((client, _)) = listener.accept().await {
+                if *quiet.borrow() {
+                    held.push(client);
+                    continue;
+                }
+                let mut quiet = quiet.clone();
+                let count = std::sync::Arc::clone(&count);
+                tokio::spawn(async move {
+                    let Ok(upstream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { return };
+                    let (mut client_read, mut client_write) = client.into_split();
+                    let (mut up_read, mut up_write) = upstream.into_split();
+                    tokio::select! {
+                        _ = async {
+                            tokio::try_join!(
+                                tokio::io::copy(&mut client_read, &mut up_write),
+                                tokio::io::copy(&mut up_read, &mut client_write)
+                            )
+                        } => return,
+                        _ = quiet.wait_for(|q| *q) => count.fetch_add(1, Ordering::SeqCst),
+                    };
+                    // Silent from now on, and open: the client hears nothing.
+                    let _held = (client_read, client_write, up_read, up_write);
+                    std::future::pending::<()>().await;
+                });
+            }
+        });
+        Self { url, silence, silenced }
+    }
+}
+
+/// A log stream that goes silent without closing (the api's host gone from
+/// the network: no FIN, no RST, no keep-alive) counts as cut after 45 s and
+/// is resumed, instead of holding `logs -f` forever.
+#[tokio::test]
+async fn logs_follow_resumes_a_stream_that_went_silent_without_closing() {
+    use std::io::BufRead as _;
+    use std::process::Stdio;
+    use std::sync::atomic::Ordering;
+    let source = tempfile::tempdir().unwrap();
+    printing_source(source.path(), SIX_HUNDRED_LINES);
+    let fleet = Fleet::start(Some(source.path())).await;
+    let user = fleet.token(false);
+    let demo = demo_file();
+    let accepted = fleet.slipway(&user, &["--output", "json", "deploy", "quiet", "-f", demo.to_str().unwrap()]).await;
+    assert_eq!(accepted.code, 0, "{accepted:#?}");
+    let build = accepted.json()["build_id"].as_str().unwrap().to_owned();
+    let port: u16 = fleet.url.rsplit(':').next().unwrap().parse().unwrap();
+    let proxy = SilentProxy::start(port).await;
+
+    let mut follower = fleet
+        .command(&user, &["logs", "-f", &build])
+        .env("SLIPWAY_URL", &proxy.url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _reap = KillOnDrop(follower.id());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let lines = std::sync::Arc::clone(&seen);
+    let stdout = follower.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            lines.lock().unwrap().push(line.unwrap());
+        }
+    });
+    wait_for("the follower to show the first half", Duration::from_secs(120), || {
+        let half = seen.lock().unwrap().iter().any(|l| l == "line 300 of 600");
+        async move { half.then_some(()) }
+    })
+    .await;
+    // The follower's stream goes silent; new connections pass again.
+    proxy.silence.send_replace(true);
+    wait_for("the proxy to silence the stream", Duration::from_secs(10), || {
+        let silent = proxy.silenced.load(Ordering::SeqCst) >= 1;
+        async move { silent.then_some(()) }
+    })
+    .await;
+    proxy.silence.send_replace(false);
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(150);
+    let status = loop {
+        if let Some(status) = follower.try_wait().unwrap() {
+            break status;
+        }
+        let shown = seen.lock().unwrap().len();
+        assert!(std::time::Instant::now() < deadline, "the follower is held by a silent stream ({shown} lines)");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    reader.join().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut follower.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let numbered: Vec<String> = seen.lock().unwrap().iter().filter(|l| l.starts_with("line ")).cloned().collect();
+    let expected: Vec<String> = (1..=600).map(|i| format!("line {i} of 600")).collect();
+    assert_eq!(numbered, expected, "every line exactly once, in order");
 }

@@ -4,6 +4,8 @@
 //! deadline. Processes are killed when the test ends, however it ends.
 #![allow(dead_code)]
 
+pub mod pty;
+
 use serde_json::Value;
 use slipway_jobs::store::Engine;
 #[allow(unused_imports)]
@@ -50,23 +52,35 @@ pub struct Fleet {
     pub db: TestDatabase,
     pub url: String,
     port: u16,
+    api_env: Vec<(String, String)>,
     _api: Running,
-    _worker: Running,
+    _worker: Option<Running>,
 }
 
 impl Fleet {
     pub async fn start(source: Option<&Path>) -> Self {
+        Self::start_with(source, &[], true).await
+    }
+
+    /// An api with the settings `api_env` (`QUEUE_SIZE`, …), and a worker
+    /// deploying from `source` when `worker`.
+    pub async fn start_with(source: Option<&Path>, api_env: &[(&str, &str)], worker: bool) -> Self {
         let db = TestDatabase::new(Engine::Sqlite).await;
         let port = free_port();
-        let api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
-        let mut worker = command(&binary("slipway-worker"), &db, port);
-        worker.arg("work");
-        if let Some(source) = source {
-            worker.env("SLIPWAY_DEFAULT_SOURCE_DIR", source);
-        }
-        let worker = start(worker, &db, "worker.log");
+        let api_env: Vec<(String, String)> = api_env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut api = command(&binary("slipway-api"), &db, port);
+        api.envs(api_env.iter().map(|(k, v)| (k, v)));
+        let api = start(api, &db, "api.log");
+        let worker = worker.then(|| {
+            let mut worker = command(&binary("slipway-worker"), &db, port);
+            worker.arg("work");
+            if let Some(source) = source {
+                worker.env("SLIPWAY_DEFAULT_SOURCE_DIR", source);
+            }
+            start(worker, &db, "worker.log")
+        });
         let url = format!("http://127.0.0.1:{port}");
-        let fleet = Self { db, url, port, _api: api, _worker: worker };
+        let fleet = Self { db, url, port, api_env, _api: api, _worker: worker };
         wait_for("the api to listen", Duration::from_secs(60), || async {
             std::net::TcpStream::connect(("127.0.0.1", fleet.port)).is_ok().then_some(())
         })
@@ -80,7 +94,9 @@ impl Fleet {
     pub async fn restart_api(&mut self, outage: Duration) {
         self._api.kill();
         tokio::time::sleep(outage).await;
-        self._api = start(command(&binary("slipway-api"), &self.db, self.port), &self.db, "api.log");
+        let mut api = command(&binary("slipway-api"), &self.db, self.port);
+        api.envs(self.api_env.iter().map(|(k, v)| (k, v)));
+        self._api = start(api, &self.db, "api.log");
         let port = self.port;
         wait_for("the restarted api to listen", Duration::from_secs(60), || async move {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_ok().then_some(())
@@ -104,6 +120,19 @@ impl Fleet {
     /// Runs `slipway args…` against this fleet with `token`.
     pub async fn slipway(&self, token: &str, args: &[&str]) -> Out {
         slipway(&[("SLIPWAY_URL", &self.url), ("SLIPWAY_TOKEN", token)], args).await
+    }
+
+    /// `slipway args…` against this fleet with `token`, not yet started
+    /// (standard input closed, output for the caller to set).
+    pub fn command(&self, token: &str, args: &[&str]) -> std::process::Command {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_slipway"));
+        cmd.args(args).env("SLIPWAY_URL", &self.url).env("SLIPWAY_TOKEN", token).stdin(Stdio::null());
+        cmd
+    }
+
+    /// Kills the api (SIGKILL) and leaves it down.
+    pub fn stop_api(&mut self) {
+        self._api.kill();
     }
 }
 
@@ -166,6 +195,24 @@ echo "this deploy fails on purpose" >&2
 exit 1
 "#;
     for (name, body) in [("deploy", deploy), ("destroy", "#!/bin/sh\nexit 0\n")] {
+        let path = effects.join(name);
+        std::fs::write(&path, body).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// A built-in module source whose deploy prints `body` (shell) and then
+/// succeeds, reporting one node `web`; its destroy succeeds.
+pub fn printing_source(root: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let effects = root.join("core/effects");
+    std::fs::create_dir_all(&effects).unwrap();
+    std::fs::write(root.join("core/default.nix"), "{ provider ? {} }: { }\n").unwrap();
+    let deploy = format!(
+        "#!/bin/sh\nset -eu\n{body}\ncat > \"$SBOM_OUT_DIR/nodes.json\" <<'EOF'\n\
+         {{\"nodes\": [{{\"name\": \"web\", \"dnsNames\": [], \"outcome\": \"deployed\", \"system\": null, \"error\": null}}]}}\nEOF\n"
+    );
+    for (name, body) in [("deploy", deploy.as_str()), ("destroy", "#!/bin/sh\nexit 0\n")] {
         let path = effects.join(name);
         std::fs::write(&path, body).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
