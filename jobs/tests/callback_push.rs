@@ -20,8 +20,9 @@ static BODY: LazyLock<Value> = LazyLock::new(|| json!({"deployment": "demo", "st
 
 /// How long a test waits for something it expects to happen.
 const WAIT: Duration = Duration::from_secs(10);
-/// A public address that answers nobody (TEST-NET-1, RFC 5737).
-const PUBLIC: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+/// A globally reachable address (not a documentation range, which the
+/// callback check refuses) that no test's receiver listens on.
+const PUBLIC: IpAddr = IpAddr::V4(Ipv4Addr::new(93, 184, 216, 34));
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 async fn within<T>(what: &str, future: impl std::future::Future<Output = Option<T>>) -> T {
@@ -374,6 +375,6 @@ async fn a_push_request_and_its_outcome_json_never_show_the_token() {
         address: Some(SocketAddr::new(PUBLIC, 443)),
     };
     let json: Value = serde_json::to_value(&outcome).unwrap();
-    assert_eq!(json["address"], "192.0.2.1:443");
+    assert_eq!(json["address"], "93.184.216.34:443");
     assert_no_token(&outcome);
 }
