@@ -273,6 +273,19 @@ async fn a_resolver_answering_a_public_and_a_loopback_address_is_refused() {
 }
 
 #[tokio::test]
+async fn a_name_resolving_to_a_benchmarking_or_cloud_platform_address_is_refused_and_sends_nothing() {
+    for address in ["198.18.0.1", "168.63.129.16", "100.100.100.200", "fd00:ec2::254", "::ffff:198.18.0.1"] {
+        let allowed = origins(&["https://panel.example".to_owned()]);
+        let resolver = Scripted::new(vec![vec![address.parse().unwrap()]]);
+        let outcome =
+            push(request("https://panel.example/cb", &allowed, &resolver, false, Duration::from_secs(5))).await;
+        assert_no_token(&outcome);
+        assert_eq!(outcome.error, Some(PushError::RefusedAddress), "{address}: {outcome:?}");
+        assert_eq!(resolver.calls(), 1, "{address}");
+    }
+}
+
+#[tokio::test]
 async fn a_name_that_resolves_to_nothing_is_resolve_failed() {
     let allowed = origins(&["http://nowhere.test".to_owned()]);
     let resolver = Scripted::new(vec![vec![]]);
