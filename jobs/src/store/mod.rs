@@ -19,6 +19,7 @@ pub mod queue;
 pub mod readiness;
 pub mod sboms;
 pub mod submit;
+pub mod tickets;
 pub mod workers;
 
 pub use db::{ping, placeholders, Conn, Db, Engine, Held, Row, SqliteDb, Q};
