@@ -376,11 +376,11 @@ slipway_jobs::on_both_engines!(
     a_build_whose_worker_is_killed_is_run_again_by_another_worker,
 );
 
-/// The status of the `builds` job whose payload names `build_id`.
-async fn job_status(db: &Db, build_id: &str) -> Option<String> {
+/// The status of the `readiness` job whose payload names `deployment`.
+async fn job_status(db: &Db, deployment: &str) -> Option<String> {
     let mut conn = db.acquire().await.ok()?;
-    Q::new("SELECT status FROM apalis.jobs WHERE job_type = 'builds' AND convert_from(job, 'UTF8') LIKE $1")
-        .text(format!("%{build_id}%"))
+    Q::new("SELECT status FROM apalis.jobs WHERE job_type = 'readiness' AND convert_from(job, 'UTF8') LIKE $1")
+        .text(format!("%{deployment}%"))
         .fetch_optional(&mut conn)
         .await
         .ok()??
@@ -388,23 +388,28 @@ async fn job_status(db: &Db, build_id: &str) -> Option<String> {
         .ok()
 }
 
-/// Pushes a `builds` job for `build_id` (a build with no row: its job ends
-/// at once) and returns how long the worker took to finish it, up to 20 s.
-async fn job_done_after(db: &Db, build_id: &str) -> Option<Duration> {
+/// Pushes a `readiness` job for `deployment` (which has no instances: its
+/// job ends at once) and returns how long the worker took to finish it, up
+/// to 20 s.
+async fn job_done_after(db: &Db, deployment: &str) -> Option<Duration> {
+    use slipway_jobs::store::queue::{push_readiness_job, ReadinessJob};
+    let job = ReadinessJob { deployment_id: deployment.into(), build_id: "none".into(), not_before_ms: None };
     let mut tx = db.begin_write().await.unwrap();
-    slipway_jobs::store::queue::push_build_job(&mut tx, build_id, None).await.unwrap();
+    push_readiness_job(&mut tx, &job, None).await.unwrap();
     tx.commit().await.unwrap();
     let pushed = Instant::now();
     common::poll(Duration::from_secs(20), || async {
-        (job_status(db, build_id).await.as_deref() == Some("Done")).then(|| pushed.elapsed())
+        (job_status(db, deployment).await.as_deref() == Some("Done")).then(|| pushed.elapsed())
     })
     .await
 }
 
 /// After PostgreSQL refused and dropped every connection for 5 s (a
 /// restart or failover), the worker's LISTEN comes back: its log says it
-/// lost it and listens again, and a new build's job is then taken at once
-/// by its notification, while the poll (30 s here) would wait.
+/// lost it and listens again, and a new job is then taken at once by its
+/// notification, while the poll (30 s here) would wait. (A `readiness`
+/// job: every queue's workers are woken by the same feed, and this one
+/// needs no Nix.)
 #[tokio::test]
 async fn a_worker_listens_again_after_postgres_refused_every_connection_for_5_s() {
     let db = TestDatabase::new(Engine::Postgres).await;
