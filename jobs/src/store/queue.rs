@@ -158,8 +158,11 @@ pub enum Woken {
 #[derive(Clone)]
 pub struct JobFeed {
     poll: Duration,
-    subscribers: std::sync::Arc<std::sync::Mutex<Vec<(String, mpsc::Sender<Woken>)>>>,
+    subscribers: std::sync::Arc<std::sync::Mutex<Vec<Subscriber>>>,
 }
+
+/// A queue's workers, as the [`JobFeed`] wakes them: the queue and where its wakes go.
+type Subscriber = (String, mpsc::Sender<Woken>);
 
 impl JobFeed {
     /// Starts the feed's listener on `pool` (in a task that ends once every
