@@ -13,6 +13,7 @@ pub mod db;
 pub mod deployments;
 pub mod events;
 pub mod fleet;
+pub mod listen;
 pub mod nix;
 pub mod nodelay;
 pub mod queue;
