@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod body_deadline;
 pub mod database_health;
 pub mod default_source;
 pub mod error;

@@ -52,7 +52,13 @@ fn main() -> ExitCode {
     let result = match Config::load() {
         Err(e) => Err(anyhow::Error::new(e)),
         Ok(config) => match cli.command.unwrap_or(Command::Serve) {
-            Command::Serve => tokio::runtime::Runtime::new().expect("tokio runtime starts").block_on(serve(config)),
+            Command::Serve => {
+                let runtime = tokio::runtime::Runtime::new().expect("tokio runtime starts");
+                let served = runtime.block_on(serve(config));
+                // What the drain left open is dropped, not waited for.
+                runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+                served
+            }
             Command::Token { deployments, ttl, sub, operator, kid } => {
                 token(&config, &ttl, Mint { subject: sub, deployments, ttl_secs: 0, operator, kid })
             }
@@ -85,6 +91,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let db = slipway_jobs::store::open(&config).await.context("opening the database")?;
     let bind = config.bind.clone();
     let read_timeout = config.request_timeout;
+    let config_grace = config.shutdown_grace;
     let state = AppState::new(config, db)?;
     if let Some(file) = state.verifier.keys_file() {
         tracing::info!(file = %file.display(), kids = ?state.verifier.keys().kids(), "token keys loaded");
@@ -93,6 +100,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     // action (ending the process).
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).context("handling SIGHUP")?;
     let rotation = tokio::spawn(slipway_api::rotation::watch(state.clone(), hangup));
+    let signals = shutdown_signals()?;
     let listener = tokio::net::TcpListener::bind(&bind).await.with_context(|| format!("binding {bind}"))?;
     tracing::info!(address = %listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "slipway-api serving");
     let streams = state.clone();
@@ -104,19 +112,60 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             metrics.upkeep();
         }
     });
-    slipway_api::serve::serve(listener, app(state), read_timeout, async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        // Open streams would hold the graceful shutdown forever: end them
-        // (their clients reconnect, to another replica, with their last id).
-        streams.hub.close();
-    })
+    let grace = config_grace;
+    let mut first = signals.clone();
+    let mut second = signals;
+    let drained = slipway_api::serve::serve_draining(
+        listener,
+        app(state),
+        read_timeout,
+        async move {
+            let _ = first.wait_for(|n| *n >= 1).await;
+            tracing::info!(
+                grace_seconds = grace.as_secs(),
+                "slipway-api shutting down: draining requests in flight for at most the grace (a second signal ends it at once)"
+            );
+            // Open streams would hold the drain to its end: end them (their
+            // clients reconnect, to another replica, with their last id).
+            streams.hub.close();
+        },
+        async move {
+            tokio::select! {
+                () = tokio::time::sleep(grace) => {
+                    tracing::warn!(grace_seconds = grace.as_secs(), "slipway-api shutdown grace over");
+                }
+                _ = second.wait_for(|n| *n >= 2) => tracing::warn!("slipway-api second signal: exiting at once"),
+            }
+        },
+    )
     .await;
+    match drained {
+        slipway_api::serve::Drained::Complete => tracing::info!("slipway-api stopped: every request finished"),
+        slipway_api::serve::Drained::CutShort { open } => {
+            tracing::warn!(connections = open, "slipway-api stopped with connections still open")
+        }
+    }
     upkeep.abort();
     rotation.abort();
     Ok(())
+}
+
+/// Counts the `SIGTERM` and `SIGINT` signals received from now on (the
+/// first starts the drain, the second ends it). Handling them replaces their
+/// default action, ending the process.
+fn shutdown_signals() -> anyhow::Result<tokio::sync::watch::Receiver<u32>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+    let (count, signals) = tokio::sync::watch::channel(0u32);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            count.send_modify(|n| *n += 1);
+        }
+    });
+    Ok(signals)
 }

@@ -110,6 +110,19 @@ impl ApiProcess {
         }
     }
 
+    /// Its exit status once it has exited within `deadline`, or `None` if
+    /// it is still running then.
+    pub async fn exited_within(&mut self, deadline: Duration) -> Option<std::process::ExitStatus> {
+        tokio::time::timeout(deadline, self.child.wait()).await.ok().map(|status| status.unwrap())
+    }
+
+    /// Sends it `signal` (such as `libc::SIGTERM`).
+    pub fn signal(&self, signal: i32) {
+        let pid = self.pid() as libc::pid_t;
+        // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "signalling the api");
+    }
+
     /// Kills it.
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;
