@@ -14,6 +14,7 @@ pub mod openapi;
 pub mod rotation;
 pub mod routes;
 pub mod serve;
+pub mod starting;
 pub mod ui;
 
 pub use app::{app, App, AppState};

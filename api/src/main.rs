@@ -6,6 +6,7 @@ use slipway_api::auth::Mint;
 use slipway_api::{app, AppState};
 use slipway_jobs::config::{parse_duration, Config};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(Parser)]
 #[command(name = "slipway-api", version, about = "Slipway's HTTP API. With no command it serves on SLIPWAY_BIND.")]
@@ -68,7 +69,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("slipway-api: {}", slipway_jobs::error_line(e.chain()));
-            ExitCode::FAILURE
+            ExitCode::from(slipway_jobs::exit_status(e.chain()))
         }
     }
 }
@@ -85,39 +86,35 @@ fn token(config: &Config, ttl: &str, mint: Mint) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Serves until a signal. It listens first and answers every request `503`
+/// (`slipway_api::starting`) while the database is opened and migrated,
+/// which may mean waiting for another process's migrations; a signal then
+/// ends it at once. A database that cannot be used ends it with the error.
 async fn serve(config: Config) -> anyhow::Result<()> {
     slipway_jobs::sandbox::private_dir(&config.state_dir)
         .with_context(|| format!("making the state folder {} private", config.state_dir.display()))?;
-    let db = slipway_jobs::store::open(&config).await.context("opening the database")?;
     let bind = config.bind.clone();
     let read_timeout = config.request_timeout;
-    let config_grace = config.shutdown_grace;
-    let state = AppState::new(config, db)?;
-    if let Some(file) = state.verifier.keys_file() {
-        tracing::info!(file = %file.display(), kids = ?state.verifier.keys().kids(), "token keys loaded");
-    }
-    // Before the api says it serves, so that no SIGHUP meets the default
-    // action (ending the process).
+    let grace = config.shutdown_grace;
+    // Before the api listens, so that no signal meets its default action
+    // (ending the process): SIGHUP reads the token keys again, SIGTERM and
+    // SIGINT stop it.
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).context("handling SIGHUP")?;
-    let rotation = tokio::spawn(slipway_api::rotation::watch(state.clone(), hangup));
     let signals = shutdown_signals()?;
     let listener = tokio::net::TcpListener::bind(&bind).await.with_context(|| format!("binding {bind}"))?;
-    tracing::info!(address = %listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "slipway-api serving");
-    let streams = state.clone();
-    let metrics = state.metrics.clone();
-    let upkeep = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(slipway_api::observe::UPKEEP_EVERY);
-        loop {
-            tick.tick().await;
-            metrics.upkeep();
-        }
-    });
-    let grace = config_grace;
+    let address = listener.local_addr()?;
+    tracing::info!(
+        address = %address,
+        "slipway-api starting: every request answers 503 until its database is open and migrated; listening"
+    );
+    let ready = slipway_api::starting::Ready::new();
+    let opened = Arc::new(std::sync::OnceLock::<AppState>::new());
+    let streams = opened.clone();
     let mut first = signals.clone();
-    let mut second = signals;
-    let drained = slipway_api::serve::serve_draining(
+    let mut second = signals.clone();
+    let serving = tokio::spawn(slipway_api::serve::serve_draining(
         listener,
-        app(state),
+        slipway_api::starting::router(ready.clone()),
         read_timeout,
         async move {
             let _ = first.wait_for(|n| *n >= 1).await;
@@ -127,7 +124,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             );
             // Open streams would hold the drain to its end: end them (their
             // clients reconnect, to another replica, with their last id).
-            streams.hub.close();
+            if let Some(state) = streams.get() {
+                state.hub.close();
+            }
         },
         async move {
             tokio::select! {
@@ -137,9 +136,32 @@ async fn serve(config: Config) -> anyhow::Result<()> {
                 _ = second.wait_for(|n| *n >= 2) => tracing::warn!("slipway-api second signal: exiting at once"),
             }
         },
-    )
-    .await;
-    match drained {
+    ));
+    let mut stop = signals;
+    let db = tokio::select! {
+        db = slipway_jobs::store::open(&config) => db.context("opening the database")?,
+        _ = stop.wait_for(|n| *n >= 1) => {
+            tracing::info!("slipway-api stopped before its database was ready");
+            return Ok(());
+        }
+    };
+    let state = AppState::new(config, db)?;
+    if let Some(file) = state.verifier.keys_file() {
+        tracing::info!(file = %file.display(), kids = ?state.verifier.keys().kids(), "token keys loaded");
+    }
+    let rotation = tokio::spawn(slipway_api::rotation::watch(state.clone(), hangup));
+    let metrics = state.metrics.clone();
+    let upkeep = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(slipway_api::observe::UPKEEP_EVERY);
+        loop {
+            tick.tick().await;
+            metrics.upkeep();
+        }
+    });
+    let _ = opened.set(state.clone());
+    ready.set(app(state));
+    tracing::info!(address = %address, version = env!("CARGO_PKG_VERSION"), "slipway-api serving");
+    match serving.await.context("serving")? {
         slipway_api::serve::Drained::Complete => tracing::info!("slipway-api stopped: every request finished"),
         slipway_api::serve::Drained::CutShort { open } => {
             tracing::warn!(connections = open, "slipway-api stopped with connections still open")

@@ -45,6 +45,13 @@ pub fn api_command(dir: &Path, file: Option<&str>, env: &[(&str, &str)]) -> toki
 /// Starts the api as [`api_command`] says; returns once it says where it
 /// serves (within 120 s), or panics with what it logged.
 pub async fn start_api(dir: &Path, file: Option<&str>, env: &[(&str, &str)]) -> ApiProcess {
+    start_api_until(dir, file, env, "serving address=").await
+}
+
+/// Starts the api as [`api_command`] says; returns once it logs `marker`
+/// followed by its address (`serving address=`, or `listening address=`
+/// while its database is not ready yet), within 120 s.
+pub async fn start_api_until(dir: &Path, file: Option<&str>, env: &[(&str, &str)], marker: &str) -> ApiProcess {
     let mut command = api_command(dir, file, env);
     command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
     let mut child = command.spawn().expect("slipway-api starts");
@@ -58,8 +65,8 @@ pub async fn start_api(dir: &Path, file: Option<&str>, env: &[(&str, &str)]) -> 
     });
     let mut seen = log.clone();
     let serving = tokio::time::timeout(Duration::from_secs(120), async {
-        let found = seen.wait_for(|log| log.iter().any(|l| l.contains("serving address="))).await;
-        found.ok().and_then(|log| log.iter().find_map(|l| Some(l.split_once("serving address=")?.1.to_owned())))
+        let found = seen.wait_for(|log| log.iter().any(|l| l.contains(marker))).await;
+        found.ok().and_then(|log| log.iter().find_map(|l| Some(l.split_once(marker)?.1.to_owned())))
     })
     .await;
     match serving {
