@@ -173,7 +173,8 @@ impl PgBouncer {
 }
 
 #[tokio::test]
-async fn behind_a_pooler_in_transaction_mode_the_api_refuses_in_one_line_naming_the_fix_and_exits_78() {
+async fn behind_a_pooler_in_transaction_mode_the_api_refuses_in_one_line_naming_the_fix_exits_78_and_leaves_no_lock_behind(
+) {
     let database = TestDatabase::new(Engine::Postgres).await;
     let pooler = PgBouncer::start("transaction").await;
     let url = pooler.url_for(&database.url);
@@ -186,6 +187,12 @@ async fn behind_a_pooler_in_transaction_mode_the_api_refuses_in_one_line_naming_
         assert!(line.contains(words), "{words:?} not in {line}");
     }
     assert!(!stderr.contains("prepared statement"), "{stderr}");
+    // The attempt left nothing behind on the pooler's server sessions (a
+    // session lock there would hold every later start): with the pooler
+    // still up, a start over a direct URL serves.
+    let api = start_api_until(database.dir.path(), None, &[("DATABASE_URL", &database.url)], "serving address=").await;
+    assert_eq!(api.status_of("GET /healthz HTTP/1.1\r\n").await, 200);
+    drop(pooler);
 }
 
 #[tokio::test]
