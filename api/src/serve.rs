@@ -12,7 +12,8 @@
 //! A client gets `read_timeout` (`SLIPWAY_REQUEST_TIMEOUT`) to send a whole
 //! request head, and an idle keep-alive connection is closed after as long:
 //! a connection that never finishes its head cannot be held open. A body's
-//! pauses are timed by the router ([`crate::app::app`], `408`).
+//! pauses, and its whole arrival, are timed by the router
+//! ([`crate::app::app`], [`crate::body_deadline`], `408`).
 //!
 //! On shutdown it stops accepting and drains the open connections for a
 //! bounded time ([`serve_draining`]: `SLIPWAY_SHUTDOWN_GRACE` in the api,
@@ -117,8 +118,7 @@ pub async fn serve_draining(
         });
     }
     drop(listener);
-    let draining = graceful.count();
-    tracing::info!(connections = draining, "stopped accepting; draining the open connections");
+    tracing::info!(connections = open.load(Ordering::Relaxed), "stopped accepting; draining the open connections");
     tokio::select! {
         () = graceful.shutdown() => Drained::Complete,
         () = stop_draining => Drained::CutShort { open: open.load(Ordering::Relaxed) },

@@ -116,7 +116,8 @@ impl StoreError {
     }
 
     /// Whether restarting cannot help: the database or its URL must change
-    /// first ([`Self::TransactionPooler`], [`Self::NewerDatabase`]). The
+    /// first ([`Self::TransactionPooler`], [`Self::NewerDatabase`],
+    /// [`Self::UnsupportedUrl`]). The
     /// binaries then exit with [`crate::EX_CONFIG`] (78), which the shipped
     /// systemd units do not restart (`RestartPreventExitStatus=78`).
     pub fn is_configuration(&self) -> bool {
