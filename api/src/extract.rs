@@ -91,12 +91,25 @@ fn unsupported_media_type() -> ApiError {
 /// The whole body, at most [`crate::app::BODY_LIMIT`] bytes (the router's
 /// `DefaultBodyLimit`): past it `413 payload_too_large`, whether the body
 /// announced its length or came in chunks; a body that paused longer than
-/// `SLIPWAY_REQUEST_TIMEOUT` between two pieces `408 request_timeout`; a
-/// body that broke off `400 invalid_request`.
+/// `SLIPWAY_REQUEST_TIMEOUT` between two pieces, or still arriving
+/// `SLIPWAY_BODY_TIMEOUT` after the head ([`crate::body_deadline`]), `408
+/// request_timeout` (the latter with `limit_seconds` in `details`); a body
+/// that broke off `400 invalid_request`.
 async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
     Bytes::from_request(req, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::payload_too_large()
+        } else if let Some(limit) = crate::body_deadline::timed_out(&rejection) {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!(
+                    "the body was still arriving {} s after the request's head, longer than this service waits for a \
+                     whole body; send it faster or in a smaller request",
+                    limit.as_secs()
+                ),
+            )
+            .with_details(serde_json::json!({ "limit_seconds": limit.as_secs() }))
         } else if timed_out(&rejection) {
             ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,

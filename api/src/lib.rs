@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod body_deadline;
 pub mod database_health;
 pub mod default_source;
 pub mod error;
@@ -13,6 +14,7 @@ pub mod openapi;
 pub mod rotation;
 pub mod routes;
 pub mod serve;
+pub mod starting;
 pub mod ui;
 
 pub use app::{app, App, AppState};

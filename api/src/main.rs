@@ -6,6 +6,7 @@ use slipway_api::auth::Mint;
 use slipway_api::{app, AppState};
 use slipway_jobs::config::{parse_duration, Config};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(Parser)]
 #[command(name = "slipway-api", version, about = "Slipway's HTTP API. With no command it serves on SLIPWAY_BIND.")]
@@ -52,7 +53,13 @@ fn main() -> ExitCode {
     let result = match Config::load() {
         Err(e) => Err(anyhow::Error::new(e)),
         Ok(config) => match cli.command.unwrap_or(Command::Serve) {
-            Command::Serve => tokio::runtime::Runtime::new().expect("tokio runtime starts").block_on(serve(config)),
+            Command::Serve => {
+                let runtime = tokio::runtime::Runtime::new().expect("tokio runtime starts");
+                let served = runtime.block_on(serve(config));
+                // What the drain left open is dropped, not waited for.
+                runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+                served
+            }
             Command::Token { deployments, ttl, sub, operator, kid } => {
                 token(&config, &ttl, Mint { subject: sub, deployments, ttl_secs: 0, operator, kid })
             }
@@ -62,7 +69,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("slipway-api: {}", slipway_jobs::error_line(e.chain()));
-            ExitCode::FAILURE
+            ExitCode::from(slipway_jobs::exit_status(e.chain()))
         }
     }
 }
@@ -79,23 +86,70 @@ fn token(config: &Config, ttl: &str, mint: Mint) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Serves until a signal. It listens first and answers every request `503`
+/// (`slipway_api::starting`) while the database is opened and migrated,
+/// which may mean waiting for another process's migrations; a signal then
+/// ends it at once. A database that cannot be used ends it with the error.
 async fn serve(config: Config) -> anyhow::Result<()> {
     slipway_jobs::sandbox::private_dir(&config.state_dir)
         .with_context(|| format!("making the state folder {} private", config.state_dir.display()))?;
-    let db = slipway_jobs::store::open(&config).await.context("opening the database")?;
     let bind = config.bind.clone();
     let read_timeout = config.request_timeout;
+    let grace = config.shutdown_grace;
+    // Before the api listens, so that no signal meets its default action
+    // (ending the process): SIGHUP reads the token keys again, SIGTERM and
+    // SIGINT stop it.
+    let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).context("handling SIGHUP")?;
+    let signals = shutdown_signals()?;
+    let listener = tokio::net::TcpListener::bind(&bind).await.with_context(|| format!("binding {bind}"))?;
+    let address = listener.local_addr()?;
+    tracing::info!(
+        address = %address,
+        "slipway-api starting: every request answers 503 until its database is open and migrated; listening"
+    );
+    let ready = slipway_api::starting::Ready::new();
+    let opened = Arc::new(std::sync::OnceLock::<AppState>::new());
+    let streams = opened.clone();
+    let mut first = signals.clone();
+    let mut second = signals.clone();
+    let serving = tokio::spawn(slipway_api::serve::serve_draining(
+        listener,
+        slipway_api::starting::router(ready.clone()),
+        read_timeout,
+        async move {
+            let _ = first.wait_for(|n| *n >= 1).await;
+            tracing::info!(
+                grace_seconds = grace.as_secs(),
+                "slipway-api shutting down: draining requests in flight for at most the grace (a second signal ends it at once)"
+            );
+            // Open streams would hold the drain to its end: end them (their
+            // clients reconnect, to another replica, with their last id).
+            if let Some(state) = streams.get() {
+                state.hub.close();
+            }
+        },
+        async move {
+            tokio::select! {
+                () = tokio::time::sleep(grace) => {
+                    tracing::warn!(grace_seconds = grace.as_secs(), "slipway-api shutdown grace over");
+                }
+                _ = second.wait_for(|n| *n >= 2) => tracing::warn!("slipway-api second signal: exiting at once"),
+            }
+        },
+    ));
+    let mut stop = signals;
+    let db = tokio::select! {
+        db = slipway_jobs::store::open(&config) => db.context("opening the database")?,
+        _ = stop.wait_for(|n| *n >= 1) => {
+            tracing::info!("slipway-api stopped before its database was ready");
+            return Ok(());
+        }
+    };
     let state = AppState::new(config, db)?;
     if let Some(file) = state.verifier.keys_file() {
         tracing::info!(file = %file.display(), kids = ?state.verifier.keys().kids(), "token keys loaded");
     }
-    // Before the api says it serves, so that no SIGHUP meets the default
-    // action (ending the process).
-    let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).context("handling SIGHUP")?;
     let rotation = tokio::spawn(slipway_api::rotation::watch(state.clone(), hangup));
-    let listener = tokio::net::TcpListener::bind(&bind).await.with_context(|| format!("binding {bind}"))?;
-    tracing::info!(address = %listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "slipway-api serving");
-    let streams = state.clone();
     let metrics = state.metrics.clone();
     let upkeep = tokio::spawn(async move {
         let mut tick = tokio::time::interval(slipway_api::observe::UPKEEP_EVERY);
@@ -104,19 +158,36 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             metrics.upkeep();
         }
     });
-    slipway_api::serve::serve(listener, app(state), read_timeout, async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+    let _ = opened.set(state.clone());
+    ready.set(app(state));
+    tracing::info!(address = %address, version = env!("CARGO_PKG_VERSION"), "slipway-api serving");
+    match serving.await.context("serving")? {
+        slipway_api::serve::Drained::Complete => tracing::info!("slipway-api stopped: every request finished"),
+        slipway_api::serve::Drained::CutShort { open } => {
+            tracing::warn!(connections = open, "slipway-api stopped with connections still open")
         }
-        // Open streams would hold the graceful shutdown forever: end them
-        // (their clients reconnect, to another replica, with their last id).
-        streams.hub.close();
-    })
-    .await;
+    }
     upkeep.abort();
     rotation.abort();
     Ok(())
+}
+
+/// Counts the `SIGTERM` and `SIGINT` signals received from now on (the
+/// first starts the drain, the second ends it). Handling them replaces their
+/// default action, ending the process.
+fn shutdown_signals() -> anyhow::Result<tokio::sync::watch::Receiver<u32>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+    let (count, signals) = tokio::sync::watch::channel(0u32);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            count.send_modify(|n| *n += 1);
+        }
+    });
+    Ok(signals)
 }

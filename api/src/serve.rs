@@ -12,7 +12,12 @@
 //! A client gets `read_timeout` (`SLIPWAY_REQUEST_TIMEOUT`) to send a whole
 //! request head, and an idle keep-alive connection is closed after as long:
 //! a connection that never finishes its head cannot be held open. A body's
-//! pauses are timed by the router ([`crate::app::app`], `408`).
+//! pauses, and its whole arrival, are timed by the router
+//! ([`crate::app::app`], [`crate::body_deadline`], `408`).
+//!
+//! On shutdown it stops accepting and drains the open connections for a
+//! bounded time ([`serve_draining`]: `SLIPWAY_SHUTDOWN_GRACE` in the api,
+//! or until a second signal).
 //!
 //! Every accepted connection sets `TCP_NODELAY`. A server-sent event is a
 //! small write that follows another; without it, Nagle's algorithm holds
@@ -26,6 +31,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -47,12 +54,41 @@ pub const HYPER_MAX_HEADERS: usize = 1024;
 /// files) is logged and retried after a short pause; nothing else ends
 /// serving. Each accepted connection has `TCP_NODELAY` set.
 pub async fn serve(listener: TcpListener, router: Router, read_timeout: Duration, shutdown: impl Future<Output = ()>) {
+    serve_draining(listener, router, read_timeout, shutdown, std::future::pending()).await;
+}
+
+/// How a drain ended ([`serve_draining`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drained {
+    /// Every connection finished its request and closed.
+    Complete,
+    /// The drain was cut short with this many connections still open
+    /// (their requests unanswered, or their answers cut off).
+    CutShort {
+        /// Connections open when the drain ended.
+        open: usize,
+    },
+}
+
+/// [`serve`], with a bound on the drain: once `shutdown` completes it stops
+/// accepting (the port closes at once) and lets the open connections finish
+/// until they have or `stop_draining` completes, whichever comes first (a
+/// grace period, a second signal). A connection still open then is left to
+/// be dropped with the runtime.
+pub async fn serve_draining(
+    listener: TcpListener,
+    router: Router,
+    read_timeout: Duration,
+    shutdown: impl Future<Output = ()>,
+    stop_draining: impl Future<Output = ()>,
+) -> Drained {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.max_buf_size(HEAD_BUFFER_BYTES)
         .max_headers(HYPER_MAX_HEADERS)
         .timer(TokioTimer::new())
         .header_read_timeout(read_timeout);
     let graceful = GracefulShutdown::new();
+    let open = Arc::new(AtomicUsize::new(0));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -73,12 +109,34 @@ pub async fn serve(listener: TcpListener, router: Router, read_timeout: Duration
         };
         let service = TowerToHyperService::new(router.clone());
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let counted = OpenConnection::new(&open);
         tokio::spawn(async move {
+            let _counted = counted;
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    tracing::info!(connections = open.load(Ordering::Relaxed), "stopped accepting; draining the open connections");
+    tokio::select! {
+        () = graceful.shutdown() => Drained::Complete,
+        () = stop_draining => Drained::CutShort { open: open.load(Ordering::Relaxed) },
+    }
+}
+
+/// Counts one open connection until dropped (when its task ends).
+struct OpenConnection(Arc<AtomicUsize>);
+
+impl OpenConnection {
+    fn new(open: &Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::Relaxed);
+        Self(open.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }

@@ -285,6 +285,18 @@ pub struct Config {
     /// (past it `408 request_timeout`). An idle keep-alive connection is
     /// closed after it too. Workers ignore it.
     pub request_timeout: Duration,
+    /// `SLIPWAY_BODY_TIMEOUT`: the most time a request body may take to
+    /// arrive, in all, counted from the end of its head; default 60 s. A
+    /// body still arriving past it is answered `408 request_timeout` with
+    /// `Connection: close`, however steadily it trickles in (the pauses
+    /// alone are bounded by `SLIPWAY_REQUEST_TIMEOUT`). Workers ignore it.
+    pub body_timeout: Duration,
+    /// `SLIPWAY_SHUTDOWN_GRACE`: how long the api drains on `SIGTERM` or
+    /// `SIGINT`, default 10 s. It stops accepting at once, ends its event
+    /// streams and lets the requests in flight finish for at most this
+    /// long, then exits with whatever is still open; a second signal ends
+    /// the drain at once. Workers ignore it.
+    pub shutdown_grace: Duration,
     /// How processes run on a module source are contained and bounded
     /// (`SLIPWAY_SANDBOX_*`, `SLIPWAY_NIX_*`, `NIX_MEMORY_LIMIT`, the
     /// output and source limits; SEC-3).
@@ -374,6 +386,8 @@ pub const KEYS: &[&str] = &[
     "SLIPWAY_METRICS_ADDR",
     "SLIPWAY_METRICS_TOKEN",
     "SLIPWAY_REQUEST_TIMEOUT",
+    "SLIPWAY_BODY_TIMEOUT",
+    "SLIPWAY_SHUTDOWN_GRACE",
     "SLIPWAY_SANDBOX_USER",
     "SLIPWAY_SANDBOX_PATHS",
     "SLIPWAY_EFFECT_NETWORK",
@@ -541,6 +555,8 @@ impl Config {
                 .filter(|t| !t.is_empty())
                 .map(|t| SecretString::from(t.to_owned())),
             request_timeout: duration(keys, "SLIPWAY_REQUEST_TIMEOUT", 30)?,
+            body_timeout: duration(keys, "SLIPWAY_BODY_TIMEOUT", 60)?,
+            shutdown_grace: duration(keys, "SLIPWAY_SHUTDOWN_GRACE", 10)?,
             sandbox: SandboxConfig::from_keys(keys)?,
             git: GitConfig::from_keys(keys)?,
             file: None,
@@ -637,6 +653,8 @@ mod tests {
         assert_eq!(c.retention, Duration::from_secs(14 * 86400));
         assert_eq!(c.jwt_audience, "slipway");
         assert_eq!(c.request_timeout, Duration::from_secs(30));
+        assert_eq!(c.body_timeout, Duration::from_secs(60));
+        assert_eq!(c.shutdown_grace, Duration::from_secs(10));
     }
 
     #[test]

@@ -30,6 +30,27 @@ pub mod submit;
 pub mod test_support;
 pub mod validate;
 
+/// The exit status of a binary that cannot start until its configuration
+/// or its database changes (`EX_CONFIG` of sysexits.h): a pooler in
+/// transaction mode, a database a newer release migrated
+/// ([`store::StoreError::is_configuration`]). The shipped systemd units say
+/// `RestartPreventExitStatus=78`, so such a process is not restarted in a
+/// loop.
+pub const EX_CONFIG: u8 = 78;
+
+/// The exit status for an error with these causes: [`EX_CONFIG`] when one
+/// of them is a [`store::StoreError`] that restarting cannot cure, else 1.
+pub fn exit_status<'a>(chain: impl IntoIterator<Item = &'a (dyn std::error::Error + 'static)>) -> u8 {
+    let configuration = chain
+        .into_iter()
+        .any(|cause| cause.downcast_ref::<store::StoreError>().is_some_and(store::StoreError::is_configuration));
+    if configuration {
+        EX_CONFIG
+    } else {
+        1
+    }
+}
+
 /// An error and its causes on one line, `outer: cause: …`, skipping a cause
 /// whose text is already in the line (sqlx repeats a database's message in
 /// each layer). For the binaries' last words before they exit.

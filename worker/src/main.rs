@@ -156,7 +156,7 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("slipway-worker: {}", slipway_jobs::error_line(e.chain()));
-                    ExitCode::FAILURE
+                    ExitCode::from(slipway_jobs::exit_status(e.chain()))
                 }
             }
         }),

@@ -91,6 +91,17 @@ fn stopping_the_worker_unit_lets_builds_finish_then_kills_its_effects_with_it() 
     assert_eq!(service.get("User").map(String::as_str), Some("root"), "effects need root for their PID namespace");
 }
 
+#[test]
+fn neither_unit_restarts_a_binary_that_exits_78_for_a_database_it_cannot_use() {
+    for unit in ["slipway-api.service", "slipway-worker.service"] {
+        let text = std::fs::read_to_string(repo().join("docs/systemd").join(unit)).unwrap();
+        let service = settings(&text, "Service");
+        assert_eq!(service.get("Restart").map(String::as_str), Some("on-failure"), "{unit}");
+        let prevented = service.get("RestartPreventExitStatus").map(|v| v.split_whitespace().collect::<Vec<_>>());
+        assert_eq!(prevented, Some(vec![slipway_jobs::EX_CONFIG.to_string().as_str()]), "{unit}: {service:?}");
+    }
+}
+
 /// Settings read from the environment only, never from the TOML file.
 const ENVIRONMENT_ONLY: &[&str] = &["SLIPWAY_LOG", "RUST_LOG", "SLIPWAY_LOG_FORMAT", "SLIPWAY_CONFIG"];
 

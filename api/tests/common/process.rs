@@ -45,6 +45,13 @@ pub fn api_command(dir: &Path, file: Option<&str>, env: &[(&str, &str)]) -> toki
 /// Starts the api as [`api_command`] says; returns once it says where it
 /// serves (within 120 s), or panics with what it logged.
 pub async fn start_api(dir: &Path, file: Option<&str>, env: &[(&str, &str)]) -> ApiProcess {
+    start_api_until(dir, file, env, "serving address=").await
+}
+
+/// Starts the api as [`api_command`] says; returns once it logs `marker`
+/// followed by its address (`serving address=`, or `listening address=`
+/// while its database is not ready yet), within 120 s.
+pub async fn start_api_until(dir: &Path, file: Option<&str>, env: &[(&str, &str)], marker: &str) -> ApiProcess {
     let mut command = api_command(dir, file, env);
     command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
     let mut child = command.spawn().expect("slipway-api starts");
@@ -58,8 +65,8 @@ pub async fn start_api(dir: &Path, file: Option<&str>, env: &[(&str, &str)]) -> 
     });
     let mut seen = log.clone();
     let serving = tokio::time::timeout(Duration::from_secs(120), async {
-        let found = seen.wait_for(|log| log.iter().any(|l| l.contains("serving address="))).await;
-        found.ok().and_then(|log| log.iter().find_map(|l| Some(l.split_once("serving address=")?.1.to_owned())))
+        let found = seen.wait_for(|log| log.iter().any(|l| l.contains(marker))).await;
+        found.ok().and_then(|log| log.iter().find_map(|l| Some(l.split_once(marker)?.1.to_owned())))
     })
     .await;
     match serving {
@@ -108,6 +115,19 @@ impl ApiProcess {
             Ok(Ok(log)) => log.iter().skip(skip).find(|l| matches(l)).unwrap().clone(),
             _ => panic!("slipway-api logged no line with {words:?} within {deadline:?}: {:#?}", self.log()),
         }
+    }
+
+    /// Its exit status once it has exited within `deadline`, or `None` if
+    /// it is still running then.
+    pub async fn exited_within(&mut self, deadline: Duration) -> Option<std::process::ExitStatus> {
+        tokio::time::timeout(deadline, self.child.wait()).await.ok().map(|status| status.unwrap())
+    }
+
+    /// Sends it `signal` (such as `libc::SIGTERM`).
+    pub fn signal(&self, signal: i32) {
+        let pid = self.pid() as libc::pid_t;
+        // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "signalling the api");
     }
 
     /// Kills it.

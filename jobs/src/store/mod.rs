@@ -51,6 +51,37 @@ pub enum StoreError {
     /// ST-3: the row kept changing under us; the caller may try again.
     #[error("{0} changed concurrently; try again")]
     Conflict(&'static str),
+    /// `DATABASE_URL` reaches PostgreSQL through a pooler in transaction
+    /// (or statement) mode, such as PgBouncer with `pool_mode =
+    /// transaction`: one client's statements run on different server
+    /// sessions, which prepared statements, `LISTEN` and session locks
+    /// cannot survive ([`refuse_transaction_pooler`]).
+    #[error(
+        "DATABASE_URL reaches PostgreSQL through a connection pooler in transaction mode (such as PgBouncer with \
+         pool_mode = transaction), which Slipway cannot use: point DATABASE_URL at PostgreSQL directly or at a pool in \
+         session mode (docs/OPERATOR-GUIDE.md, \"Connection poolers\")"
+    )]
+    TransactionPooler,
+    /// The database was migrated by a newer release: it records a migration
+    /// this binary does not have (`table` is `_slipway_migrations`, or the
+    /// job queue's `_sqlx_migrations`).
+    #[error(
+        "the database was migrated by a newer Slipway release: its migration {version} ({description}, in {table}) is \
+         unknown to this binary (version {binary}, whose last migration is {latest}); run that newer release or a \
+         later one instead of this binary (a database is never migrated back)"
+    )]
+    NewerDatabase {
+        /// The version of the first unknown migration.
+        version: i64,
+        /// Its description as recorded, or `unrecorded`.
+        description: String,
+        /// The table that records it.
+        table: &'static str,
+        /// This binary's package version.
+        binary: &'static str,
+        /// The last migration of that table this binary knows.
+        latest: i64,
+    },
     /// `DATABASE_URL` is neither `sqlite://…` nor `postgres://…` (only its
     /// scheme is kept: the URL may hold a password).
     #[error("DATABASE_URL with scheme {0}: expected sqlite://<file> or postgres://…")]
@@ -84,6 +115,15 @@ impl StoreError {
             },
             _ => false,
         }
+    }
+
+    /// Whether restarting cannot help: the database or its URL must change
+    /// first ([`Self::TransactionPooler`], [`Self::NewerDatabase`],
+    /// [`Self::UnsupportedUrl`]). The
+    /// binaries then exit with [`crate::EX_CONFIG`] (78), which the shipped
+    /// systemd units do not restart (`RestartPreventExitStatus=78`).
+    pub fn is_configuration(&self) -> bool {
+        matches!(self, Self::TransactionPooler | Self::NewerDatabase { .. } | Self::UnsupportedUrl(_))
     }
 
     /// Whether the pool was closed (the process is stopping).
@@ -232,16 +272,20 @@ pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
     let pool = sqlite_pool_options(8).connect_with(options).await?;
     // apalis's own tables. We do not call `SqliteStorage::setup`, which would
     // also set `synchronous = OFF` on one pooled connection.
-    apalis_sqlite::SqliteStorage::<()>::migrations().run(&pool).await?;
+    let apalis = apalis_sqlite::SqliteStorage::<()>::migrations();
+    run_migrations(&apalis, APALIS_MIGRATIONS, &pool).await?;
     let mut ours = sqlx::migrate!("../migrations/sqlite");
-    ours.dangerous_set_table_name("_slipway_migrations");
-    ours.run(&pool).await?;
+    ours.dangerous_set_table_name(OUR_MIGRATIONS);
+    run_migrations(&ours, OUR_MIGRATIONS, &pool).await?;
     Ok(Db::Sqlite(db::SqliteDb::new(pool)))
 }
 
-/// Opens (and migrates) a PostgreSQL database. Migrations run under
-/// PostgreSQL advisory locks, so api replicas and workers starting together
-/// wait for one another instead of racing.
+/// Opens (and migrates) a PostgreSQL database. A pooler in transaction mode
+/// in front of it is refused first ([`refuse_transaction_pooler`]).
+/// Migrations run under a transaction-scoped advisory lock
+/// ([`migrate_postgres`]), so api replicas and workers starting together
+/// wait for one another instead of racing, and a process that dies (or a
+/// pooler that drops it) never leaves the lock behind.
 pub async fn open_postgres(url: &str) -> Result<Db, StoreError> {
     let mut options = PgConnectOptions::from_str(url)?;
     if options.get_application_name().is_none() {
@@ -250,10 +294,11 @@ pub async fn open_postgres(url: &str) -> Result<Db, StoreError> {
     // One plain connection first: a server that is down or a database that
     // does not exist is reported at once and by name, not as a pool timeout.
     sqlx::PgConnection::connect_with(&options).await?.close().await?;
+    refuse_transaction_pooler(&options).await?;
     // Over TCP (not a Unix socket), each new connection gets TCP_NODELAY.
     let tcp_port = options.get_socket().is_none().then(|| options.get_port());
     let pool = PgPoolOptions::new()
-        .max_connections(16)
+        .max_connections(POSTGRES_POOL_SIZE)
         .acquire_timeout(ACQUIRE_TIMEOUT)
         .test_before_acquire(false)
         .before_acquire(|conn, meta| {
@@ -275,11 +320,194 @@ pub async fn open_postgres(url: &str) -> Result<Db, StoreError> {
         })
         .connect_with(options)
         .await?;
-    apalis_postgres::PostgresStorage::<()>::migrations().run(&pool).await?;
-    let mut ours = sqlx::migrate!("../migrations/postgres");
-    ours.dangerous_set_table_name("_slipway_migrations");
-    ours.run(&pool).await?;
+    migrate_postgres(&pool).await?;
     Ok(Db::Postgres(pool))
+}
+
+/// The table that records Slipway's own migrations.
+const OUR_MIGRATIONS: &str = "_slipway_migrations";
+
+/// The table that records the job queue's (apalis's) migrations.
+const APALIS_MIGRATIONS: &str = "_sqlx_migrations";
+
+/// How many connections each process pools to PostgreSQL at most (besides
+/// a connection per `LISTEN` and, at start, one for the migration lock and
+/// two for the pooler check; docs/OPERATOR-GUIDE.md sizes a fleet with it).
+pub const POSTGRES_POOL_SIZE: u32 = 16;
+
+/// How often a process waiting for another's migration lock tries it again.
+pub const MIGRATION_LOCK_POLL: Duration = Duration::from_millis(250);
+
+/// How often the wait for the migration lock is logged again.
+const MIGRATION_WAIT_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Runs the job queue's migrations, then Slipway's, while holding the
+/// migration lock: `pg_try_advisory_xact_lock` in a transaction of one
+/// pooled connection, tried every [`MIGRATION_LOCK_POLL`], logged (with the
+/// holder's pid, `application_name` and state, from `pg_locks`) when it has
+/// to wait and every [`MIGRATION_WAIT_LOG_EVERY`] after. The lock is the
+/// one sqlx's own migrator takes as a session lock (its key from the
+/// database's name), so a process of an older release and this one still
+/// exclude each other; sqlx's locking is turned off. Being
+/// transaction-scoped, the lock ends with the transaction: a process that
+/// dies, or a connection a pooler hands to someone else, cannot keep it.
+pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
+    let mut holder = pool.begin().await?;
+    let database: String = sqlx::query_scalar("SELECT current_database()").fetch_one(&mut *holder).await?;
+    let key = migration_lock_key(&database);
+    let started = std::time::Instant::now();
+    let mut logged: Option<std::time::Instant> = None;
+    loop {
+        let taken: bool =
+            sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)").bind(key).fetch_one(&mut *holder).await?;
+        if taken {
+            break;
+        }
+        if logged.is_none_or(|at| at.elapsed() >= MIGRATION_WAIT_LOG_EVERY) {
+            let holders: Vec<(i32, String, String)> = sqlx::query_as(
+                "SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.state, '') \
+                 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+                 AND ((l.classid::bigint << 32) | l.objid::bigint) = $1",
+            )
+            .bind(key)
+            .fetch_all(&mut *holder)
+            .await?;
+            let held_by = holders
+                .iter()
+                .map(|(pid, name, state)| format!("pid {pid} ({name:?}, {state})"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            tracing::warn!(
+                waited_s = started.elapsed().as_secs(),
+                held_by = %held_by,
+                "waiting for another process's database migrations (the migration lock is held); an idle holder \
+                 that never lets go can be ended with pg_terminate_backend(pid)"
+            );
+            logged = Some(std::time::Instant::now());
+        }
+        tokio::time::sleep(MIGRATION_LOCK_POLL).await;
+    }
+    if logged.is_some() {
+        tracing::info!(waited_ms = started.elapsed().as_millis() as u64, "took the database migration lock");
+    }
+    let mut apalis = apalis_postgres::PostgresStorage::<()>::migrations();
+    apalis.set_locking(false);
+    run_pg_migrations(&apalis, APALIS_MIGRATIONS, pool).await?;
+    let mut ours = sqlx::migrate!("../migrations/postgres");
+    ours.dangerous_set_table_name(OUR_MIGRATIONS);
+    ours.set_locking(false);
+    run_pg_migrations(&ours, OUR_MIGRATIONS, pool).await?;
+    holder.commit().await?;
+    Ok(())
+}
+
+/// How long the pooler check waits for a statement a direct connection
+/// answers at once ([`refuse_transaction_pooler`]).
+const POOLER_CHECK_WAIT: Duration = Duration::from_secs(3);
+
+/// Refuses a pooler in transaction or statement mode in front of PostgreSQL
+/// ([`StoreError::TransactionPooler`]). Over a direct connection, or a pool
+/// in session mode, one client connection is one server session for its
+/// whole life; in transaction mode a client gets a server session per
+/// transaction. So: a first connection reads its `pg_backend_pid()`, a
+/// second opens a transaction (in transaction mode it takes a server
+/// session, by PgBouncer's default the one just released), and the first
+/// reads its pid again. A different pid, or no answer within
+/// [`POOLER_CHECK_WAIT`] (a pool of one session, held by the second), is a
+/// pooler; so is a `BEGIN` refused (statement mode). Only the simple query
+/// protocol is used, which every pool mode passes.
+pub async fn refuse_transaction_pooler(options: &PgConnectOptions) -> Result<(), StoreError> {
+    async fn pid(conn: &mut sqlx::PgConnection) -> Result<i32, sqlx::Error> {
+        use sqlx::Row as _;
+        sqlx::raw_sql("SELECT pg_backend_pid()").fetch_one(conn).await?.try_get(0)
+    }
+    let mut probe = sqlx::PgConnection::connect_with(options).await?;
+    let mut holder = sqlx::PgConnection::connect_with(options).await?;
+    let first = pid(&mut probe).await?;
+    if sqlx::raw_sql("BEGIN").execute(&mut holder).await.is_err() {
+        return Err(StoreError::TransactionPooler);
+    }
+    pid(&mut holder).await?;
+    let again = tokio::time::timeout(POOLER_CHECK_WAIT, pid(&mut probe)).await;
+    let pooled = match again {
+        Err(_) => true,
+        Ok(again) => again? != first,
+    };
+    if pooled {
+        return Err(StoreError::TransactionPooler);
+    }
+    sqlx::raw_sql("ROLLBACK").execute(&mut holder).await?;
+    holder.close().await?;
+    probe.close().await?;
+    Ok(())
+}
+
+/// The key of the migration lock on `database`: sqlx's (its
+/// `generate_lock_id`), so that this lock and the session lock of a
+/// migrator of sqlx (an older release of Slipway) exclude each other.
+pub fn migration_lock_key(database: &str) -> i64 {
+    const CRC_IEEE: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
+    0x3d32ad9e * (CRC_IEEE.checksum(database.as_bytes()) as i64)
+}
+
+/// Runs `migrator`, whose migrations `table` records, on the SQLite
+/// `pool`; a migration the database records and this binary lacks is
+/// [`StoreError::NewerDatabase`] ([`newer_database`]).
+async fn run_migrations(
+    migrator: &sqlx::migrate::Migrator,
+    table: &'static str,
+    pool: &sqlx::SqlitePool,
+) -> Result<(), StoreError> {
+    match migrator.run(pool).await {
+        Err(sqlx::migrate::MigrateError::VersionMissing(version)) => {
+            let recorded = sqlx::query_scalar(sqlx::AssertSqlSafe(recorded_migration_sql(table, version)))
+                .fetch_optional(pool)
+                .await;
+            Err(newer_database(migrator, table, version, recorded.ok().flatten()))
+        }
+        other => Ok(other?),
+    }
+}
+
+/// [`run_migrations`] on a PostgreSQL `pool`.
+async fn run_pg_migrations(
+    migrator: &sqlx::migrate::Migrator,
+    table: &'static str,
+    pool: &sqlx::PgPool,
+) -> Result<(), StoreError> {
+    match migrator.run(pool).await {
+        Err(sqlx::migrate::MigrateError::VersionMissing(version)) => {
+            let recorded = sqlx::query_scalar(sqlx::AssertSqlSafe(recorded_migration_sql(table, version)))
+                .fetch_optional(pool)
+                .await;
+            Err(newer_database(migrator, table, version, recorded.ok().flatten()))
+        }
+        other => Ok(other?),
+    }
+}
+
+/// The description `table` records for migration `version` (both engines;
+/// `version` is a number, `table` one of ours).
+fn recorded_migration_sql(table: &str, version: i64) -> String {
+    format!("SELECT description FROM {table} WHERE version = {version}")
+}
+
+/// The error of a database that records migration `version` of `table`,
+/// which `migrator` (this binary) lacks: a newer release migrated it.
+fn newer_database(
+    migrator: &sqlx::migrate::Migrator,
+    table: &'static str,
+    version: i64,
+    description: Option<String>,
+) -> StoreError {
+    StoreError::NewerDatabase {
+        version,
+        description: description.unwrap_or_else(|| "unrecorded".to_owned()),
+        table,
+        binary: env!("CARGO_PKG_VERSION"),
+        latest: migrator.iter().map(|m| m.version).max().unwrap_or(0),
+    }
 }
 
 /// What this process calls itself to PostgreSQL (`application_name`, shown
