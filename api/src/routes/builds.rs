@@ -3,7 +3,7 @@
 use super::rfc3339;
 use crate::app::{AppState, Auth};
 use crate::error::ApiError;
-use crate::extract::{BuildIdPath, Json};
+use crate::extract::{BuildIdPath, Json, NoQuery, StrictQuery};
 use axum::extract::State;
 use serde::Serialize;
 use serde_json::Value;
@@ -129,6 +129,7 @@ pub async fn cancel(
     State(app): State<AppState>,
     auth: Auth,
     BuildIdPath(id): BuildIdPath,
+    _query: StrictQuery<NoQuery>,
 ) -> Result<(axum::http::StatusCode, Json<CancelAnswer>), ApiError> {
     use axum::http::StatusCode;
     use slipway_jobs::submit::Cancel;

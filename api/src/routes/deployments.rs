@@ -3,7 +3,7 @@
 use super::rfc3339;
 use crate::app::{AppState, Auth};
 use crate::error::ApiError;
-use crate::extract::{DeploymentIdPath, Json, OptionalJson, Query};
+use crate::extract::{DeploymentIdPath, Json, NoQuery, OptionalJson, Query, StrictQuery};
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -36,7 +36,7 @@ pub async fn require_exists(conn: &mut Conn, id: &DeploymentId) -> Result<(), Ap
                    (also for `PUT` and `DELETE`).",
     security(("bearer" = [])),
     responses((status = 400, description = "`invalid_deployment_id`: the id is empty", body = crate::error::ErrorBody)))]
-pub async fn empty_id(_auth: Auth) -> ApiError {
+pub async fn empty_id(_auth: Auth, _query: StrictQuery<NoQuery>) -> ApiError {
     ApiError::bad_request("invalid_deployment_id", "the deployment id is empty")
 }
 
@@ -301,7 +301,7 @@ pub async fn submit(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
-    Query(query): Query<SubmitQuery>,
+    StrictQuery(query): StrictQuery<SubmitQuery>,
     Json(body): Json<SubmitBody>,
 ) -> Result<(StatusCode, Json<submit::Accepted>), ApiError> {
     auth.require(id.as_str())?;
@@ -344,6 +344,7 @@ pub async fn preview(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
+    _query: StrictQuery<NoQuery>,
     Json(body): Json<SubmitBody>,
 ) -> Result<Json<submit::Preview>, ApiError> {
     auth.require(id.as_str())?;
@@ -487,6 +488,7 @@ pub async fn delete(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
+    _query: StrictQuery<NoQuery>,
     OptionalJson(body): OptionalJson<Map<String, Value>>,
 ) -> Result<(StatusCode, Json<Deleted>), ApiError> {
     auth.require(id.as_str())?;
