@@ -46,9 +46,12 @@ pub struct BuildSummary {
     id: String,
     kind: BuildKind,
     status: slipway_jobs::state::BuildStatus,
+    /// Why it failed or ended without running; absent while it runs or when it succeeded.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = slipway_jobs::jobs::report::Reason)]
     reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     error: Option<String>,
     attempts: i64,
     queued_at: String,
@@ -125,6 +128,7 @@ pub struct DeployedInstance {
 pub struct ReadinessView {
     state: slipway_jobs::readiness::State,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     reason: Option<String>,
     #[schema(required = true)]
     checked_at: Option<String>,
