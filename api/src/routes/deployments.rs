@@ -278,19 +278,24 @@ pub struct SubmitQuery {
 
 /// `PUT /deployments/{id}[?dry_run=true]`: migrate, validate, names eval,
 /// store, queue a deploy (MG-7). `202 {deployment_id, build_id, state,
-/// names?, names_skipped?, warnings?, dry_run?}`: `names` is the eval's
+/// names?, names_skipped?, warnings?, dry_run?, deprecations?}`: `names` is the eval's
 /// `{nodes: [{name, dnsNames, configuration}], disabledApplications}`;
 /// `names_skipped` says why the submit stored without it (every nix slot
 /// busy, EV-1). A dry run (§11) stores nothing of the deployment, writes no
 /// secret, and queues a build that evaluates and builds but activates
 /// nothing; its report (`GET /builds/{id}`) says per node what a real run
 /// would change. A dry run of a deployment never submitted is `404`.
+/// `deprecations` lists each rename the migration applied to the
+/// configuration sent (`{from, to, module_source}`, JSON Pointers), and
+/// `warnings` says the same in sentences beginning `deprecated:`: the sender
+/// used a name the module source has renamed. Any query parameter other than
+/// `dry_run` is `400 invalid_request`, naming it.
 #[utoipa::path(put, path = "/deployments/{id}", tag = "deployments",
     params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)"), SubmitQuery),
     request_body = SubmitBody,
     security(("bearer" = [])),
     responses(
-        (status = 202, description = "Stored, and a deploy (or a dry run) queued", body = slipway_jobs::submit::Accepted),
+        (status = 202, description = "Stored, and a deploy (or a dry run) queued; `deprecations` lists the renames applied to the configuration sent", body = slipway_jobs::submit::Accepted),
         (status = 400, description = "`invalid_configuration` (every problem in `details.problems`), `invalid_module_source`, \
                                       `invalid_request`, `malformed_json` or `invalid_deployment_id`", body = crate::error::ErrorBody),
         (status = 403, description = "`forbidden` (outside the token's scope) or `source_not_allowed`", body = crate::error::ErrorBody),
