@@ -375,11 +375,13 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/deployments/{id}/builds", get(routes::deployments::builds))
         .route("/deployments/{id}/events", get(routes::events::deployment))
+        .route("/deployments/{id}/events/ticket", post(routes::events::ticket_for_events))
         .route("/deployments/{id}/preview", post(routes::deployments::preview))
         .route("/schema/get_for", post(routes::sources::schema))
         .route("/renames/get_for", post(routes::sources::renames))
         .route("/builds/{id}", get(routes::builds::show))
         .route("/builds/{id}/log", get(routes::events::build_log))
+        .route("/builds/{id}/log/ticket", post(routes::events::ticket_for_log))
         .route("/builds/{id}/cancel", post(routes::builds::cancel))
         .route("/sbom-list/{id}", get(routes::sbom::list))
         .route("/sbom/{id}", get(routes::sbom::document))
@@ -406,6 +408,8 @@ pub fn app(state: AppState) -> Router {
         .layer(middleware::from_fn(error_shape))
         // Outside the header limit, so a browser can read its 431.
         .layer(cors)
+        // Outside CORS: the dashboard's answers lose its headers and get their own.
+        .layer(middleware::from_fn(crate::ui::page_headers))
         // Every answer counted, by route template (docs/METRICS.md).
         .layer(middleware::from_fn_with_state(state.clone(), crate::observe::track));
     access_log(router).with_state(state)

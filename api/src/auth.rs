@@ -97,6 +97,15 @@ pub enum TokenError {
     /// A stream's token both in the `Authorization` header and as `?access_token=`.
     #[error("send the token once: in the Authorization header or as access_token, not both")]
     TwoCarriers,
+    /// A stream's `?ticket=` with the token as well (header or `?access_token=`).
+    #[error("send one credential: a ticket, or the token (in the Authorization header or as access_token), not both")]
+    TicketAndToken,
+    /// A `?ticket=` that opens nothing: unknown, used, expired, or minted for another stream.
+    #[error(
+        "the ticket is unknown, was used, has expired or is for another stream; mint a new one with the bearer token \
+         (POST /deployments/{{id}}/events/ticket or POST /builds/{{id}}/log/ticket)"
+    )]
+    BadTicket,
     /// Not three base64url parts with a JSON header and a JSON object of claims.
     #[error("the token is malformed")]
     Malformed,

@@ -37,7 +37,8 @@ use crate::routes;
         description = "Slipway's HTTP API: submit NixOS-module deployments, follow their builds, delete them. \
                        Every error answers `{\"error\": code, \"message\": text, \"details\": …}`. \
                        Authenticated routes take `Authorization: Bearer <JWT>`; the two event streams also \
-                       take the token as `?access_token=` (a browser's EventSource cannot send headers)."
+                       take a single-use `?ticket=` minted with the token by `POST …/ticket` (a browser's \
+                       EventSource cannot send headers), or, deprecated, the token itself as `?access_token=`."
     ),
     paths(
         routes::public::healthz,
@@ -56,17 +57,19 @@ use crate::routes;
         routes::deployments::builds,
         routes::deployments::preview,
         routes::events::deployment,
+        routes::events::ticket_for_events,
         routes::sources::schema,
         routes::sources::renames,
         routes::builds::show,
         routes::events::build_log,
+        routes::events::ticket_for_log,
         routes::builds::cancel,
         routes::sbom::list,
         routes::sbom::document,
         routes::fleet::queues,
         routes::fleet::workers,
     ),
-    components(schemas(crate::error::ErrorBody)),
+    components(schemas(crate::error::ErrorBody, routes::events::TicketBody)),
     modifiers(&CommonAnswers),
     tags(
         (name = "public", description = "No token: health, version, the built-in module source, drafts, labels"),
@@ -100,7 +103,16 @@ impl Modify for CommonAnswers {
             "access_token",
             SecurityScheme::ApiKey(ApiKey::Query(ApiKeyValue::with_description(
                 "access_token",
-                "The bearer token as a query parameter, on the two event streams only",
+                "Deprecated: the bearer token as a query parameter, on the two event streams only (it ends up in \
+                 proxies' logs and browser history; use `ticket`)",
+            ))),
+        );
+        components.add_security_scheme(
+            "ticket",
+            SecurityScheme::ApiKey(ApiKey::Query(ApiKeyValue::with_description(
+                "ticket",
+                "A single-use stream ticket (60 s, one stream) from `POST /deployments/{id}/events/ticket` or \
+                 `POST /builds/{id}/log/ticket`, on the two event streams only",
             ))),
         );
         if let Some(empty) = doc.paths.paths.get_mut("/deployments/") {

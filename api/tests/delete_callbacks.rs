@@ -122,3 +122,95 @@ async fn a_callback_to_a_private_address_is_refused_at_once_unless_private_pushe
 slipway_jobs::on_both_engines!(a_callback_to_a_private_address_is_refused_at_once_unless_private_pushes_are_allowed);
 
 slipway_jobs::on_both_engines!(a_callback_without_its_other_half_or_with_a_token_that_cannot_be_a_header_is_refused);
+
+/// The addresses of a row of the address table a delete's callback is
+/// checked against: its first, a middle and its last one.
+fn first_middle_last(b: &slipway_jobs::callback::Block) -> [std::net::IpAddr; 3] {
+    use std::net::IpAddr;
+    match (b.first(), b.last()) {
+        (IpAddr::V4(f), IpAddr::V4(l)) => {
+            let (f, l) = (u32::from(f), u32::from(l));
+            [f, f + (l - f) / 2, l].map(|n| IpAddr::V4(n.into()))
+        }
+        (IpAddr::V6(f), IpAddr::V6(l)) => {
+            let (f, l) = (u128::from(f), u128::from(l));
+            [f, f + (l - f) / 2, l].map(|n| IpAddr::V6(n.into()))
+        }
+        _ => unreachable!("a row mixes IPv4 and IPv6"),
+    }
+}
+
+/// The addresses just outside a row that no row of the table holds.
+fn global_neighbours(b: &slipway_jobs::callback::Block) -> Vec<std::net::IpAddr> {
+    use std::net::IpAddr;
+    let around = match (b.first(), b.last()) {
+        (IpAddr::V4(f), IpAddr::V4(l)) => [u32::from(f).checked_sub(1), u32::from(l).checked_add(1)]
+            .into_iter()
+            .flatten()
+            .map(|n| IpAddr::V4(n.into()))
+            .collect::<Vec<_>>(),
+        (IpAddr::V6(f), IpAddr::V6(l)) => [u128::from(f).checked_sub(1), u128::from(l).checked_add(1)]
+            .into_iter()
+            .flatten()
+            .map(|n| IpAddr::V6(n.into()))
+            .collect(),
+        _ => unreachable!("a row mixes IPv4 and IPv6"),
+    };
+    around.into_iter().filter(|ip| slipway_jobs::callback::block_of(*ip).is_none()).collect()
+}
+
+fn url_of(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V4(a) => format!("http://{a}"),
+        std::net::IpAddr::V6(a) => format!("http://[{a}]"),
+    }
+}
+
+async fn every_refused_range_of_the_address_table_is_refused_on_delete_at_its_first_middle_and_last_address(
+    engine: Engine,
+) {
+    use slipway_jobs::callback::{Rule, BLOCKS};
+    let rows: Vec<_> = BLOCKS.iter().filter(|b| b.rule == Rule::Refuse).collect();
+    let refused: Vec<(String, &slipway_jobs::callback::Block)> =
+        rows.iter().flat_map(|b| first_middle_last(b).map(|ip| (url_of(ip), *b))).collect();
+    let accepted: Vec<String> = rows.iter().flat_map(|b| global_neighbours(b)).map(url_of).collect();
+    assert!(accepted.len() > rows.len() / 2, "few rows have a global neighbour: {accepted:?}");
+    let origins: Vec<&str> =
+        refused.iter().map(|(u, _)| u.as_str()).chain(accepted.iter().map(String::as_str)).collect();
+    let h = harness_with(engine, &[("SLIPWAY_ALLOWED_ORIGINS", &origins.join(","))]).await;
+    let (status, body) = h.put("demo", &json!({ "configuration": demo() })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    for (origin, row) in &refused {
+        let url = format!("{origin}/cb");
+        let (status, answer) = delete(&h, &json!({ "callback_url": url, "callback_token": "t0k3n" })).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "a refused callback blocked the delete: {url}: {answer}");
+        assert_eq!(answer["callback"]["accepted"], false, "{url} ({row}) was accepted: {answer}");
+        let reason = answer["callback"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("an address of a refused kind"), "{url}: {reason}");
+    }
+    for origin in &accepted {
+        let url = format!("{origin}/cb");
+        let (status, answer) = delete(&h, &json!({ "callback_url": url, "callback_token": "t0k3n" })).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{url}: {answer}");
+        assert_eq!(answer["callback"], json!({ "accepted": true, "reason": null }), "{url}");
+    }
+}
+
+slipway_jobs::on_both_engines!(
+    every_refused_range_of_the_address_table_is_refused_on_delete_at_its_first_middle_and_last_address
+);
+
+async fn the_reported_benchmarking_and_cloud_platform_addresses_are_refused_on_delete(engine: Engine) {
+    let urls = ["http://198.18.0.1", "http://168.63.129.16", "http://100.100.100.200", "http://[fd00:ec2::254]"];
+    let h = harness_with(engine, &[("SLIPWAY_ALLOWED_ORIGINS", &urls.join(","))]).await;
+    let (status, body) = h.put("demo", &json!({ "configuration": demo() })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    for (url, names) in urls.iter().zip(["benchmarking (198.18.0.0/15)", "Azure", "Alibaba", "AWS"]) {
+        let (status, answer) = delete(&h, &json!({ "callback_url": format!("{url}/cb"), "callback_token": "t" })).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{url}: {answer}");
+        assert_eq!(answer["callback"]["accepted"], false, "{url}: {answer}");
+        assert!(answer["callback"]["reason"].as_str().unwrap_or_default().contains(names), "{url}: {answer}");
+    }
+}
+
+slipway_jobs::on_both_engines!(the_reported_benchmarking_and_cloud_platform_addresses_are_refused_on_delete);

@@ -161,6 +161,7 @@ async fn every_route_documents_its_security_and_the_refusals_it_can_answer() {
     let schemes = doc["components"]["securitySchemes"].as_object().expect("security schemes");
     assert_eq!(schemes["bearer"], json!({ "type": "http", "scheme": "bearer", "bearerFormat": "JWT" }));
     assert_eq!(schemes["access_token"]["in"], "query");
+    assert_eq!(schemes["ticket"]["in"], "query");
     for route in routes().iter().filter(|r| !NOT_API.contains(&template(r.uri).as_str())) {
         let op = &doc["paths"][template(route.uri)][route.method.as_str().to_ascii_lowercase()];
         let what = route.name();
@@ -175,7 +176,7 @@ async fn every_route_documents_its_security_and_the_refusals_it_can_answer() {
         match route.access {
             Access::Public => assert!(security.is_empty(), "{what}: a public route asks for {security:?}"),
             access => {
-                let want: &[&str] = if route.stream { &["bearer", "access_token"] } else { &["bearer"] };
+                let want: &[&str] = if route.stream { &["bearer", "access_token", "ticket"] } else { &["bearer"] };
                 assert_eq!(security, want, "{what}");
                 assert!(statuses.contains("401"), "{what}: 401 is not documented");
                 if access == Access::Deployment {

@@ -54,6 +54,14 @@ impl std::io::Write for Captured {
 
 impl Captured {
     fn install(&self, filter: &str) -> tracing::subscriber::DefaultGuard {
+        // tracing caches each callsite's interest process-wide, computed by
+        // the first thread that reaches it; a sibling test's thread with no
+        // subscriber would cache "never" and silence this capture. A global
+        // subscriber that records nothing keeps every thread's answer "yes".
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+        });
         let writer = self.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))

@@ -9,9 +9,12 @@
 //!   CORS and for callbacks;
 //! - [`check_url`]: the shape of a callback URL and its origin, checked when
 //!   the delete is accepted and again right before the push;
-//! - [`forbidden_address`]: the addresses a push never connects to (loopback,
-//!   private, link-local, … and the IPv6 forms that embed them) unless
-//!   `SLIPWAY_CALLBACK_ALLOW_PRIVATE` is set;
+//! - [`BLOCKS`] and [`forbidden_address`]: the one table of addresses a
+//!   push never connects to (every range of the IANA special-purpose
+//!   registries that is not globally reachable, multicast, the cloud
+//!   metadata addresses, and the IPv6 forms that embed them) unless
+//!   `SLIPWAY_CALLBACK_ALLOW_PRIVATE` is set; `SLIPWAY_NIX_ALLOWED_URIS`
+//!   is checked against the same table;
 //! - [`push`]: the one POST, to the addresses that were checked, with no
 //!   second resolution, no proxy, no redirect and no retry.
 //!
@@ -20,7 +23,7 @@
 mod address;
 mod push;
 
-pub use address::forbidden_address;
+pub use address::{block_of, forbidden_address, refusing_block, Block, Rule, BLOCKS};
 pub use push::{
     install_crypto_provider, push, Lookup, PushError, PushOutcome, PushRequest, Resolve, SystemResolver, PUSH_DEADLINE,
 };

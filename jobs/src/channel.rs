@@ -7,14 +7,16 @@
 //! rows themselves (so a missed wake-up delays an event, never loses it):
 //!
 //! - on PostgreSQL it LISTENs on [`events::NOTIFY_CHANNEL`], which the
-//!   writing transaction notifies at commit; after the listening
-//!   connection broke, every stream is woken once (notifications sent
-//!   meanwhile are lost);
+//!   writing transaction notifies at commit, with a
+//!   [`crate::store::listen::Listener`] (which connects again with backoff
+//!   and logs the loss and the return); once it listens again, every stream
+//!   is woken once (notifications sent meanwhile are lost);
 //! - on SQLite, whose writers are serialised, it polls for rows past the
 //!   last `seq` it saw every [`SQLITE_POLL`].
 //!
 //! The hub starts with the first stream and runs for the life of the process.
 
+use crate::store::listen::{Heard, Listener};
 use crate::store::{events, Db};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -97,39 +99,17 @@ async fn run(db: Db, sender: broadcast::Sender<Wake>) {
 }
 
 async fn listen(pool: sqlx::PgPool, sender: broadcast::Sender<Wake>) {
+    let mut listener = Listener::new(&pool, "deployment channel", &[events::NOTIFY_CHANNEL]);
     loop {
-        let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::debug!(error = %e, "the deployment channel cannot listen yet");
-                tokio::time::sleep(RETRY).await;
-                continue;
+        match listener.recv().await {
+            Heard::Notification(n) => {
+                let _ = sender.send(Wake::Deployment(Arc::from(n.payload())));
             }
-        };
-        if let Err(e) = listener.listen(events::NOTIFY_CHANNEL).await {
-            tracing::debug!(error = %e, "the deployment channel cannot listen yet");
-            tokio::time::sleep(RETRY).await;
-            continue;
-        }
-        // Events committed before the LISTEN took effect are read by the
-        // streams themselves.
-        let _ = sender.send(Wake::All);
-        loop {
-            match listener.try_recv().await {
-                Ok(Some(n)) => {
-                    let _ = sender.send(Wake::Deployment(Arc::from(n.payload())));
-                }
-                // The connection broke and is made again on the next call:
-                // what was notified meanwhile is lost, so everyone looks.
-                Ok(None) => {
-                    let _ = sender.send(Wake::All);
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "the deployment channel lost its listener");
-                    let _ = sender.send(Wake::All);
-                    tokio::time::sleep(RETRY).await;
-                    break;
-                }
+            // It listens (again): events committed before are read by the
+            // streams themselves, and what was notified meanwhile is lost,
+            // so everyone looks.
+            Heard::Listening => {
+                let _ = sender.send(Wake::All);
             }
         }
     }

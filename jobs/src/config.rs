@@ -264,6 +264,12 @@ pub struct Config {
     /// `SLIPWAY_HEARTBEAT`: worker heartbeat interval; a worker missing two
     /// beats has its builds picked up by another worker.
     pub heartbeat: Duration,
+    /// `SLIPWAY_POSTGRES_POLL`: on PostgreSQL, how often an idle worker
+    /// looks for jobs besides the notifications of new ones (default 1 s).
+    /// The poll finds what no notification announces (a job handed out
+    /// again after its worker died, a delayed job coming due) and bounds
+    /// the wait while the worker's LISTEN connects again after an outage.
+    pub postgres_poll: Duration,
     /// `SLIPWAY_METRICS_ADDR`: where a worker serves its own metrics
     /// (`GET /metrics`, docs/METRICS.md); `None` (the default): it serves none.
     /// The api serves its metrics on its own address and ignores this.
@@ -349,6 +355,7 @@ pub const KEYS: &[&str] = &[
     "SLIPWAY_SELF_SOURCE",
     "SLIPWAY_PROVIDER",
     "SLIPWAY_HEARTBEAT",
+    "SLIPWAY_POSTGRES_POLL",
     "SLIPWAY_QUEUES",
     "OPENBAO_ADDR",
     "OPENBAO_TOKEN",
@@ -515,6 +522,7 @@ impl Config {
             queue_size: number(keys, "QUEUE_SIZE", 1000)?,
             retention: duration(keys, "RETENTION", 14 * 86400)?,
             heartbeat: duration(keys, "SLIPWAY_HEARTBEAT", 5)?,
+            postgres_poll: duration(keys, "SLIPWAY_POSTGRES_POLL", crate::store::queue::POSTGRES_POLL.as_secs())?,
             metrics_addr: match get("SLIPWAY_METRICS_ADDR") {
                 None => None,
                 Some(addr) => Some(

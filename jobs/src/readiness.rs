@@ -7,8 +7,8 @@
 //!
 //! | answer | state |
 //! | --- | --- |
-//! | `200` whose header (default `X-Instance-Host`) names the instance's host | `ready` |
-//! | `200` naming another host, or not naming one | `wrong_host` (something else answered) |
+//! | `200` whose header (default `X-Instance-Host`), present once, names the instance's host | `ready` |
+//! | `200` naming another host, not naming one, or with the header more than once | `wrong_host` (something else answered) |
 //! | `404` | `not_found` (nothing serves under that path) |
 //! | a redirect, any other status, no answer | `pending`, with why |
 //!
@@ -153,10 +153,19 @@ pub async fn probe(instance: &Instance, settings: &ReadinessMeta, allowed_connec
     let asked = format!("{}{}", instance.domain, settings.path);
     match status {
         200 => {
-            let named = response
-                .headers()
-                .get(settings.header.as_str())
-                .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_owned());
+            let named = match only_one(response.headers().get_all(settings.header.as_str())) {
+                Ok(named) => named.map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_owned()),
+                Err(times) => {
+                    return Probe {
+                        state: State::WrongHost,
+                        reason: Some(format!(
+                            "{asked} answered 200 with {} {times} times: more than one server answers for this name",
+                            settings.header
+                        )),
+                        class: Class::RetryLater { after: None },
+                    }
+                }
+            };
             match named {
                 Some(host) if host.eq_ignore_ascii_case(&instance.domain) => {
                     Probe { state: State::Ready, reason: None, class: Class::Success }
@@ -194,6 +203,20 @@ pub async fn probe(instance: &Instance, settings: &ReadinessMeta, allowed_connec
             )
         }
         _ => pending(format!("{asked} answered {status}"), class),
+    }
+}
+
+/// The one value of a header that identifies something: `Ok(None)` when
+/// absent, `Ok(Some(value))` when present once, and `Err(n)` when present
+/// `n > 1` times. A header that names a host twice names no host: which of
+/// the two a reader takes (the first, the last, or both joined) differs
+/// between proxies and libraries, so it never counts as a match.
+pub fn only_one(values: http::header::GetAll<'_, http::HeaderValue>) -> Result<Option<&http::HeaderValue>, usize> {
+    let mut iter = values.iter();
+    let first = iter.next();
+    match iter.count() {
+        0 => Ok(first),
+        more => Err(more + 1),
     }
 }
 

@@ -20,8 +20,9 @@ static BODY: LazyLock<Value> = LazyLock::new(|| json!({"deployment": "demo", "st
 
 /// How long a test waits for something it expects to happen.
 const WAIT: Duration = Duration::from_secs(10);
-/// A public address that answers nobody (TEST-NET-1, RFC 5737).
-const PUBLIC: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+/// A globally reachable address (not a documentation range, which the
+/// callback check refuses) that no test's receiver listens on.
+const PUBLIC: IpAddr = IpAddr::V4(Ipv4Addr::new(93, 184, 216, 34));
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 async fn within<T>(what: &str, future: impl std::future::Future<Output = Option<T>>) -> T {
@@ -272,6 +273,19 @@ async fn a_resolver_answering_a_public_and_a_loopback_address_is_refused() {
 }
 
 #[tokio::test]
+async fn a_name_resolving_to_a_benchmarking_or_cloud_platform_address_is_refused_and_sends_nothing() {
+    for address in ["198.18.0.1", "168.63.129.16", "100.100.100.200", "fd00:ec2::254", "::ffff:198.18.0.1"] {
+        let allowed = origins(&["https://panel.example".to_owned()]);
+        let resolver = Scripted::new(vec![vec![address.parse().unwrap()]]);
+        let outcome =
+            push(request("https://panel.example/cb", &allowed, &resolver, false, Duration::from_secs(5))).await;
+        assert_no_token(&outcome);
+        assert_eq!(outcome.error, Some(PushError::RefusedAddress), "{address}: {outcome:?}");
+        assert_eq!(resolver.calls(), 1, "{address}");
+    }
+}
+
+#[tokio::test]
 async fn a_name_that_resolves_to_nothing_is_resolve_failed() {
     let allowed = origins(&["http://nowhere.test".to_owned()]);
     let resolver = Scripted::new(vec![vec![]]);
@@ -374,6 +388,6 @@ async fn a_push_request_and_its_outcome_json_never_show_the_token() {
         address: Some(SocketAddr::new(PUBLIC, 443)),
     };
     let json: Value = serde_json::to_value(&outcome).unwrap();
-    assert_eq!(json["address"], "192.0.2.1:443");
+    assert_eq!(json["address"], "93.184.216.34:443");
     assert_no_token(&outcome);
 }

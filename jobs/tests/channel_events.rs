@@ -168,3 +168,34 @@ async fn a_destroy_that_fails_or_is_cancelled_drops_the_token_and_queues_no_push
 }
 
 slipway_jobs::on_both_engines!(a_destroy_that_fails_or_is_cancelled_drops_the_token_and_queues_no_push);
+
+/// The api's deployment channel comes back after PostgreSQL refused and
+/// dropped every connection for 3 s: once it listens again it wakes every
+/// stream (what was notified meanwhile is lost), then each deployment's
+/// stream on its notifications.
+#[tokio::test]
+async fn the_deployment_channel_listens_again_after_postgres_refused_every_connection() {
+    use slipway_jobs::channel::{Hub, Wake};
+    use std::time::Duration;
+    let w = world(Engine::Postgres, &[]).await;
+    let hub = Hub::new(w.ctx.db.clone());
+    let mut wakes = hub.subscribe();
+    let first = tokio::time::timeout(Duration::from_secs(30), wakes.recv()).await;
+    assert_eq!(first.ok().and_then(Result::ok), Some(Wake::All), "the hub never listened");
+
+    let outage = std::time::Instant::now();
+    let mut dropped = 0;
+    while outage.elapsed() < Duration::from_secs(3) {
+        dropped += w.db.accept_connections(false).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(dropped > 0, "the hub's connection was not dropped");
+    w.db.accept_connections(true).await;
+    let again = tokio::time::timeout(Duration::from_secs(30), wakes.recv()).await;
+    assert_eq!(again.ok().and_then(Result::ok), Some(Wake::All), "the hub did not listen again");
+
+    let mut conn = w.ctx.db.acquire().await.unwrap();
+    Q::new("SELECT pg_notify($1, $2)").text(events::NOTIFY_CHANNEL).text("demo").execute(&mut conn).await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(5), wakes.recv()).await;
+    assert_eq!(heard.ok().and_then(Result::ok), Some(Wake::Deployment("demo".into())), "a notification went unheard");
+}

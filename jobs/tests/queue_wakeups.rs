@@ -1,8 +1,8 @@
 //! On PostgreSQL a worker's task is woken by the inserts of its own queue
 //! only: every wake costs it a fetch, and the notification channel carries
-//! every queue's inserts (`store::queue::own_jobs`).
+//! every queue's inserts (`store::queue::JobFeed`).
 
-use slipway_jobs::store::queue::{own_jobs, push_build_job, push_nix_job, NIX_QUEUE};
+use slipway_jobs::store::queue::{push_build_job, push_nix_job, JobFeed, Woken, NIX_QUEUE, POSTGRES_POLL};
 use slipway_jobs::store::{Db, Engine, Q};
 use slipway_jobs::test_support::world;
 use std::time::Duration;
@@ -11,7 +11,8 @@ use std::time::Duration;
 async fn a_queue_s_wakeups_skip_the_jobs_of_other_queues() {
     let w = world(Engine::Postgres, &[]).await;
     let Db::Postgres(pool) = &w.ctx.db else { unreachable!("a PostgreSQL world") };
-    let mut wakeups = own_jobs(pool, NIX_QUEUE);
+    let feed = JobFeed::start(pool, POSTGRES_POLL);
+    let mut wakeups = feed.subscribe(NIX_QUEUE);
     // The listener connects in the background: wait until it hears a nix
     // job, then drain what it heard.
     let mut heard_first = false;
@@ -47,5 +48,36 @@ async fn a_queue_s_wakeups_skip_the_jobs_of_other_queues() {
         .await
         .expect("the nix job woke the nix queue")
         .expect("the listener is still running");
-    assert_eq!(woken_by.to_string(), nix_job, "the build job woke the nix queue");
+    assert_eq!(woken_by, Woken::Job(nix_job), "the build job woke the nix queue");
+}
+
+/// The job feed comes back after PostgreSQL refused and dropped every
+/// connection for 3 s (as a restart or failover does): it wakes its
+/// queue's workers once it listens again (jobs inserted meanwhile were
+/// not announced), then with each new job of their queue.
+#[tokio::test]
+async fn the_job_feed_listens_again_after_postgres_refused_every_connection() {
+    let w = world(Engine::Postgres, &[]).await;
+    let Db::Postgres(pool) = &w.ctx.db else { unreachable!("a PostgreSQL world") };
+    let feed = JobFeed::start(pool, POSTGRES_POLL);
+    let mut wakeups = feed.subscribe(NIX_QUEUE);
+    let first = tokio::time::timeout(Duration::from_secs(30), wakeups.recv()).await;
+    assert_eq!(first.ok().flatten(), Some(Woken::Listening), "the feed never listened");
+
+    let outage = std::time::Instant::now();
+    let mut dropped = 0;
+    while outage.elapsed() < Duration::from_secs(3) {
+        dropped += w.db.accept_connections(false).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(dropped > 0, "the feed's connection was not dropped");
+    w.db.accept_connections(true).await;
+    let again = tokio::time::timeout(Duration::from_secs(30), wakeups.recv()).await;
+    assert_eq!(again.ok().flatten(), Some(Woken::Listening), "the feed did not listen again");
+
+    let mut tx = w.ctx.db.begin_write().await.unwrap();
+    push_nix_job(&mut tx, "after-the-outage").await.unwrap();
+    tx.commit().await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(5), wakeups.recv()).await;
+    assert!(matches!(heard, Ok(Some(Woken::Job(_)))), "a new job went unheard: {heard:?}");
 }

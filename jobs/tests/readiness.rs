@@ -58,6 +58,25 @@ async fn a_200_naming_another_host_or_none_is_wrong_host() {
 }
 
 #[tokio::test]
+async fn a_200_naming_its_own_host_and_then_another_is_not_ready() {
+    let own_first = |_: usize, host: &str| {
+        let host = host.split(':').next().unwrap().to_owned();
+        Reply::Answer(200, vec![("X-Instance-Host", host), ("X-Instance-Host", "hub.example.test".into())])
+    };
+    let two = Server::start(answering(own_first)).await;
+    let p = probe(&instance(), &through(&two), &[]).await;
+    assert_eq!(p.state, State::WrongHost, "{p:?}");
+    assert!(p.reason.as_deref().unwrap().contains("X-Instance-Host 2 times"), "{p:?}");
+    // Its own name twice is no better: one server answers once.
+    let twice = Server::start(answering(|_, host| {
+        let host = host.split(':').next().unwrap().to_owned();
+        Reply::Answer(200, vec![("X-Instance-Host", host.clone()), ("x-instance-host", host)])
+    }))
+    .await;
+    assert_eq!(probe(&instance(), &through(&twice), &[]).await.state, State::WrongHost);
+}
+
+#[tokio::test]
 async fn a_404_under_the_probe_path_is_not_found() {
     let server = Server::start(answering(|_, _| Reply::Answer(404, vec![]))).await;
     let p = probe(&instance(), &through(&server), &[]).await;
@@ -205,7 +224,7 @@ async fn the_readiness_job_probes_until_ready_or_the_deadline(engine: Engine) {
     let now = now_ms();
     rows::begin(&mut conn, id, &build, &instances, now, now + 3_600_000).await.unwrap();
     drop(conn);
-    let job = ReadinessJob { deployment_id: id.into(), build_id: build.clone() };
+    let job = ReadinessJob { deployment_id: id.into(), build_id: build.clone(), not_before_ms: None };
     let states = || async {
         let mut conn = world.ctx.db.acquire().await.unwrap();
         rows::of_deployment(&mut conn, id)
@@ -255,3 +274,84 @@ async fn the_readiness_job_probes_until_ready_or_the_deadline(engine: Engine) {
 }
 
 slipway_jobs::on_both_engines!(the_readiness_job_probes_until_ready_or_the_deadline);
+
+/// The `readiness` job's pause holds to the deadline: taken by a real
+/// apalis worker from the real queue, an instance that never becomes ready
+/// is asked at most twice over the last second before its deadline (a
+/// round in it and the last round, at the deadline), not every few tens
+/// of milliseconds as the pause shrinks to the time left.
+async fn the_readiness_backoff_holds_until_the_deadline(engine: Engine) {
+    use apalis::prelude::*;
+    use slipway_jobs::jobs::readiness::run;
+    use slipway_jobs::jobs::Ctx;
+    use slipway_jobs::store::queue::{
+        push_readiness_job, JobFeed, QueueSettings, ReadinessJob, POSTGRES_POLL, READINESS_QUEUE,
+    };
+    use slipway_jobs::store::{now_ms, readiness as rows, Db, Q};
+    async fn handle(job: ReadinessJob, ctx: Data<Ctx>) -> Result<(), BoxDynError> {
+        run(job, &ctx).await.map_err(Into::into)
+    }
+    let world = slipway_jobs::test_support::world(engine, &[("SLIPWAY_READINESS_CONNECT", "")]).await;
+    let id = "ready-backoff";
+    let build = world.queue(id, slipway_jobs::state::BuildKind::Deploy, None).await;
+    let asked_at = Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
+    let seen = Arc::clone(&asked_at);
+    let server = Server::start(answering(move |_, _| {
+        seen.lock().unwrap().push(now_ms());
+        Reply::Answer(404, vec![])
+    }))
+    .await;
+    let mut conn = world.ctx.db.acquire().await.unwrap();
+    Q::new("UPDATE builds SET readiness = $1 WHERE id = $2")
+        .text(serde_json::to_string(&through(&server)).unwrap())
+        .text(&build)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let b = slipway_jobs::store::builds::get(&mut conn, &build).await.unwrap().unwrap();
+    let instances: Vec<Instance> = b.instances.iter().filter(|i| i.name == "mastodon").cloned().collect();
+    assert_eq!(instances.len(), 1, "{:?}", b.instances);
+    let now = now_ms();
+    let deadline = now + 3_500;
+    rows::begin(&mut conn, id, &build, &instances, now, deadline).await.unwrap();
+    drop(conn);
+    let mut tx = world.ctx.db.begin_write().await.unwrap();
+    let job = ReadinessJob { deployment_id: id.into(), build_id: build.clone(), not_before_ms: None };
+    push_readiness_job(&mut tx, &job, None).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let settings = QueueSettings { queue: READINESS_QUEUE, batch_size: 1, heartbeat: world.ctx.config.heartbeat };
+    let ctx = world.ctx.clone();
+    let running = match world.ctx.db.clone() {
+        Db::Postgres(pool) => {
+            let feed = JobFeed::start(&pool, POSTGRES_POLL);
+            let storage = settings.postgres::<ReadinessJob>(&pool, &feed);
+            let worker = WorkerBuilder::new("readiness-backoff-test").backend(storage).data(ctx).concurrency(4);
+            tokio::spawn(worker.build(handle).run())
+        }
+        Db::Sqlite(pool) => {
+            let storage = settings.sqlite::<ReadinessJob>(&pool);
+            let worker = WorkerBuilder::new("readiness-backoff-test").backend(storage).data(ctx).concurrency(4);
+            tokio::spawn(worker.build(handle).run())
+        }
+    };
+    let start = std::time::Instant::now();
+    loop {
+        let mut conn = world.ctx.db.acquire().await.unwrap();
+        let state = rows::of_deployment(&mut conn, id).await.unwrap()[0].state;
+        if state == State::NotReady {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "the deadline never ended the probing: {state:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    running.abort();
+    let asked = asked_at.lock().unwrap().clone();
+    let offsets: Vec<i64> = asked.iter().map(|t| t - deadline).collect();
+    let last_second = offsets.iter().filter(|t| **t >= -1_000).count();
+    eprintln!("probes at these ms from the deadline: {offsets:?}");
+    assert!(last_second <= 2, "{last_second} probes over the last second (ms from the deadline: {offsets:?})");
+    assert!(asked.len() >= 2, "the instance was asked again before the deadline: {offsets:?}");
+}
+
+slipway_jobs::on_both_engines!(the_readiness_backoff_holds_until_the_deadline);

@@ -17,9 +17,9 @@ use slipway_jobs::config::Config;
 use slipway_jobs::jobs::{build, callback, nix, readiness, retry_backoff, sweep, Ctx};
 use slipway_jobs::metrics::Metrics;
 use slipway_jobs::store::queue::{
-    BuildJob, CallbackJob, NixJob, QueueSettings, ReadinessJob, BUILDS_QUEUE, CALLBACKS_CONCURRENCY, CALLBACKS_QUEUE,
-    CALLBACKS_WORKER_SUFFIX, MAINTENANCE_QUEUE, NIX_QUEUE, NIX_WORKER_SUFFIX, READINESS_CONCURRENCY, READINESS_QUEUE,
-    READINESS_WORKER_SUFFIX,
+    BuildJob, CallbackJob, JobFeed, NixJob, QueueSettings, ReadinessJob, BUILDS_QUEUE, CALLBACKS_CONCURRENCY,
+    CALLBACKS_QUEUE, CALLBACKS_WORKER_SUFFIX, MAINTENANCE_QUEUE, NIX_QUEUE, NIX_WORKER_SUFFIX, READINESS_CONCURRENCY,
+    READINESS_QUEUE, READINESS_WORKER_SUFFIX,
 };
 use slipway_jobs::store::Db;
 use std::sync::Arc;
@@ -262,7 +262,14 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
         true
     });
     let gate = Gate::default();
-    let monitor = register_all(monitor, &ctx, &gate, &supervisor, build_slots, metrics, slots, prefetch, &queues);
+    // One LISTEN for the process, which comes back after an outage: it
+    // wakes each queue's apalis workers (PostgreSQL only).
+    let feed = match &db {
+        Db::Postgres(pool) => Some(JobFeed::start(pool, ctx.config.postgres_poll)),
+        Db::Sqlite(_) => None,
+    };
+    let monitor =
+        register_all(monitor, &ctx, &gate, &supervisor, feed.as_ref(), build_slots, metrics, slots, prefetch, &queues);
     let alive = tokio::spawn(keep_alive(ctx.clone(), beats.clone()));
     // The monitor runs until the first signal has let every running job end,
     // or a second signal killed them; dropping it then drops apalis's
@@ -317,7 +324,7 @@ struct Beats(Arc<tokio::sync::Mutex<()>>);
 /// Its name lets it beat and be handed back with the worker
 /// ([`slipway_jobs::store::queue::SIBLING_SUFFIXES`]).
 macro_rules! register_sibling {
-    ($monitor:expr, $ctx:expr, $gate:expr, $supervisor:expr, $queue:expr, $suffix:expr, $job:ty, $handler:expr, $concurrency:expr) => {{
+    ($monitor:expr, $ctx:expr, $gate:expr, $supervisor:expr, $feed:expr, $queue:expr, $suffix:expr, $job:ty, $handler:expr, $concurrency:expr) => {{
         let settings = QueueSettings { queue: $queue, batch_size: 1, heartbeat: $ctx.config.heartbeat };
         let (name, data, concurrency) = (format!("{}{}", $ctx.worker, $suffix), $ctx.clone(), $concurrency);
         let gate: Gate = $gate.clone();
@@ -331,14 +338,17 @@ macro_rules! register_sibling {
                     .concurrency(concurrency)
                     .build($handler)
             }),
-            Db::Postgres(pool) => $monitor.register(move |_restarts| {
-                WorkerBuilder::new(name.clone())
-                    .backend(supervisor.hold(&name, settings.postgres::<$job>(&pool), &data))
-                    .data(data.clone())
-                    .data(gate.clone())
-                    .concurrency(concurrency)
-                    .build($handler)
-            }),
+            Db::Postgres(pool) => {
+                let feed: JobFeed = $feed.cloned().expect("a PostgreSQL worker has a job feed");
+                $monitor.register(move |_restarts| {
+                    WorkerBuilder::new(name.clone())
+                        .backend(supervisor.hold(&name, settings.postgres::<$job>(&pool, &feed), &data))
+                        .data(data.clone())
+                        .data(gate.clone())
+                        .concurrency(concurrency)
+                        .build($handler)
+                })
+            }
         }
     }};
 }
@@ -355,6 +365,7 @@ fn register_all(
     ctx: &Ctx,
     gate: &Gate,
     supervisor: &Supervisor,
+    feed: Option<&JobFeed>,
     slots: Slots,
     metrics: Metrics,
     slot_count: usize,
@@ -387,7 +398,8 @@ fn register_all(
         monitor = match db.clone() {
             Db::Sqlite(pool) => monitor.register(move |_restarts| builds_worker!(settings.sqlite::<BuildJob>(&pool))),
             Db::Postgres(pool) => {
-                monitor.register(move |_restarts| builds_worker!(settings.postgres::<BuildJob>(&pool)))
+                let feed = feed.cloned().expect("a PostgreSQL worker has a job feed");
+                monitor.register(move |_restarts| builds_worker!(settings.postgres::<BuildJob>(&pool, &feed)))
             }
         };
     }
@@ -398,6 +410,7 @@ fn register_all(
             ctx,
             gate,
             supervisor,
+            feed,
             NIX_QUEUE,
             NIX_WORKER_SUFFIX,
             NixJob,
@@ -411,6 +424,7 @@ fn register_all(
             ctx,
             gate,
             supervisor,
+            feed,
             CALLBACKS_QUEUE,
             CALLBACKS_WORKER_SUFFIX,
             CallbackJob,
@@ -424,6 +438,7 @@ fn register_all(
             ctx,
             gate,
             supervisor,
+            feed,
             READINESS_QUEUE,
             READINESS_WORKER_SUFFIX,
             ReadinessJob,

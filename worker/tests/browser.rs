@@ -4,8 +4,9 @@
 //! `SLIPWAY_ALLOWED_ORIGINS`) deletes a deployment from headless Chromium
 //! with a cross-origin `fetch` (a real CORS preflight) carrying a callback
 //! URL and token, follows the deployment's channel with an `EventSource`
-//! (token as `access_token`) until it is idle, and the origin receives the
-//! reconcile push. Needs `scripts/install-deps --browser` (Debian's
+//! (opened with a single-use ticket minted by a cross-origin
+//! `POST …/events/ticket`; no request URL carries the token) until it is
+//! idle, and the origin receives the reconcile push. Needs `scripts/install-deps --browser` (Debian's
 //! Chromium, Node.js, playwright-core). Polls with deadlines; never sleeps
 //! to synchronise.
 
@@ -152,6 +153,12 @@ async fn a_page_deletes_from_headless_chromium_follows_the_channel_to_idle_and_i
     assert_eq!(shown["callback"]["status"], 204, "{}", shown["callback"]);
     assert!(!shown.to_string().contains(&cb_token), "GET {build_path} shows the callback token: {shown}");
     assert_eq!(origin.pushes().len(), 1, "more than one push: {:?}", origin.pushes());
+
+    // The token never went into a URL: the channel was opened with a ticket.
+    let urls: Vec<&str> = seen["request_urls"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let carrying: Vec<&&str> = urls.iter().filter(|u| u.contains(&token) || u.contains("access_token")).collect();
+    assert!(carrying.is_empty(), "request URLs carried the token: {carrying:?}");
+    assert!(urls.iter().any(|u| u.contains("/events?ticket=")), "the channel was not opened with a ticket: {urls:?}");
 
     // The cross-origin DELETE went through a real CORS preflight (the access log names each request).
     let api_log = std::fs::read_to_string(db.path("api.log")).unwrap();

@@ -3,7 +3,8 @@
 //! playwright-core: `tests/browser/dashboard.mjs`) opens `/ui`, pastes a
 //! token, submits the demo configuration from the page, and watches the
 //! deployment go from `building` to `active` while the build's log streams
-//! into the page; then it opens the queues and workers. The page's
+//! into the page; then it opens the queues and workers. No URL the page
+//! requests carries the token (its streams are opened with tickets). The page's
 //! screenshot of the finished deploy is saved as `docs/dashboard.png`.
 //! Needs `scripts/install-deps --browser`. Polls with deadlines; never
 //! sleeps to synchronise.
@@ -102,6 +103,14 @@ async fn the_dashboard_in_headless_chromium_watches_a_deploy_go_from_building_to
         workers.iter().any(|w| w.as_str().is_some_and(|t| t.contains("builds") && t.contains("alive"))),
         "{page:#}"
     );
+
+    // The token never went into a URL: the streams were opened with tickets.
+    let urls: Vec<&str> = page["request_urls"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let carrying: Vec<&&str> = urls.iter().filter(|u| u.contains(&api.token) || u.contains("access_token")).collect();
+    assert!(carrying.is_empty(), "request URLs carried the token: {carrying:?}");
+    for stream in ["/deployments/demo/events?ticket=", "/log?ticket="] {
+        assert!(urls.iter().any(|u| u.contains(stream)), "no {stream} among the page's requests: {urls:?}");
+    }
 
     // Nothing went wrong in the page, and the token was never logged.
     assert_eq!(page["page_errors"], Value::Array(vec![]), "{page:#}");

@@ -375,3 +375,80 @@ slipway_jobs::on_both_engines!(
     an_api_that_dies_inside_a_submit_leaves_no_build_without_its_job,
     a_build_whose_worker_is_killed_is_run_again_by_another_worker,
 );
+
+/// The status of the `readiness` job whose payload names `deployment`.
+async fn job_status(db: &Db, deployment: &str) -> Option<String> {
+    let mut conn = db.acquire().await.ok()?;
+    Q::new("SELECT status FROM apalis.jobs WHERE job_type = 'readiness' AND convert_from(job, 'UTF8') LIKE $1")
+        .text(format!("%{deployment}%"))
+        .fetch_optional(&mut conn)
+        .await
+        .ok()??
+        .text("status")
+        .ok()
+}
+
+/// Pushes a `readiness` job for `deployment` (which has no instances: its
+/// job ends at once) and returns how long the worker took to finish it, up
+/// to 20 s.
+async fn job_done_after(db: &Db, deployment: &str) -> Option<Duration> {
+    use slipway_jobs::store::queue::{push_readiness_job, ReadinessJob};
+    let job = ReadinessJob { deployment_id: deployment.into(), build_id: "none".into(), not_before_ms: None };
+    let mut tx = db.begin_write().await.unwrap();
+    push_readiness_job(&mut tx, &job, None).await.unwrap();
+    tx.commit().await.unwrap();
+    let pushed = Instant::now();
+    common::poll(Duration::from_secs(20), || async {
+        (job_status(db, deployment).await.as_deref() == Some("Done")).then(|| pushed.elapsed())
+    })
+    .await
+}
+
+/// After PostgreSQL refused and dropped every connection for 5 s (a
+/// restart or failover), the worker's LISTEN comes back: its log says it
+/// lost it and listens again, and a new job is then taken at once by its
+/// notification, while the poll (30 s here) would wait. (A `readiness`
+/// job: every queue's workers are woken by the same feed, and this one
+/// needs no Nix.)
+#[tokio::test]
+async fn a_worker_listens_again_after_postgres_refused_every_connection_for_5_s() {
+    let db = TestDatabase::new(Engine::Postgres).await;
+    let mut cmd = command(&binary("slipway-worker"), &db, free_port());
+    cmd.arg("work").env("SLIPWAY_POSTGRES_POLL", "30s").env("SLIPWAY_HEARTBEAT", "30");
+    let _worker = start(cmd, &db, "worker.log");
+    let log = db.path("worker.log");
+    wait_for("the worker to start", Duration::from_secs(60), || async {
+        std::fs::read_to_string(&log).ok()?.contains("worker started").then_some(())
+    })
+    .await;
+    let store = open(&db).await;
+    assert!(job_done_after(&store, "warm-up-before").await.is_some(), "the worker never took a job");
+    let before = job_done_after(&store, "timed-before").await.expect("the worker takes jobs");
+
+    // Every connection of the database is refused and dropped, again and
+    // again, for 5 s.
+    let outage = Instant::now();
+    let mut dropped = 0;
+    while outage.elapsed() < Duration::from_secs(5) {
+        dropped += db.accept_connections(false).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(dropped > 0, "no connection of the worker was dropped");
+    db.accept_connections(true).await;
+    let said = wait_for("the worker to listen again", Duration::from_secs(30), || async {
+        let text = std::fs::read_to_string(&log).ok()?;
+        (text.contains("LISTEN lost") && text.contains("listening again")).then_some(text)
+    })
+    .await;
+    assert_eq!(said.matches("LISTEN lost").count(), 1, "one line for the loss:\n{said}");
+    // Its queue workers may restart after the outage: the first job may
+    // wait for that; the next is woken by its notification alone.
+    assert!(job_done_after(&store, "warm-up-after").await.is_some(), "no job taken after the outage");
+    let after = job_done_after(&store, "timed-after").await.expect("a job taken after the outage");
+    eprintln!(
+        "a job taken {} ms after its push before the outage, {} ms after it",
+        before.as_millis(),
+        after.as_millis()
+    );
+    assert!(after < Duration::from_secs(2), "taken after {after:?}: only the poll found it");
+}

@@ -10,25 +10,34 @@
 //! stream.
 //!
 //! Both take the token from the `Authorization` header or, because a
-//! browser's `EventSource` cannot set headers, from an `access_token`
-//! query parameter (RFC 6750 §2.3); the access log never writes query
-//! strings.
+//! browser's `EventSource` cannot set headers, a single-use `ticket` query
+//! parameter minted with the token for that one stream (`POST
+//! /deployments/{id}/events/ticket`, `POST /builds/{id}/log/ticket`;
+//! stored as its SHA-256, valid 60 s, [`slipway_jobs::store::tickets`]).
+//! The token itself as an `access_token` query parameter (RFC 6750 §2.3)
+//! still works but is deprecated: such an answer says `Deprecation: true`
+//! and the api warns once. The access log never writes query strings.
 
 use super::rfc3339;
 use crate::app::{AppState, Auth};
-use crate::auth::TokenError;
+use crate::auth::{Audience, Claims, TokenError};
 use crate::error::ApiError;
-use crate::extract::{BuildIdPath, DeploymentIdPath, Query};
+use crate::extract::{BuildIdPath, DeploymentIdPath, NoQuery, Query, StrictQuery};
 use axum::extract::{FromRef, FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use axum::Json;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
+use sha2::{Digest, Sha256};
 use slipway_jobs::channel::Wake;
+use slipway_jobs::store::tickets::{self, StreamKind};
 use slipway_jobs::store::{builds, events, Db, StoreError};
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 
@@ -46,18 +55,41 @@ pub const LOG_POLL: Duration = Duration::from_millis(250);
 /// Events or chunks read at once.
 const PAGE: i64 = 500;
 
-/// `?access_token=` of a stream.
+/// `?ticket=` and (deprecated) `?access_token=` of a stream.
 #[derive(Debug, Deserialize)]
 struct StreamQuery {
+    ticket: Option<String>,
     access_token: Option<String>,
 }
 
-/// The token of a stream (SEC-1, as [`Auth`]): the `Authorization` header,
-/// else the `access_token` query parameter. Every problem is `401`, also a
-/// token sent both ways (RFC 6750 §2: one method per request), which would
-/// leave the token that counts to a guess.
+/// How long a stream ticket opens its stream after it is minted (at most:
+/// never past the minting token's own expiry).
+pub const TICKET_TTL: Duration = Duration::from_secs(60);
+
+/// The random bytes of a ticket: 256 bits.
+const TICKET_BYTES: usize = 32;
+
+/// How a stream request proves who it is (SEC-1, as [`Auth`]), before the
+/// stream it opens is known: the token from the `Authorization` header or,
+/// deprecated, the `access_token` query parameter; or a `ticket` query
+/// parameter, minted with the token for exactly one stream
+/// ([`ticket_for_events`], [`ticket_for_log`]) and checked by
+/// [`StreamAuth::open`]. Every problem is `401`, also two credentials at
+/// once (a token sent both ways, RFC 6750 §2, or a ticket with a token),
+/// which would leave the one that counts to a guess.
 #[derive(Debug, Clone)]
-pub struct StreamAuth(pub Auth);
+pub enum StreamAuth {
+    /// A verified token.
+    Token {
+        /// The token's claims.
+        auth: Auth,
+        /// It came as `?access_token=` (deprecated: it ends up in proxies'
+        /// logs and browser history).
+        in_query: bool,
+    },
+    /// A ticket, not yet checked.
+    Ticket(String),
+}
 
 impl<S> FromRequestParts<S> for StreamAuth
 where
@@ -67,21 +99,197 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        if parts.headers.contains_key(header::AUTHORIZATION) {
-            let in_query = parts
-                .uri
-                .query()
-                .is_some_and(|q| url::form_urlencoded::parse(q.as_bytes()).any(|(name, _)| name == "access_token"));
-            if in_query {
+        let named = |wanted: &str| {
+            parts.uri.query().is_some_and(|q| url::form_urlencoded::parse(q.as_bytes()).any(|(name, _)| name == wanted))
+        };
+        let (ticket_named, token_named) = (named("ticket"), named("access_token"));
+        let header = parts.headers.contains_key(header::AUTHORIZATION);
+        if ticket_named && (header || token_named) {
+            return Err(TokenError::TicketAndToken.into());
+        }
+        if header {
+            if token_named {
                 return Err(TokenError::TwoCarriers.into());
             }
-            return Auth::from_request_parts(parts, state).await.map(Self);
+            let auth = Auth::from_request_parts(parts, state).await?;
+            return Ok(Self::Token { auth, in_query: false });
         }
         let Query(q) = Query::<StreamQuery>::from_request_parts(parts, state).await?;
+        if let Some(ticket) = q.ticket {
+            return Ok(Self::Ticket(ticket));
+        }
         let app = AppState::from_ref(state);
-        let bearer = q.access_token.map(|t| format!("Bearer {t}"));
-        app.verifier.verify(bearer.as_deref()).map(|claims| Self(Auth(claims)))
+        let bearer = q.access_token.as_ref().map(|t| format!("Bearer {t}"));
+        let claims = app.verifier.verify(bearer.as_deref())?;
+        Ok(Self::Token { auth: Auth(claims), in_query: q.access_token.is_some() })
     }
+}
+
+impl StreamAuth {
+    /// The claims the stream `kind`/`stream_id` is opened with. A token's
+    /// are its own; a ticket is used up here (whatever follows) and opens
+    /// its stream with the scope of that stream's deployment only, the
+    /// subject of the token that minted it, and that token's expiry.
+    /// `401` ([`TokenError::BadTicket`]) for a ticket that is unknown, used,
+    /// expired or minted for another stream.
+    async fn open(self, app: &AppState, kind: StreamKind, stream_id: &str) -> Result<(Auth, bool), ApiError> {
+        let ticket = match self {
+            Self::Token { auth, in_query } => {
+                if in_query {
+                    deprecated_access_token();
+                }
+                return Ok((auth, in_query));
+            }
+            Self::Ticket(ticket) => ticket,
+        };
+        let hash = Sha256::digest(ticket.as_bytes());
+        let mut conn = app.db.acquire().await?;
+        let used = tickets::consume(&mut conn, &hash, kind, stream_id, slipway_jobs::store::now_ms())
+            .await?
+            .ok_or(TokenError::BadTicket)?;
+        let claims = Claims {
+            sub: used.subject,
+            exp: used.token_exp_ms as f64 / 1000.0,
+            aud: Audience::Many(Vec::new()),
+            iss: None,
+            deployments: vec![used.deployment_id],
+            operator: false,
+        };
+        Ok((Auth(claims), false))
+    }
+}
+
+/// Says once per process, at `warn`, that a stream was opened with
+/// `?access_token=` (deprecated); later ones at `debug`. The answer also
+/// carries `Deprecation: true`.
+fn deprecated_access_token() {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.swap(true, Ordering::Relaxed) {
+        tracing::debug!("a stream was opened with ?access_token=, which is deprecated");
+    } else {
+        tracing::warn!(
+            "a stream was opened with ?access_token=, which is deprecated: the token ends up in proxies' logs and \
+             browser history; mint a single-use ticket (POST …/ticket) and open the stream with ?ticket= instead \
+             (docs/INTEGRATOR-GUIDE.md); this is said once"
+        );
+    }
+}
+
+/// Marks an answer to a stream opened with `?access_token=` as using a
+/// deprecated form (`Deprecation: true`, RFC 9745).
+fn mark_deprecated(mut response: Response, deprecated: bool) -> Response {
+    if deprecated {
+        response.headers_mut().insert("deprecation", HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// A stream ticket, as `POST …/ticket` answers it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TicketBody {
+    /// The ticket: 256 random bits, base64url without padding. Open the
+    /// stream with `?ticket=<ticket>` once; it opens no other stream.
+    pub ticket: String,
+    /// Seconds it stays usable: 60, or fewer when the token that minted it
+    /// expires sooner.
+    pub expires_in: u64,
+}
+
+/// Mints a ticket for `kind`/`stream_id` (of `deployment_id`) for the
+/// holder of `auth`: stored as its SHA-256 only, usable once, for
+/// [`TICKET_TTL`] or until the token expires, whichever is first.
+async fn mint(
+    app: &AppState,
+    auth: &Auth,
+    kind: StreamKind,
+    stream_id: &str,
+    deployment_id: &str,
+) -> Result<Response, ApiError> {
+    use rand::RngCore as _;
+    let mut bytes = [0u8; TICKET_BYTES];
+    rand::rng().fill_bytes(&mut bytes);
+    let ticket = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let hash = Sha256::digest(ticket.as_bytes());
+    let now = slipway_jobs::store::now_ms();
+    let token_exp_ms = (auth.0.exp * 1000.0).floor() as i64;
+    let expires_at = (now + TICKET_TTL.as_millis() as i64).min(token_exp_ms);
+    let mut conn = app.db.begin_write().await?;
+    tickets::insert(
+        &mut conn,
+        &tickets::NewTicket {
+            hash: &hash,
+            kind,
+            stream_id,
+            subject: &auth.0.sub,
+            deployment_id,
+            token_exp_ms,
+            created_at: now,
+            expires_at,
+        },
+    )
+    .await?;
+    conn.commit().await?;
+    let body = TicketBody { ticket, expires_in: ((expires_at - now).max(0) / 1000) as u64 };
+    Ok(([(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))], Json(body)).into_response())
+}
+
+/// `POST /deployments/{id}/events/ticket`: a single-use ticket that opens
+/// `GET /deployments/{id}/events?ticket=…` once, within 60 s, for a browser's
+/// `EventSource` (which cannot send the bearer header). Authorised as the
+/// stream: `403` outside the token's scope, `404` for an unknown deployment.
+#[utoipa::path(post, path = "/deployments/{id}/events/ticket", tag = "streams",
+    params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "A ticket for this deployment's channel: use it once, within `expires_in` seconds",
+         body = TicketBody),
+        (status = 400, description = "`invalid_deployment_id`", body = crate::error::ErrorBody),
+        (status = 401, description = "`unauthorized`: no token, or a token that does not verify", body = crate::error::ErrorBody),
+        (status = 403, description = "`forbidden`: outside the token's scope", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such deployment", body = crate::error::ErrorBody),
+    ))]
+pub async fn ticket_for_events(
+    State(app): State<AppState>,
+    auth: Auth,
+    DeploymentIdPath(id): DeploymentIdPath,
+    _query: StrictQuery<NoQuery>,
+) -> Result<Response, ApiError> {
+    auth.require(id.as_str())?;
+    let mut conn = app.db.acquire().await?;
+    if slipway_jobs::read::deployment(&mut conn, id.as_str()).await?.is_none() {
+        return Err(ApiError::not_found(format!("no deployment {id}")));
+    }
+    drop(conn);
+    mint(&app, &auth, StreamKind::DeploymentEvents, id.as_str(), id.as_str()).await
+}
+
+/// `POST /builds/{id}/log/ticket`: a single-use ticket that opens
+/// `GET /builds/{id}/log?ticket=…` once, within 60 s. Authorised as the
+/// stream: a build outside the token's scope is `404`, like an unknown one.
+#[utoipa::path(post, path = "/builds/{id}/log/ticket", tag = "streams",
+    params(("id" = String, Path, description = "A build id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "A ticket for this build's log stream: use it once, within `expires_in` seconds",
+         body = TicketBody),
+        (status = 400, description = "`invalid_build_id`", body = crate::error::ErrorBody),
+        (status = 401, description = "`unauthorized`: no token, or a token that does not verify", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such build, or one outside the token's scope", body = crate::error::ErrorBody),
+    ))]
+pub async fn ticket_for_log(
+    State(app): State<AppState>,
+    auth: Auth,
+    BuildIdPath(id): BuildIdPath,
+    _query: StrictQuery<NoQuery>,
+) -> Result<Response, ApiError> {
+    let missing = || ApiError::not_found(format!("no build {id}"));
+    let mut conn = app.db.acquire().await?;
+    let build = builds::get(&mut conn, &id).await?.ok_or_else(missing)?;
+    if !auth.0.allows(&build.deployment_id) {
+        return Err(missing());
+    }
+    drop(conn);
+    mint(&app, &auth, StreamKind::BuildLog, &id, &build.deployment_id).await
 }
 
 /// The `Last-Event-ID` header: a non-negative integer, or absent.
@@ -162,9 +370,10 @@ fn state_event(e: &events::Event) -> Event {
     params(
         ("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id"),
-        ("access_token" = Option<String>, Query, description = "The token, for a browser's EventSource that cannot send a header"),
+        ("ticket" = Option<String>, Query, description = "A single-use ticket from `POST …/ticket`, for a browser's EventSource that cannot send a header"),
+        ("access_token" = Option<String>, Query, deprecated, description = "Deprecated: the token itself (it ends up in proxies' logs and browser history); use `ticket`"),
     ),
-    security(("bearer" = []), ("access_token" = [])),
+    security(("bearer" = []), ("access_token" = []), ("ticket" = [])),
     responses(
         (status = 200, description = "Server-sent events: `event: state`, `data: {deployment_id, state, build_id, at}`",
          body = String, content_type = "text/event-stream"),
@@ -175,10 +384,11 @@ fn state_event(e: &events::Event) -> Event {
     ))]
 pub async fn deployment(
     State(app): State<AppState>,
-    StreamAuth(auth): StreamAuth,
+    credential: StreamAuth,
     DeploymentIdPath(id): DeploymentIdPath,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let (auth, deprecated) = credential.open(&app, StreamKind::DeploymentEvents, id.as_str()).await?;
     auth.require(id.as_str())?;
     let last = last_event_id(&headers)?;
     // Subscribed before the first read, so nothing committed after it is missed.
@@ -216,7 +426,7 @@ pub async fn deployment(
     let (tx, rx) = mpsc::channel(16);
     let follow = follow_deployment(app.db.clone(), id.to_string(), first, after, wakes, tx);
     tokio::spawn(until_closed(follow, ends(&app, &auth)));
-    Ok(sse(rx))
+    Ok(mark_deprecated(sse(rx), deprecated))
 }
 
 /// Sends `first`, then every event after the last one sent until a
@@ -288,9 +498,10 @@ async fn read_since(db: &Db, id: &str, after: i64) -> Result<Vec<events::Event>,
     params(
         ("id" = String, Path, description = "A build id"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this chunk"),
-        ("access_token" = Option<String>, Query, description = "The token, for a browser's EventSource that cannot send a header"),
+        ("ticket" = Option<String>, Query, description = "A single-use ticket from `POST …/ticket`, for a browser's EventSource that cannot send a header"),
+        ("access_token" = Option<String>, Query, deprecated, description = "Deprecated: the token itself (it ends up in proxies' logs and browser history); use `ticket`"),
     ),
-    security(("bearer" = []), ("access_token" = [])),
+    security(("bearer" = []), ("access_token" = []), ("ticket" = [])),
     responses(
         (status = 200, description = "Server-sent events: `event: log` (`data: {text}`), then `event: end` (`data: {build_id, status}`)",
          body = String, content_type = "text/event-stream"),
@@ -300,10 +511,11 @@ async fn read_since(db: &Db, id: &str, after: i64) -> Result<Vec<events::Event>,
     ))]
 pub async fn build_log(
     State(app): State<AppState>,
-    StreamAuth(auth): StreamAuth,
+    credential: StreamAuth,
     BuildIdPath(id): BuildIdPath,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let (auth, deprecated) = credential.open(&app, StreamKind::BuildLog, &id).await?;
     let last = last_event_id(&headers)?;
     let missing = || ApiError::not_found(format!("no build {id}"));
     let mut conn = app.db.acquire().await?;
@@ -321,7 +533,7 @@ pub async fn build_log(
     drop(conn);
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(until_closed(follow_log(app.db.clone(), id, after, tx), ends(&app, &auth)));
-    Ok(sse(rx))
+    Ok(mark_deprecated(sse(rx), deprecated))
 }
 
 /// The id of a finished build's `end` event: one past its last chunk's

@@ -2,8 +2,10 @@
 // of /ui and follows the api's streams. Vanilla JavaScript, no build step.
 //
 // The token is kept in this tab's sessionStorage only: it is sent as the
-// Authorization header on fetches, and as ?access_token= on EventSource
-// (which cannot send headers). Fragments are HTML rendered (and escaped) by
+// Authorization header on fetches, and never in a URL. An EventSource
+// cannot send headers, so each stream is opened with a single-use ticket
+// (?ticket=) minted for that one stream by POST <stream>/ticket; a stream
+// that breaks is reopened with a new ticket. Fragments are HTML rendered (and escaped) by
 // the api; this script never builds markup from data, it only sets text.
 //
 // Routes (the location's hash): #/ the deployments, #/deployments/<id>
@@ -116,19 +118,58 @@
     return true;
   }
 
-  function streamUrl(path) {
-    return `${path}?access_token=${encodeURIComponent(token())}`;
+  const RECONNECT_MS = 2000;
+
+  // Opens the stream at `path` with a fresh single-use ticket, or null when
+  // the route changed meanwhile or the ticket was refused (said on the page).
+  async function openStream(path, mine) {
+    let response;
+    try {
+      response = await api(`${path}/ticket`, { method: "POST" });
+    } catch (e) {
+      return null;
+    }
+    if (mine !== routeToken) {
+      return null;
+    }
+    if (!response.ok) {
+      say(await refusal(response), "error");
+      return null;
+    }
+    const { ticket } = await response.json();
+    const source = new EventSource(`${path}?ticket=${encodeURIComponent(ticket)}`);
+    streams.push(source);
+    return source;
+  }
+
+  // A stream that broke before its end: the browser would retry with the
+  // used ticket, so it is closed and `again` runs after a pause (with a new
+  // ticket), unless the page moved on.
+  function onBreak(source, mine, again) {
+    source.addEventListener("error", () => {
+      source.close();
+      streams = streams.filter((s) => s !== source);
+      setTimeout(() => {
+        if (mine === routeToken) {
+          again();
+        }
+      }, RECONNECT_MS);
+    });
   }
 
   // Streams a running build's log into its <pre data-live="true">; at the
-  // end, reloads the build's fragment (whole log and run report).
-  function followLog(pane, buildId, mine) {
+  // end, reloads the build's fragment (whole log and run report). A broken
+  // stream reloads the build (the fragment, then the log from its start).
+  async function followLog(pane, buildId, mine) {
     const pre = pane.querySelector("pre[data-live=true]");
     if (!pre) {
       return;
     }
-    const source = new EventSource(streamUrl(`/builds/${encodeURIComponent(buildId)}/log`));
-    streams.push(source);
+    const source = await openStream(`/builds/${encodeURIComponent(buildId)}/log`, mine);
+    if (!source) {
+      return;
+    }
+    let ended = false;
     source.addEventListener("log", (event) => {
       const text = JSON.parse(event.data).text;
       pre.appendChild(document.createTextNode(text));
@@ -136,9 +177,15 @@
       pre.scrollTop = pre.scrollHeight;
     });
     source.addEventListener("end", () => {
+      ended = true;
       source.close();
       seen.logChunksBeforeEnd = seen.liveLogChunks;
       loadBuild(pane, buildId, mine);
+    });
+    onBreak(source, mine, () => {
+      if (!ended && pane.dataset.build === buildId) {
+        loadBuild(pane, buildId, mine);
+      }
     });
   }
 
@@ -167,19 +214,40 @@
     if (first) {
       await loadBuild(buildPane, first, mine);
     }
-    // The deployment channel: each state re-renders the deployment, and
-    // (unless a build was picked) moves the build pane to the newest build.
-    const events = new EventSource(streamUrl(`/deployments/${encodeURIComponent(id)}/events`));
-    streams.push(events);
+    followChannel(id, path, deploymentPane, buildPane, pinnedBuild, mine);
+  }
+
+  const TERMINAL = ["active", "idle", "failed"];
+
+  // The deployment channel: each state re-renders the deployment, and
+  // (unless a build was picked) moves the build pane to the newest build.
+  // It ends after a terminal state; a broken one is reopened, and starts
+  // again from the current state.
+  async function followChannel(id, path, deploymentPane, buildPane, pinnedBuild, mine) {
+    const section = () => deploymentPane.querySelector("section.deployment");
+    const events = await openStream(`/deployments/${encodeURIComponent(id)}/events`, mine);
+    if (!events) {
+      return;
+    }
+    let ended = false;
     events.addEventListener("state", async (event) => {
       const data = JSON.parse(event.data);
+      if (TERMINAL.includes(data.state)) {
+        ended = true;
+        events.close();
+      }
       seen.states.push({ state: data.state, liveLogChunks: seen.liveLogChunks });
       await load(path, deploymentPane, mine);
       const newest = section() && section().dataset.latestBuild;
       if (!pinnedBuild && newest && newest !== buildPane.dataset.build) {
         streams.filter((s) => s !== events).forEach((s) => s.close());
-        streams = [events];
+        streams = ended ? [] : [events];
         await loadBuild(buildPane, newest, mine);
+      }
+    });
+    onBreak(events, mine, () => {
+      if (!ended) {
+        followChannel(id, path, deploymentPane, buildPane, pinnedBuild, mine);
       }
     });
   }

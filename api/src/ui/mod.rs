@@ -9,8 +9,11 @@
 //! refusal is the usual JSON error (`401`, `403`, `404`). Live updates come
 //! from the api's own streams: `GET /deployments/{id}/events` re-renders a
 //! deployment's fragment on each state change, `GET /builds/{id}/log`
-//! streams a running build's log (the token as `?access_token=`, which the
-//! access log never writes).
+//! streams a running build's log. A stream is opened with a single-use
+//! ticket minted for it (`POST …/ticket` with the bearer header, then
+//! `?ticket=`): the token never goes into a URL. Every `/ui` answer
+//! (404 and 405 included) carries the page headers of [`page_headers`] and
+//! no CORS header.
 //!
 //! | route | access |
 //! | --- | --- |
@@ -28,7 +31,7 @@ use crate::error::ApiError;
 use crate::extract::{BuildIdPath, DeploymentIdPath};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue};
-use axum::middleware::{self, Next};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -57,7 +60,6 @@ pub fn router() -> Router<AppState> {
         .route("/ui/fragments/deployments/{id}", get(deployment))
         .route("/ui/fragments/builds/{id}", get(build))
         .route("/ui/fragments/fleet", get(fleet_view))
-        .layer(middleware::from_fn(page_headers))
 }
 
 /// Whether `claims` may see the queues and workers: an operator's token
@@ -67,13 +69,42 @@ pub fn may_see_fleet(claims: &Claims) -> bool {
     claims.operator
 }
 
-/// Headers of every `/ui` answer: [`CONTENT_SECURITY_POLICY`], no MIME
-/// sniffing, no referrer, and no caching of fragments (they carry data).
-async fn page_headers(request: Request, next: Next) -> Response {
-    let fragment = request.uri().path().starts_with("/ui/fragments/");
+/// Whether `path` is the dashboard's: `/ui` or below it (not `/uix`).
+pub fn is_dashboard(path: &str) -> bool {
+    path == "/ui" || path.starts_with("/ui/")
+}
+
+/// The CORS headers a `/ui` answer never carries.
+const CORS_HEADERS: [header::HeaderName; 6] = [
+    header::ACCESS_CONTROL_ALLOW_ORIGIN,
+    header::ACCESS_CONTROL_ALLOW_METHODS,
+    header::ACCESS_CONTROL_ALLOW_HEADERS,
+    header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+    header::ACCESS_CONTROL_EXPOSE_HEADERS,
+    header::ACCESS_CONTROL_MAX_AGE,
+];
+
+/// Middleware, outside CORS in [`crate::app::app`], for every answer whose
+/// path is the dashboard's ([`is_dashboard`]), whichever route or fallback
+/// gave it (a page, a fragment, a `404`, a `405`, a preflight):
+/// [`CONTENT_SECURITY_POLICY`] with `X-Frame-Options: DENY` beside its
+/// `frame-ancestors 'none'` (for browsers that do not read CSP), no MIME
+/// sniffing, no referrer, no caching of fragments (they carry data), and no
+/// CORS header: the dashboard is a same-origin page, and no other origin,
+/// even an allowed one, may read it.
+pub async fn page_headers(request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let (dashboard, fragment) = (is_dashboard(path), path.starts_with("/ui/fragments/"));
+    if !dashboard {
+        return next.run(request).await;
+    }
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
+    for name in CORS_HEADERS {
+        headers.remove(name);
+    }
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     if fragment {

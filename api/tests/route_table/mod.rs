@@ -64,7 +64,7 @@ pub struct Route {
     /// A query string it refuses with `400 invalid_request`, if it reads one.
     pub bad_query: Option<&'static str>,
     /// A stream (DL-3): success is `text/event-stream`, and the token may
-    /// also come as `?access_token=`.
+    /// also come as `?access_token=` (deprecated), or a ticket as `?ticket=`.
     pub stream: bool,
     /// The media type of a success: `application/json`, but for the
     /// dashboard's HTML, script and style sheet (`/ui`) and the API's
@@ -139,12 +139,15 @@ pub fn routes() -> Vec<Route> {
         Route { input: Input::OptionalJson, ..route(Method::DELETE, "/deployments/{id}", Deployment, &[202]) },
         with_query(route(Method::GET, "/deployments/{id}/builds", Deployment, &[200]), "limit=many"),
         stream(route(Method::GET, "/deployments/{id}/events", Deployment, &[200])),
+        // A single-use ticket for that stream (a browser's EventSource cannot send the header).
+        route(Method::POST, "/deployments/{id}/events/ticket", Deployment, &[200]),
         // 503 while no worker serves the nix queue for the names eval (EV-2).
         with_body(route(Method::POST, "/deployments/{id}/preview", Deployment, &[200, 503]), submit_body),
         with_body(route(Method::POST, "/schema/get_for", Token, &[200]), || json!({})),
         with_body(route(Method::POST, "/renames/get_for", Token, &[200]), || json!({})),
         route(Method::GET, "/builds/{build}", Build, &[200]),
         stream(route(Method::GET, "/builds/{build}/log", Build, &[200])),
+        route(Method::POST, "/builds/{build}/log/ticket", Build, &[200]),
         // Cancelled at once while queued, or asked of its worker, or finished.
         route(Method::POST, "/builds/{build}/cancel", Build, &[200, 202, 409]),
         route(Method::GET, "/sbom-list/{id}", Deployment, &[200]),

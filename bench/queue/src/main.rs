@@ -38,7 +38,7 @@ use apalis_postgres::{PgTask, PostgresStorage};
 use clap::{Args, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use slipway_jobs::store::queue::QueueSettings;
+use slipway_jobs::store::queue::{JobFeed, QueueSettings};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgPool};
 use std::future::Future;
@@ -194,7 +194,7 @@ fn slipway_queue_worker(
         batch_size: tuning.batch_size,
         heartbeat: Duration::from_secs(tuning.heartbeat_secs),
     };
-    let storage = settings.postgres::<NoopJob>(pool);
+    let storage = settings.postgres::<NoopJob>(pool, &JobFeed::start(pool, slipway_jobs::store::queue::POSTGRES_POLL));
     let ctx = WorkerContext::new(worker_name);
     let worker = WorkerBuilder::new(&ctx).backend(storage).data(probe).concurrency(tuning.concurrency).build(noop);
     (ctx, worker.run())

@@ -117,7 +117,7 @@ impl PushError {
 /// What one push did, to be recorded (DL-2). Never holds the token (SEC-2).
 ///
 /// JSON: `{"delivered": bool, "status": 204 | null, "error":
-/// "connect_failed" | null, "message": "…", "address": "192.0.2.1:443" |
+/// "connect_failed" | null, "message": "…", "address": "203.0.113.9:443" |
 /// null}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PushOutcome {

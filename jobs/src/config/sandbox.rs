@@ -293,6 +293,24 @@ mod tests {
     }
 
     #[test]
+    fn an_allowed_uri_on_an_address_is_judged_by_the_outbound_address_table() {
+        // The callback's table (`callback::BLOCKS`): every refusing row's first address.
+        for block in crate::callback::BLOCKS.iter().filter(|b| b.rule == crate::callback::Rule::Refuse) {
+            let uri = match block.first() {
+                std::net::IpAddr::V4(a) => format!("https://{a}/"),
+                std::net::IpAddr::V6(a) => format!("https://[{a}]/"),
+            };
+            let err = sandbox(&[("SLIPWAY_NIX_ALLOWED_URIS", &uri)]).unwrap_err();
+            assert!(err.starts_with("SLIPWAY_NIX_ALLOWED_URIS:"), "{uri} ({block}): {err}");
+        }
+        for uri in ["https://198.18.0.1/", "https://168.63.129.16/", "https://[::ffff:198.18.0.1]/"] {
+            assert!(sandbox(&[("SLIPWAY_NIX_ALLOWED_URIS", uri)]).is_err(), "{uri}");
+        }
+        let c = sandbox(&[("SLIPWAY_NIX_ALLOWED_URIS", "https://93.184.216.34/nix/")]).unwrap();
+        assert_eq!(c.nix_allowed_uris, ["https://93.184.216.34/nix/"]);
+    }
+
+    #[test]
     fn sizes_take_binary_units_and_refuse_less_than_a_mebibyte() {
         assert_eq!(parse_size("4194304"), Some(4 * MIB));
         assert_eq!(parse_size("512M"), Some(512 * MIB));

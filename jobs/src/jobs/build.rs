@@ -316,8 +316,11 @@ async fn record_once(
                 let deadline = now + ctx.config.ready_timeout.as_millis() as i64;
                 readiness::begin(&mut tx, &build.deployment_id, &build.id, &build.instances, now, deadline).await?;
                 if !build.instances.is_empty() {
-                    let job =
-                        queue::ReadinessJob { deployment_id: build.deployment_id.clone(), build_id: build.id.clone() };
+                    let job = queue::ReadinessJob {
+                        deployment_id: build.deployment_id.clone(),
+                        build_id: build.id.clone(),
+                        not_before_ms: None,
+                    };
                     queue::push_readiness_job(&mut tx, &job, None).await?;
                 }
             }

@@ -4,8 +4,10 @@
 //! deploy. While some are not ready and the deployment's deadline has not
 //! passed, the job pushes itself again after a pause that grows with the
 //! probes made ([`crate::readiness::pause`]: 1 s doubling to 30 s, with
-//! jitter, never less than a `Retry-After`); once the deadline passed, the
-//! instances not ready become `not_ready`, keeping their last reason.
+//! jitter, never less than a `Retry-After`), or at the deadline if that
+//! comes first; the job carries the end of its pause (`not_before_ms`) and,
+//! handed out earlier, puts itself back unprobed. Once the deadline passed,
+//! the instances not ready become `not_ready`, keeping their last reason.
 
 use super::Ctx;
 use crate::readiness::{self, State};
@@ -23,6 +25,14 @@ pub async fn run(job: ReadinessJob, ctx: &Ctx) -> Result<(), StoreError> {
 }
 
 async fn round(job: ReadinessJob, ctx: &Ctx) -> Result<(), StoreError> {
+    // Handed out before the end of its pause: back until then, unprobed.
+    if let Some(early) = job.not_before_ms.map(|at| at - now_ms()).filter(|ms| *ms > 0) {
+        let mut tx = ctx.db.begin_write().await?;
+        let left = std::time::Duration::from_millis(u64::try_from(early).unwrap_or(0));
+        queue::push_readiness_job(&mut tx, &job, Some(left)).await?;
+        tx.commit().await?;
+        return Ok(());
+    }
     let (waiting, settings) = {
         let mut conn = ctx.db.acquire().await?;
         let rows = rows::of_deployment(&mut conn, &job.deployment_id).await?;
@@ -55,7 +65,10 @@ async fn round(job: ReadinessJob, ctx: &Ctx) -> Result<(), StoreError> {
             tracing::warn!(instances = expired, "the readiness deadline passed: instances not ready are not_ready");
         }
         Some(pause) => {
-            // The last round runs at the deadline, not after it.
+            // The pause holds to the end: the next round is after it, or
+            // at the deadline if that comes first, and the round at the
+            // deadline is the last (its job never runs before its
+            // `not_before_ms`, nor apalis's second before it).
             let left = std::time::Duration::from_millis(u64::try_from(deadline - at).unwrap_or(0));
             queue::push_readiness_job(&mut tx, &job, Some(pause.min(left))).await?;
         }

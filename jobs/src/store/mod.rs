@@ -13,12 +13,14 @@ pub mod db;
 pub mod deployments;
 pub mod events;
 pub mod fleet;
+pub mod listen;
 pub mod nix;
 pub mod nodelay;
 pub mod queue;
 pub mod readiness;
 pub mod sboms;
 pub mod submit;
+pub mod tickets;
 pub mod workers;
 
 pub use db::{ping, placeholders, Conn, Db, Engine, Held, Row, SqliteDb, Q};

@@ -14,7 +14,7 @@
 
 use super::{Conn, StoreError};
 use apalis::prelude::{BackendExt, PollSnapshot, PollStrategy, PollWith, Strategy, TaskBuilder, TaskId};
-use apalis_postgres::{PgTaskId, PostgresStorage, Pubsub};
+use apalis_postgres::PostgresStorage;
 use apalis_sqlite::SqliteStorage;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -70,9 +70,19 @@ async fn push<J: Serialize>(
     let args = serde_json::to_vec(payload).expect("job payload serialises");
     let mut task = TaskBuilder::new(args).task_id(TaskId::from(ulid::Ulid::generate())).max_attempts(attempts);
     if let Some(delay) = delay {
-        task = task.run_after(delay);
+        task = task.run_at_timestamp(run_at_second(super::now_ms(), delay));
     }
     conn.push_job(queue, task.build()).await
+}
+
+/// The Unix second a job delayed by `delay` from `now_ms` (Unix ms) may run
+/// at, rounded up: apalis stores whole seconds, and its own `run_after`
+/// rounds down, so a pause shorter than a second ran at once (a readiness
+/// job then probed every few tens of milliseconds as its deadline neared).
+pub fn run_at_second(now_ms: i64, delay: Duration) -> u64 {
+    let due_ms =
+        u64::try_from(now_ms).unwrap_or(0).saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+    due_ms.div_ceil(1000)
 }
 
 /// How long an idle SQLite worker waits before it looks for jobs again: a
@@ -80,7 +90,8 @@ async fn push<J: Serialize>(
 /// process of an insert), so it is the largest part of a deploy's overhead
 /// on SQLite; a look is one indexed read (docs/DECISIONS.md).
 pub const SQLITE_POLL: Duration = Duration::from_millis(100);
-/// How long an idle PostgreSQL worker waits, besides LISTEN/NOTIFY.
+/// How long an idle PostgreSQL worker waits, besides LISTEN/NOTIFY: the
+/// default of `SLIPWAY_POSTGRES_POLL` ([`JobFeed::poll`]).
 pub const POSTGRES_POLL: Duration = Duration::from_secs(1);
 
 /// When an idle apalis worker looks for jobs again: every `period`, and
@@ -97,54 +108,112 @@ pub const POSTGRES_POLL: Duration = Duration::from_secs(1);
 ///
 /// Every wake is a fetch: apalis fetches each time its worker's task is
 /// polled while it has no job in hand. So the worker's task is woken only by
-/// its own timer and by [`own_jobs`], never by the notification channel
+/// its own timer and by its queue's [`JobFeed`] wakes, never by the notification channel
 /// itself, which carries every queue's inserts.
 pub struct Wakeups {
     period: Duration,
     timer: std::pin::Pin<Box<tokio::time::Sleep>>,
-    notifications: Option<mpsc::Receiver<PgTaskId>>,
+    notifications: Option<mpsc::Receiver<Woken>>,
 }
 
 impl Wakeups {
     /// Wakes every `period`, and on each item of `notifications` when given.
-    pub fn new(period: Duration, notifications: Option<mpsc::Receiver<PgTaskId>>) -> Self {
+    pub fn new(period: Duration, notifications: Option<mpsc::Receiver<Woken>>) -> Self {
         Self { period, timer: Box::pin(tokio::time::sleep(period)), notifications }
     }
 }
 
-/// The ids of new jobs of `queue` as PostgreSQL announces them, read by a
-/// task of their own (one LISTEN connection from `pool`) so that the inserts
-/// of other queues on the same channel wake no worker. The task ends when
-/// the receiver is dropped or the listener's connection ends; the receiver
-/// then ends too. At most one id waits unread: a worker that has not looked
-/// yet needs one wake, not one per job.
+/// The channel apalis-postgres's trigger notifies each due job's insert on
+/// (`{"job_type": <queue>, "id": <job id>, …}`).
+pub const INSERT_CHANNEL: &str = "apalis::job::insert";
+
+/// Why a queue's worker is woken by the [`JobFeed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Woken {
+    /// A job of its queue was inserted: its id.
+    Job(String),
+    /// The feed listens (again): jobs inserted meanwhile were not announced.
+    Listening,
+}
+
+/// The process's one LISTEN on [`INSERT_CHANNEL`] (PostgreSQL), which wakes
+/// the apalis workers of the queues whose jobs it hears of: a
+/// [`super::listen::Listener`], so it connects again after the database was
+/// away (and says so in the log) and then wakes every queue's workers once,
+/// since inserts meanwhile went unheard. The workers also look every
+/// [`JobFeed::poll`] (`SLIPWAY_POSTGRES_POLL`), which finds what no
+/// notification announces: a job handed out again after its worker died,
+/// or one whose `run_at` came.
 ///
-/// apalis's own `Pubsub` read in the worker's task (as apalis's notify
-/// strategy does) woke every worker of every queue on each insert of any
-/// queue, and each wake cost that worker a fetch (`apalis.get_jobs`): 131
-/// fetches a second by one idle `nix` worker while the api took 330 submits
-/// a second (issue 14).
-pub fn own_jobs(pool: &sqlx::PgPool, queue: &str) -> mpsc::Receiver<PgTaskId> {
-    use futures::StreamExt as _;
-    let mut notifications = Pubsub::new(pool.clone(), queue.to_owned());
-    let (sender, receiver) = mpsc::channel(1);
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                () = sender.closed() => break,
-                item = notifications.next() => match item {
-                    None => break,
-                    // A failed connect is followed by the end of the stream.
-                    Some(Err(_)) => continue,
-                    Some(Ok(id)) => match sender.try_send(id) {
-                        Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}
-                        Err(mpsc::error::TrySendError::Closed(_)) => break,
-                    },
-                },
+/// Replaces apalis-postgres's own listener (`Pubsub`, one connection per
+/// queue), which ended for good when the database refused its one attempt
+/// to connect again: new builds were then found only by the poll until a
+/// restart. Each queue's worker is woken by its own queue's inserts only:
+/// every wake costs it a fetch, and the channel carries every queue's
+/// inserts (apalis's notify strategy woke every worker of every queue on
+/// each insert: 131 fetches a second by one idle `nix` worker while the api
+/// took 330 submits a second, issue 14). At most one wake waits unread per
+/// subscriber: a worker that has not looked yet needs one wake, not one per
+/// job.
+#[derive(Clone)]
+pub struct JobFeed {
+    poll: Duration,
+    subscribers: std::sync::Arc<std::sync::Mutex<Vec<Subscriber>>>,
+}
+
+/// A queue's workers, as the [`JobFeed`] wakes them: the queue and where its wakes go.
+type Subscriber = (String, mpsc::Sender<Woken>);
+
+impl JobFeed {
+    /// Starts the feed's listener on `pool` (in a task that ends once every
+    /// clone of the feed is dropped and it next hears something); workers
+    /// also look every `poll`.
+    pub fn start(pool: &sqlx::PgPool, poll: Duration) -> Self {
+        let feed = Self { poll, subscribers: Default::default() };
+        let subscribers = std::sync::Arc::downgrade(&feed.subscribers);
+        let mut listener = super::listen::Listener::new(pool, "job feed", &[INSERT_CHANNEL]);
+        tokio::spawn(async move {
+            loop {
+                let heard = listener.recv().await;
+                let Some(subscribers) = subscribers.upgrade() else { break };
+                let mut subscribers = subscribers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let wake = match heard {
+                    super::listen::Heard::Listening => Some((None, Woken::Listening)),
+                    super::listen::Heard::Notification(n) => {
+                        serde_json::from_str::<Inserted>(n.payload()).ok().map(|i| (Some(i.job_type), Woken::Job(i.id)))
+                    }
+                };
+                let Some((queue, wake)) = wake else { continue };
+                subscribers.retain(|(subscribed, sender)| {
+                    if queue.as_ref().is_some_and(|q| q != subscribed) {
+                        return !sender.is_closed();
+                    }
+                    !matches!(sender.try_send(wake.clone()), Err(mpsc::error::TrySendError::Closed(_)))
+                });
             }
-        }
-    });
-    receiver
+        });
+        feed
+    }
+
+    /// How often a worker looks for jobs besides the feed's wakes.
+    pub fn poll(&self) -> Duration {
+        self.poll
+    }
+
+    /// The wakes of `queue`'s workers from now on: its new jobs, and each
+    /// time the feed listens again.
+    pub fn subscribe(&self, queue: &str) -> mpsc::Receiver<Woken> {
+        let (sender, receiver) = mpsc::channel(1);
+        self.subscribers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((queue.to_owned(), sender));
+        receiver
+    }
+}
+
+/// The payload of an [`INSERT_CHANNEL`] notification (what it is read for).
+#[derive(Deserialize)]
+struct Inserted {
+    job_type: String,
+    id: String,
 }
 
 impl PollStrategy for Wakeups {
@@ -205,16 +274,16 @@ impl QueueSettings {
         SqliteStorage::<J>::new(pool).with_config(config).poll_with_strategy(wake)
     }
 
-    /// The queue's storage on PostgreSQL, woken by LISTEN/NOTIFY and polled
-    /// every [`POSTGRES_POLL`].
-    pub fn postgres<J>(&self, pool: &sqlx::PgPool) -> PollWith<PostgresStorage<J>, Strategy> {
+    /// The queue's storage on PostgreSQL, woken by `feed` (LISTEN/NOTIFY)
+    /// and polled every [`JobFeed::poll`].
+    pub fn postgres<J>(&self, pool: &sqlx::PgPool, feed: &JobFeed) -> PollWith<PostgresStorage<J>, Strategy> {
         let (beat, missed) = self.beats();
         let config = apalis_postgres::Config::default()
             .queue(self.queue)
             .batch_size(self.batch_size)
             .heartbeat_interval(beat)
             .missed_heartbeats(missed);
-        let wake = Strategy::new().apply(Wakeups::new(POSTGRES_POLL, Some(own_jobs(pool, self.queue))));
+        let wake = Strategy::new().apply(Wakeups::new(feed.poll(), Some(feed.subscribe(self.queue))));
         PostgresStorage::<J>::new(pool).with_config(config).poll_with_strategy(wake)
     }
 }
@@ -312,6 +381,12 @@ pub struct ReadinessJob {
     pub deployment_id: String,
     /// The deploy whose instances are probed.
     pub build_id: String,
+    /// Not before this time, Unix ms: the end of the pause the previous
+    /// round chose. A job handed out earlier (apalis's clock is whole
+    /// seconds, and another host's may run ahead) puts itself back until
+    /// then instead of probing. `None` for the first round.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before_ms: Option<i64>,
 }
 
 /// How many times apalis may hand a readiness job out (a job that could not
@@ -319,13 +394,16 @@ pub struct ReadinessJob {
 pub const READINESS_JOB_ATTEMPTS: usize = 5;
 
 /// Pushes a [`ReadinessJob`] into the `readiness` queue in `conn`'s
-/// transaction, to run after `delay` (at once for `None`).
+/// transaction, to run after `delay` (at once for `None`); a delayed job
+/// carries the end of its delay (`not_before_ms`) and never runs before it.
 pub async fn push_readiness_job(
     conn: &mut Conn,
     job: &ReadinessJob,
     delay: Option<Duration>,
 ) -> Result<(), StoreError> {
-    push(conn, READINESS_QUEUE, job, READINESS_JOB_ATTEMPTS, delay).await
+    let mut job = job.clone();
+    job.not_before_ms = delay.map(|d| super::now_ms().saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
+    push(conn, READINESS_QUEUE, &job, READINESS_JOB_ATTEMPTS, delay).await
 }
 
 #[cfg(test)]

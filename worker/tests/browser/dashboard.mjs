@@ -11,7 +11,7 @@
 //   SCREENSHOT      where to save a PNG of the page once the deploy is active
 // It prints one JSON object on stdout ({"seen", "log", "state", "build",
 // "report_nodes", "instances", "fleet", "console", "page_errors",
-// "failed_requests"}) and exits 0, or non-zero with a sentence on stderr.
+// "failed_requests", "request_urls": every URL the page requested}) and exits 0, or non-zero with a sentence on stderr.
 import { chromium } from "playwright-core";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -34,7 +34,7 @@ const screenshot = env("SCREENSHOT");
 const timeout = Number(process.env.RESULT_TIMEOUT_MS || 150000);
 
 const profile = mkdtempSync(join(tmpdir(), "slipway-chromium-"));
-const out = { console: [], page_errors: [], failed_requests: [] };
+const out = { console: [], page_errors: [], failed_requests: [], request_urls: [] };
 let context;
 let page;
 let code = 0;
@@ -49,6 +49,9 @@ try {
   page = context.pages()[0] || (await context.newPage());
   page.on("console", (m) => out.console.push(`${m.type()}: ${m.text()}`));
   page.on("pageerror", (e) => out.page_errors.push(String(e)));
+  // Every request's URL (fetches, EventSources, the page's files): the test
+  // checks that none carries the token.
+  page.on("request", (r) => out.request_urls.push(r.url()));
   page.on("requestfailed", (r) => {
     // A stream the page closes itself (leaving a view, a log that ended) is not a failure.
     if (r.failure()?.errorText !== "net::ERR_ABORTED") {

@@ -10,7 +10,8 @@
 //   RESULT_TIMEOUT_MS  how long to wait for the page's result (default 150000)
 //   SCREENSHOT      optional: a PNG of the page at the end
 // It prints one JSON object on stdout: {"result": <the page's #result>,
-// "console": [...], "page_errors": [...], "failed_requests": [...]}, and
+// "console": [...], "page_errors": [...], "failed_requests": [...],
+// "request_urls": every URL the page requested}, and
 // exits 0 once the page wrote its result (whatever it says), non-zero with
 // a sentence on stderr otherwise.
 import { chromium } from "playwright-core";
@@ -38,7 +39,7 @@ const pageUrl = env("PAGE_URL");
 const timeout = Number(process.env.RESULT_TIMEOUT_MS || 150000);
 
 const profile = mkdtempSync(join(tmpdir(), "slipway-chromium-"));
-const seen = { console: [], page_errors: [], failed_requests: [] };
+const seen = { console: [], page_errors: [], failed_requests: [], request_urls: [] };
 let context;
 let page;
 let code = 0;
@@ -60,6 +61,7 @@ try {
   page = context.pages()[0] || (await context.newPage());
   page.on("console", (m) => seen.console.push(`${m.type()}: ${m.text()}`));
   page.on("pageerror", (e) => seen.page_errors.push(String(e)));
+  page.on("request", (r) => seen.request_urls.push(r.url()));
   page.on("requestfailed", (r) => seen.failed_requests.push(`${r.method()} ${r.url()}: ${r.failure()?.errorText}`));
 
   const answer = await page.goto(pageUrl, { timeout: 60000 });
