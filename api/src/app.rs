@@ -111,6 +111,9 @@ impl AppState {
             .map(slipway_jobs::openbao::OpenBao::new)
             .transpose()
             .map_err(|e| anyhow::anyhow!("OPENBAO_TOKEN: {e}"))?;
+        // The longest a request may take (the top of the latency buckets):
+        // a submit or `get_for` may wait on a Nix build.
+        let ceiling = config.request_timeout.max(config.nix_timeout);
         Ok(AppState(Arc::new(App {
             config,
             db,
@@ -121,7 +124,7 @@ impl AppState {
             hub,
             secrets,
             metrics: {
-                let metrics = slipway_jobs::metrics::Metrics::new();
+                let metrics = slipway_jobs::metrics::Metrics::with_http_ceiling(ceiling);
                 metrics.register_refusals();
                 metrics.register_key_reloads();
                 metrics

@@ -55,7 +55,8 @@ pub const NIX_BUSY_RETRY_AFTER: u32 = 5;
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 #[schema(as = Error)]
 pub struct ErrorBody {
-    /// The stable code (`invalid_request`, `not_found`, `queue_full`, …).
+    /// The stable code: one of [`ErrorCode`].
+    #[schema(value_type = ErrorCode)]
     pub error: String,
     /// A sentence naming what is wrong.
     pub message: String,
@@ -63,6 +64,147 @@ pub struct ErrorBody {
     /// passed, …); `null` when there are none.
     #[schema(value_type = Object, nullable, required = true)]
     pub details: Option<Value>,
+}
+
+/// Every stable code an error answer of this api can carry (PRODUCT.md §3),
+/// as the OpenAPI document lists them (the `error` of [`ErrorBody`]). A
+/// client may meet only these; `tests/openapi.rs` fails when the code can
+/// produce one that is missing here. A NEW ERROR CODE MUST BE ADDED HERE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// `400`: the request is not valid (a body of another shape, a bad or
+    /// unknown query parameter, …); the message says what.
+    InvalidRequest,
+    /// `400`: the body is not valid JSON.
+    MalformedJson,
+    /// `400`: the deployment id is not one.
+    InvalidDeploymentId,
+    /// `400`: the configuration has problems (`details.problems`).
+    InvalidConfiguration,
+    /// `400`: the module source is malformed or over a transport not fetched.
+    InvalidModuleSource,
+    /// `400`: the slug of `POST /labels` is not one.
+    InvalidSlug,
+    /// `401`: no token, or one that is not valid.
+    Unauthorized,
+    /// `403`: this token may not do that.
+    Forbidden,
+    /// `403`: the module source is not on this service's allowlist.
+    SourceNotAllowed,
+    /// `404`: no such route or resource.
+    NotFound,
+    /// `405`: the route does not take that method.
+    MethodNotAllowed,
+    /// `406`: no media type the request accepts.
+    NotAcceptable,
+    /// `408`: the request (or its body) took too long to arrive.
+    RequestTimeout,
+    /// `409`: the request conflicts with the current state.
+    Conflict,
+    /// `409`: the build already finished.
+    BuildFinished,
+    /// `411`: the request needs a `Content-Length`.
+    LengthRequired,
+    /// `413`: the body is over the limit.
+    PayloadTooLarge,
+    /// `414`: the URI is too long.
+    UriTooLong,
+    /// `415`: the body is not sent as JSON.
+    UnsupportedMediaType,
+    /// `422`: well formed but cannot be processed.
+    UnprocessableEntity,
+    /// `422`: the module source lacks an output.
+    OutputMissing,
+    /// `422`: the module source is older than this service needs.
+    SourceTooOld,
+    /// `422`: the module source's outputs did not build.
+    BuildFailed,
+    /// `422`: the repository the source names is not there.
+    SourceRepositoryNotFound,
+    /// `422`: the revision the source names is not there.
+    SourceRevisionNotFound,
+    /// `422`: building the source's outputs ran out of memory.
+    OutOfMemory,
+    /// `422`: an output of the source is over `SLIPWAY_OUTPUT_LIMIT`.
+    OutputTooLarge,
+    /// `422`: the source is over its size limit.
+    SourceTooLarge,
+    /// `422`: the source would do what Slipway refuses.
+    SourceUnsafe,
+    /// `429`: too many requests.
+    TooManyRequests,
+    /// `431`: the header section is too large.
+    RequestHeaderFieldsTooLarge,
+    /// `500`: the service failed; it has been logged.
+    Internal,
+    /// `501`: not implemented.
+    NotImplemented,
+    /// `502`: a service this one depends on answered badly.
+    BadGateway,
+    /// `502`: the module source's server could not be reached, or failed.
+    FetchFailed,
+    /// `503`: the service (or the database, or OpenBao) is unavailable.
+    ServiceUnavailable,
+    /// `503`: the build queue is full (`Retry-After`).
+    QueueFull,
+    /// `503`: every nix slot is busy (`Retry-After`).
+    NixBusy,
+    /// `504`: the request did not finish in time.
+    Timeout,
+}
+
+impl ErrorCode {
+    /// Every code, in the order of the document.
+    pub const ALL: [ErrorCode; 39] = {
+        use ErrorCode::*;
+        [
+            InvalidRequest,
+            MalformedJson,
+            InvalidDeploymentId,
+            InvalidConfiguration,
+            InvalidModuleSource,
+            InvalidSlug,
+            Unauthorized,
+            Forbidden,
+            SourceNotAllowed,
+            NotFound,
+            MethodNotAllowed,
+            NotAcceptable,
+            RequestTimeout,
+            Conflict,
+            BuildFinished,
+            LengthRequired,
+            PayloadTooLarge,
+            UriTooLong,
+            UnsupportedMediaType,
+            UnprocessableEntity,
+            OutputMissing,
+            SourceTooOld,
+            BuildFailed,
+            SourceRepositoryNotFound,
+            SourceRevisionNotFound,
+            OutOfMemory,
+            OutputTooLarge,
+            SourceTooLarge,
+            SourceUnsafe,
+            TooManyRequests,
+            RequestHeaderFieldsTooLarge,
+            Internal,
+            NotImplemented,
+            BadGateway,
+            FetchFailed,
+            ServiceUnavailable,
+            QueueFull,
+            NixBusy,
+            Timeout,
+        ]
+    };
+
+    /// The code as answered (`invalid_request`, …).
+    pub fn as_str(self) -> String {
+        serde_json::to_value(self).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+    }
 }
 
 /// Response extension marking an answer written by [`ApiError`]: already in

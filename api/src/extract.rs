@@ -274,6 +274,99 @@ where
     }
 }
 
+/// The query of a route that changes state (every `PUT`, `POST` and
+/// `DELETE`): read as [`Query`] reads one, after refusing any parameter
+/// `T` does not name with `400 invalid_request`, `details: {"parameter":
+/// <its name>, "allowed": [<the names T takes>]}`. A parameter a route
+/// ignores could be a caller's `?dry_run=true` on a route that has no dry
+/// run: refused, nothing happens. Routes without a query take
+/// [`NoQuery`], so any parameter at all is refused. `T` is a struct whose
+/// field names are its parameters (serde's names, after any `rename`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StrictQuery<T>(pub T);
+
+/// The query of a route that takes none: with [`StrictQuery`], every
+/// parameter is refused.
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoQuery {}
+
+impl<S, T> axum::extract::FromRequestParts<S> for StrictQuery<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let allowed = field_names::<T>();
+        let query = parts.uri.query().unwrap_or("");
+        for (name, _) in url::form_urlencoded::parse(query.as_bytes()) {
+            if !allowed.contains(&name.as_ref()) {
+                return Err(unknown_parameter(&name, allowed));
+            }
+        }
+        Query::<T>::from_request_parts(parts, state).await.map(|Query(v)| Self(v))
+    }
+}
+
+/// `400 invalid_request` naming a query parameter the route does not take.
+fn unknown_parameter(name: &str, allowed: &[&str]) -> ApiError {
+    let name: String = name.chars().take(64).collect();
+    let takes = match allowed {
+        [] => "this route takes no query parameters".to_owned(),
+        names => {
+            format!("this route takes only {}", names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "))
+        }
+    };
+    ApiError::bad_request(
+        "invalid_request",
+        format!("the query parameter `{name}` is not one this route knows; nothing was done ({takes})"),
+    )
+    .with_details(serde_json::json!({ "parameter": name, "allowed": allowed }))
+}
+
+/// The field names serde's derived `Deserialize` of struct `T` asks for
+/// (its `deserialize_struct` call), or none for any other shape.
+fn field_names<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+    struct Names(std::cell::Cell<&'static [&'static str]>);
+    #[derive(Debug)]
+    struct Stop;
+    impl std::fmt::Display for Stop {
+        fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("field names read")
+        }
+    }
+    impl std::error::Error for Stop {}
+    impl serde::de::Error for Stop {
+        fn custom<M: std::fmt::Display>(_: M) -> Self {
+            Stop
+        }
+    }
+    impl<'de> serde::Deserializer<'de> for &Names {
+        type Error = Stop;
+        fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+            Err(Stop)
+        }
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Stop> {
+            self.0.set(fields);
+            Err(Stop)
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+            unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+    let names = Names(std::cell::Cell::new(&[]));
+    let _ = T::deserialize(&names);
+    names.0.get()
+}
+
 /// The `{id}` of a deployment route, checked against ID-1: anything else,
 /// also a segment that is not UTF-8, is `400 invalid_deployment_id`.
 #[derive(Debug, Clone)]

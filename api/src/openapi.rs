@@ -8,7 +8,8 @@
 //! what every route can answer: `413 payload_too_large` (a body announced
 //! over the limit), `431 request_header_fields_too_large`, `500 internal`,
 //! on routes that read a body `415 unsupported_media_type` and `408
-//! request_timeout`, and on
+//! request_timeout`, on routes that change state (`PUT`, `POST`,
+//! `DELETE`) `400 invalid_request` (an unknown query parameter), and on
 //! authenticated routes `401 unauthorized` and `503
 //! service_unavailable` (the database is away). Every error answer is the
 //! one shape of [`crate::error::ErrorBody`] (`Error` in the document).
@@ -140,6 +141,13 @@ impl Modify for CommonAnswers {
                 if operation.request_body.is_some() {
                     common.push((415, "`unsupported_media_type`: the body is not sent as JSON"));
                     common.push((408, "`request_timeout`: the body paused longer than the read timeout"));
+                }
+                // Routes that change state refuse a query parameter they do not take.
+                if matches!(method, "put" | "post" | "delete") {
+                    common.push((
+                        400,
+                        "`invalid_request`: a query parameter this route does not take (named in `details.parameter`)",
+                    ));
                 }
                 if secured {
                     common.push((401, "`unauthorized`: no token, or one that is not valid"));

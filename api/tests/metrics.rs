@@ -145,3 +145,32 @@ async fn a_refused_submit_and_the_waiting_build_show_in_the_scrape(engine: Engin
 }
 
 slipway_jobs::on_both_engines!(a_refused_submit_and_the_waiting_build_show_in_the_scrape);
+
+/// The finite `le` bounds of the request latency histogram in a scrape.
+fn latency_bounds(text: &str) -> Vec<f64> {
+    let mut bounds: Vec<f64> = samples(text, "slipway_http_request_duration_seconds_bucket")
+        .iter()
+        .filter_map(|(labels, _)| label(labels, "le"))
+        .filter(|le| *le != "+Inf")
+        .map(|le| le.parse().unwrap())
+        .collect();
+    bounds.sort_by(f64::total_cmp);
+    bounds.dedup();
+    bounds
+}
+
+#[tokio::test]
+async fn the_latency_buckets_reach_from_one_millisecond_to_the_request_timeout_and_nix_timeout() {
+    for (request, nix, ceiling) in [("30", "300", 300.0), ("900", "60", 900.0), ("45", "20", 45.0)] {
+        let h = harness_with(Engine::Sqlite, &[("SLIPWAY_REQUEST_TIMEOUT", request), ("NIX_TIMEOUT", nix)]).await;
+        let (status, _) = h.call(Method::GET, "/healthz", None, None).await;
+        assert_eq!(status, StatusCode::OK);
+        let (_, text) = scrape(&h, None).await;
+        let bounds = latency_bounds(&text);
+        let what = format!("SLIPWAY_REQUEST_TIMEOUT={request} NIX_TIMEOUT={nix}: {bounds:?}");
+        assert_eq!(bounds.first(), Some(&0.001), "{what}");
+        let last = *bounds.last().unwrap();
+        assert!(last >= ceiling, "the last finite bucket is under the longest a request may take: {what}");
+        assert!(last < ceiling * 2.5, "{what}");
+    }
+}

@@ -371,3 +371,173 @@ async fn documented_bounds_agree_with_what_the_api_accepts() {
     // A delete's body may be left out.
     assert_eq!(doc["paths"]["/deployments/{id}"]["delete"]["requestBody"]["required"], false);
 }
+
+/// The `enum` of schema `name` in the document's components.
+fn enum_of(doc: &Value, name: &str) -> BTreeSet<String> {
+    let values = doc["components"]["schemas"][name]["enum"].as_array();
+    let values =
+        values.unwrap_or_else(|| panic!("schema {name} is not an enum: {}", doc["components"]["schemas"][name]));
+    values.iter().map(|v| v.as_str().unwrap().to_owned()).collect()
+}
+
+/// A source file of the workspace, up to its unit tests.
+fn source(path: &str) -> String {
+    let text = std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.find("#[cfg(test)]").map_or(text.clone(), |end| text[..end].to_owned())
+}
+
+/// Every `.rs` file under `dir` of the workspace.
+fn sources_under(dir: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![repo().join(dir)];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                found.push(path.strip_prefix(repo()).unwrap().display().to_string());
+            }
+        }
+    }
+    found
+}
+
+/// The quoted words after each of `openers` in `text`, skipping a status
+/// argument (`ApiError::new(StatusCode::CONFLICT, "build_finished"`).
+fn codes_after(text: &str, openers: &[&str]) -> BTreeSet<String> {
+    let mut codes = BTreeSet::new();
+    for opener in openers {
+        let mut rest = text;
+        while let Some(at) = rest.find(opener) {
+            rest = &rest[at + opener.len()..];
+            let mut args = rest.trim_start();
+            if let Some(status) =
+                args.strip_prefix("StatusCode::").or_else(|| args.strip_prefix("axum::http::StatusCode::"))
+            {
+                args = status.split_once(',').map_or("", |(_, after)| after).trim_start();
+            }
+            if let Some(quoted) = args.strip_prefix('"') {
+                let word = &quoted[..quoted.find('"').unwrap()];
+                if !word.is_empty() && word.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+                    codes.insert(word.to_owned());
+                }
+            }
+        }
+    }
+    codes
+}
+
+#[tokio::test]
+async fn every_error_code_the_api_can_answer_is_in_the_documented_error_code_enum() {
+    let doc = served(&harness(Engine::Sqlite).await).await;
+    let documented = enum_of(&doc, "ErrorCode");
+    let listed: BTreeSet<String> = slipway_api::error::ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    assert_eq!(listed, documented, "ErrorCode::ALL and the enum's variants differ");
+    assert_eq!(
+        doc["components"]["schemas"]["Error"]["properties"]["error"]["$ref"], "#/components/schemas/ErrorCode",
+        "the error answer's `error` is not documented as the enum"
+    );
+    // The codes the api's own code writes …
+    let mut produced = BTreeSet::new();
+    for file in sources_under("api/src") {
+        produced.extend(codes_after(&source(&file), &["bad_request(", "ApiError::new(", "Self::new("]));
+    }
+    // … the router's safety net gives any status …
+    for status in 400..=599u16 {
+        produced.insert(slipway_api::error::status_code(StatusCode::from_u16(status).unwrap()).0.to_owned());
+    }
+    // … and a module source's failures pass their own codes on.
+    let failures = source("jobs/src/nix/failure.rs");
+    let arms = &failures[failures.find("pub fn as_str").unwrap()..];
+    let arms = &arms[..arms.find("\n    }\n").unwrap()];
+    produced.extend(codes_after(arms, &["=> "]));
+    assert!(produced.len() >= 30, "the sources were not read right: {produced:?}");
+    let missing: Vec<&String> = produced.difference(&documented).collect();
+    assert!(missing.is_empty(), "codes the api can answer that the ErrorCode enum does not list: {missing:?}");
+}
+
+/// Properties that are both optional and nullable, and why: those of a
+/// stored outcome that holds them, maybe null, only once it was sent.
+const OPTIONAL_AND_NULLABLE: &[&str] = &["CallbackView.status", "CallbackView.error", "CallbackView.address"];
+
+/// Whether a property's schema admits `null`.
+fn admits_null(schema: &Value) -> bool {
+    let in_type = match &schema["type"] {
+        Value::String(t) => t == "null",
+        Value::Array(types) => types.iter().any(|t| t == "null"),
+        _ => false,
+    };
+    let in_choice =
+        ["oneOf", "anyOf"].iter().any(|k| schema[k].as_array().is_some_and(|xs| xs.iter().any(admits_null)));
+    in_type || in_choice || schema["nullable"] == true
+}
+
+/// The names of the component schemas an answer (not a request) can carry.
+fn answer_schemas(doc: &Value) -> BTreeSet<String> {
+    let mut out = Vec::new();
+    for item in doc["paths"].as_object().unwrap().values() {
+        for operation in item.as_object().unwrap().values() {
+            refs(&operation["responses"], String::new(), &mut out);
+        }
+    }
+    let mut names: BTreeSet<String> = BTreeSet::new();
+    let mut todo: Vec<String> =
+        out.iter().filter_map(|(_, r)| r.strip_prefix("#/components/schemas/").map(str::to_owned)).collect();
+    while let Some(name) = todo.pop() {
+        if names.insert(name.clone()) {
+            let mut inner = Vec::new();
+            refs(&doc["components"]["schemas"][&name], String::new(), &mut inner);
+            todo.extend(inner.iter().filter_map(|(_, r)| r.strip_prefix("#/components/schemas/").map(str::to_owned)));
+        }
+    }
+    names
+}
+
+#[tokio::test]
+async fn a_property_an_answer_omits_when_empty_is_documented_optional_and_not_nullable() {
+    let doc = served(&harness(Engine::Sqlite).await).await;
+    let mut wrong = Vec::new();
+    let names = answer_schemas(&doc);
+    assert!(names.contains("Accepted") && names.contains("BuildView"), "{names:?}");
+    for name in &names {
+        let schema = &doc["components"]["schemas"][name];
+        let required: BTreeSet<&str> =
+            schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        for (property, value) in schema["properties"].as_object().into_iter().flatten() {
+            let what = format!("{name}.{property}");
+            if !required.contains(property.as_str())
+                && admits_null(value)
+                && !OPTIONAL_AND_NULLABLE.contains(&what.as_str())
+            {
+                wrong.push(what);
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "optional properties documented as nullable (absent is not null): {wrong:?}");
+}
+
+#[tokio::test]
+async fn build_reasons_and_callback_states_are_documented_as_enums_with_every_value_stored() {
+    let doc = served(&harness(Engine::Sqlite).await).await;
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(schemas["BuildView"]["properties"]["reason"]["oneOf"][1]["$ref"], "#/components/schemas/BuildReason");
+    assert_eq!(schemas["BuildSummary"]["properties"]["reason"]["$ref"], "#/components/schemas/BuildReason");
+    let reasons = enum_of(&doc, "BuildReason");
+    // Every reason the workers' reports and the store write.
+    let report = source("jobs/src/jobs/report.rs");
+    let arms = &report[report.find("pub fn as_str").unwrap()..];
+    let mut written = codes_after(&arms[..arms.find("\n    }\n").unwrap()], &["=> "]);
+    for file in sources_under("jobs/src/store") {
+        let text = source(&file);
+        for (_, rest) in text.match_indices("reason = '").map(|(at, m)| (at, &text[at + m.len()..])) {
+            written.insert(rest[..rest.find('\'').unwrap()].to_owned());
+        }
+    }
+    assert!(written.contains("superseded") && written.contains("nodes_failed"), "{written:?}");
+    assert_eq!(reasons, written, "the documented build reasons, then those written");
+    assert_eq!(schemas["CallbackView"]["properties"]["state"]["$ref"], "#/components/schemas/CallbackState");
+    let states = enum_of(&doc, "CallbackState");
+    let want = ["waiting", "queued", "sending", "delivered", "failed", "not_sent"];
+    assert_eq!(states, want.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>());
+}

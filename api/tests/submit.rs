@@ -154,6 +154,45 @@ async fn a_configuration_in_an_old_shape_is_migrated_along_rename_chains_before_
     assert_eq!(read["configuration"], demo());
 }
 
+async fn a_migrated_submit_names_each_rename_applied_in_its_202_as_a_deprecation(engine: Engine) {
+    let h = harness(engine).await;
+    let mut old = demo();
+    unmigrate(&mut old, "subdomain", "domainName");
+    unmigrate(&mut old, "adminEmail", "email");
+    let (status, body) = h.put("demo", &json!({ "configuration": old })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let moved: Vec<(&str, &str)> = body["deprecations"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no deprecations in the 202: {body}"))
+        .iter()
+        .map(|d| (d["from"].as_str().unwrap(), d["to"].as_str().unwrap()))
+        .collect();
+    let app = "/applications/mastodon";
+    let want: Vec<(String, String)> =
+        [("domainName", "domain"), ("domain", "subdomain"), ("email", "contactEmail"), ("contactEmail", "adminEmail")]
+            .iter()
+            .map(|(from, to)| (format!("{app}/{from}"), format!("{app}/{to}")))
+            .collect();
+    for (from, to) in &want {
+        assert!(moved.contains(&(from.as_str(), to.as_str())), "{from} → {to} is not named: {body}");
+    }
+    assert_eq!(moved.len(), want.len(), "{body}");
+    for d in body["deprecations"].as_array().unwrap() {
+        assert!(d.as_object().unwrap().contains_key("module_source"), "{d}");
+    }
+    let warnings: Vec<&str> = body["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
+    for (from, to) in &want {
+        assert!(
+            warnings.iter().any(|w| w.starts_with("deprecated:") && w.contains(&format!("{from} was renamed to {to}"))),
+            "no deprecation notice for {from}: {warnings:?}"
+        );
+    }
+    // The configuration in the current shape: no notice.
+    let (status, body) = h.put("demo", &json!({ "configuration": demo() })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(body.get("deprecations").is_none() && body.get("warnings").is_none(), "{body}");
+}
+
 async fn a_rename_whose_target_is_taken_is_named_in_the_errors_and_nothing_is_stored(engine: Engine) {
     let h = harness(engine).await;
     let mut both = demo();
@@ -277,6 +316,7 @@ slipway_jobs::on_both_engines!(
     a_module_source_over_a_transport_slipway_does_not_fetch_is_refused_before_anything_runs,
     a_configuration_in_an_old_shape_is_migrated_along_rename_chains_before_it_is_stored,
     a_rename_whose_target_is_taken_is_named_in_the_errors_and_nothing_is_stored,
+    a_migrated_submit_names_each_rename_applied_in_its_202_as_a_deprecation,
     past_queue_size_a_submit_is_refused_before_its_body_is_read,
     concurrent_submits_are_admitted_up_to_the_queue_size_exactly,
     a_secret_value_is_listed_together_with_every_other_problem,

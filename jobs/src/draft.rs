@@ -38,6 +38,7 @@ pub struct ApplicationPaths {
     /// value differs between the two (sorted; a value present on one side
     /// only counts as changed). Absent from the JSON without one.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub changed: Option<Vec<String>>,
 }
 

@@ -40,8 +40,36 @@ pub const KEY_RELOADS: &str = "slipway_token_key_reloads_total";
 /// The `route` of a request no route matched.
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 
-/// Buckets of [`HTTP_DURATION`], in seconds: 5 ms to 10 s.
-const HTTP_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// The least upper bound of [`HTTP_DURATION`]'s buckets, in seconds: 1 ms.
+pub const HTTP_FIRST_BUCKET: f64 = 0.001;
+
+/// The upper bound [`Metrics::new`] gives [`HTTP_DURATION`]'s buckets
+/// without a configuration: the defaults of `SLIPWAY_REQUEST_TIMEOUT` (30 s)
+/// and `NIX_TIMEOUT` (300 s), the larger.
+pub const DEFAULT_HTTP_CEILING: Duration = Duration::from_secs(300);
+
+/// Buckets of [`HTTP_DURATION`], in seconds: 1 ms, 2.5 ms, 5 ms, 10 ms, …
+/// (1, 2.5 and 5 times each power of ten) up to the first at or past
+/// `ceiling`, the longest a request may take: the larger of
+/// `SLIPWAY_REQUEST_TIMEOUT` and `NIX_TIMEOUT` (a `get_for` or a submit
+/// may wait on a Nix build). A request that runs into its timeout then
+/// lands in a finite bucket, not only in `+Inf`.
+pub fn http_buckets(ceiling: Duration) -> Vec<f64> {
+    let ceiling = ceiling.as_secs_f64();
+    let mut buckets = Vec::new();
+    let mut decade = HTTP_FIRST_BUCKET;
+    loop {
+        for step in [1.0, 2.5, 5.0] {
+            // Rounded to the decade's digits, so the `le` labels read `0.0025`, not `0.0025000000000000005`.
+            let bound = (decade * step * 1e6).round() / 1e6;
+            buckets.push(bound);
+            if bound >= ceiling {
+                return buckets;
+            }
+        }
+        decade *= 10.0;
+    }
+}
 /// Buckets of [`BUILD_DURATION`], in seconds: 1 s to 2 h (a deploy's default deadline is 1 h).
 const BUILD_BUCKETS: [f64; 12] = [1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0];
 
@@ -90,10 +118,18 @@ impl Default for Metrics {
 const METADATA: Metadata<'static> = Metadata::new("slipway", metrics::Level::INFO, Some(module_path!()));
 
 impl Metrics {
-    /// A recorder with every family described and the histograms' buckets set.
+    /// A recorder with every family described and the histograms' buckets
+    /// set, the HTTP ones up to [`DEFAULT_HTTP_CEILING`].
     pub fn new() -> Self {
+        Self::with_http_ceiling(DEFAULT_HTTP_CEILING)
+    }
+
+    /// [`Metrics::new`] with [`HTTP_DURATION`]'s buckets reaching
+    /// `ceiling` ([`http_buckets`]): the api passes the larger of its
+    /// request timeout and `NIX_TIMEOUT`.
+    pub fn with_http_ceiling(ceiling: Duration) -> Self {
         let builder = PrometheusBuilder::new()
-            .set_buckets_for_metric(Matcher::Full(HTTP_DURATION.to_owned()), &HTTP_BUCKETS)
+            .set_buckets_for_metric(Matcher::Full(HTTP_DURATION.to_owned()), &http_buckets(ceiling))
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BUILD_DURATION.to_owned()), &BUILD_BUCKETS))
             .expect("the bucket lists are not empty");
         let recorder = builder.build_recorder();
@@ -263,6 +299,18 @@ mod tests {
         for sent in [None, Some("Bearer s3cre"), Some("Bearer s3cret2"), Some("s3cret"), Some("Basic s3cret")] {
             assert!(!bearer_matches(sent, "s3cret"), "{sent:?}");
         }
+    }
+
+    #[test]
+    fn http_buckets_reach_from_one_millisecond_to_the_ceiling_given() {
+        for ceiling in [1, 30, 300, 301, 3600] {
+            let b = http_buckets(Duration::from_secs(ceiling));
+            assert_eq!(b[0], 0.001, "{b:?}");
+            assert!(b.windows(2).all(|w| w[0] < w[1]), "{b:?}");
+            let last = *b.last().unwrap();
+            assert!(last >= ceiling as f64 && b[b.len() - 2] < ceiling as f64, "{ceiling}: {b:?}");
+        }
+        assert_eq!(http_buckets(Duration::from_secs(30))[..4], [0.001, 0.0025, 0.005, 0.01]);
     }
 
     #[test]

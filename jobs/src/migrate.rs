@@ -263,13 +263,51 @@ impl Skipped {
 /// fixed point; the skipped entries are those of that last pass, in table
 /// order and, within an entry, in the order of the value's keys.
 pub fn migrate(value: &mut Value, renames: &[Rename]) -> Vec<Skipped> {
+    migrate_reporting(value, renames).skipped
+}
+
+/// A value moved by [`migrate`]: the table entry that moved it and the
+/// concrete paths (wildcards replaced by the matched keys, list items by
+/// their decimal index) it moved from and to. A deprecation notice: the
+/// sender used the old name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Applied {
+    /// The index of the entry in the table that [`migrate`] was given.
+    pub entry: usize,
+    /// Where the value was.
+    pub from: Vec<String>,
+    /// Where it is now.
+    pub to: Vec<String>,
+}
+
+impl Applied {
+    /// `a.b → a.c`, each path as the renames messages show it.
+    pub fn describe(&self) -> String {
+        format!("{} → {}", show_path(&self.from), show_path(&self.to))
+    }
+}
+
+/// What [`migrate_reporting`] did: the moves, in the order made (over every
+/// pass), and the entries that could not apply (as [`migrate`] returns them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Migration {
+    /// Each value moved.
+    pub applied: Vec<Applied>,
+    /// The entries that could not apply, of the last pass.
+    pub skipped: Vec<Skipped>,
+}
+
+/// [`migrate`], also saying which values it moved.
+pub fn migrate_reporting(value: &mut Value, renames: &[Rename]) -> Migration {
     let index = TableIndex::of(renames);
     let mut passes = 1;
+    let mut applied = Vec::new();
     loop {
         let pass = Pass::run(value, renames, &index);
+        applied.extend(pass.applied);
         if !pass.changed || passes == MAX_PASSES {
             debug_assert!(!pass.changed, "no fixed point after {MAX_PASSES} passes");
-            return pass.skipped;
+            return Migration { applied, skipped: pass.skipped };
         }
         passes += 1;
     }
@@ -370,6 +408,8 @@ struct Pass<'t> {
     /// at, above or below them, or puts one into them.
     pinned: PathSet,
     skipped: Vec<Skipped>,
+    /// The moves of this pass, in order.
+    applied: Vec<Applied>,
     /// Whether this pass moved anything.
     changed: bool,
 }
@@ -610,6 +650,7 @@ impl<'t> Pass<'t> {
             moved: PathSet::default(),
             pinned: PathSet::default(),
             skipped: Vec::new(),
+            applied: Vec::new(),
             changed: false,
         };
         for entry in 0..renames.len() {
@@ -668,7 +709,7 @@ impl<'t> Pass<'t> {
                 continue;
             }
             match check_target(root, &to) {
-                Target::Free => self.move_value(root, from, to),
+                Target::Free => self.move_value(root, entry, from, to),
                 Target::Occupied(blocker) => {
                     self.skip(entry, SkipReason::TargetOccupied, &from);
                     self.pinned.insert(&from);
@@ -753,7 +794,7 @@ impl<'t> Pass<'t> {
 
     /// Moves the value at `from` to the free `to`, then removes the objects
     /// that the move left empty above `from`, below the paths' common part.
-    fn move_value(&mut self, root: &mut Value, from: Vec<Step>, to: Vec<Step>) {
+    fn move_value(&mut self, root: &mut Value, entry: usize, from: Vec<Step>, to: Vec<Step>) {
         let Some(value) = take(root, &from) else {
             return;
         };
@@ -768,6 +809,11 @@ impl<'t> Pass<'t> {
         }
         self.moved.remove_below(&from);
         self.moved.insert(&to);
+        self.applied.push(Applied {
+            entry,
+            from: from.iter().map(Step::segment).collect(),
+            to: to.iter().map(Step::segment).collect(),
+        });
         self.changed = true;
     }
 }

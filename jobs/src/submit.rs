@@ -129,9 +129,11 @@ pub struct Accepted {
     /// EV-1: the nodes, their DNS names and the disabled applications, when
     /// the names eval ran (absent for a delete).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub names: Option<Names>,
     /// EV-1: why the submit stored without the names eval.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub names_skipped: Option<String>,
     /// What the submit did that its sender may not expect (a secret an
     /// earlier submit set that OpenBao no longer has, …); absent when none.
@@ -141,6 +143,51 @@ pub struct Accepted {
     /// deployment's, unchanged. Absent for a real submit.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// Deprecation notices: each rename the migration applied to the
+    /// configuration sent (MG-7), which used a name the module source has
+    /// renamed; each is also a sentence of `warnings`. Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deprecations: Vec<Deprecation>,
+}
+
+/// A rename the migration applied to a submitted configuration: the sender
+/// used an old name, which still works but is deprecated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Deprecation {
+    /// Where the value was sent, as a JSON Pointer (`/applications/mastodon/domain`).
+    pub from: String,
+    /// Where the source's schema has it now, and where it was stored, as a JSON Pointer.
+    pub to: String,
+    /// The module source whose renames table moved it (the pinned source
+    /// the configuration was checked with; `null` for the built-in source
+    /// when it has no pin).
+    #[schema(required = true)]
+    pub module_source: Option<String>,
+}
+
+impl Deprecation {
+    /// The deprecation notices of `renamed`, for a configuration checked
+    /// with `module_source`.
+    pub fn of(renamed: &[crate::migrate::Applied], module_source: Option<&str>) -> Vec<Self> {
+        renamed
+            .iter()
+            .map(|a| Deprecation {
+                from: crate::validate::pointer_of(&a.from),
+                to: crate::validate::pointer_of(&a.to),
+                module_source: module_source.map(str::to_owned),
+            })
+            .collect()
+    }
+
+    /// The notice as a sentence of `warnings`.
+    pub fn sentence(&self) -> String {
+        let source = self.module_source.as_deref().unwrap_or("the built-in module source");
+        format!(
+            "deprecated: {} was renamed to {} by {source}; the configuration was migrated and stored under the new \
+             name, send {} from now on",
+            self.from, self.to, self.to
+        )
+    }
 }
 
 /// A submit's module source after MS-1/MS-6/MS-8 checks.
@@ -290,6 +337,7 @@ pub async fn submit(
         NamesEval::Busy(why) | NamesEval::Skipped(why) => (None, Some(why)),
     };
     let names_value = names.as_ref().map(|n| serde_json::to_value(n).expect("names serialise"));
+    let deprecations = Deprecation::of(&checked.renamed, stored_source.as_deref());
     let (id, kind) = (&request.deployment, request.queueing.kind);
     let dry_run = request.dry_run && kind == BuildKind::Deploy;
     let (pins, warnings) = match secrets {
@@ -341,8 +389,9 @@ pub async fn submit(
                     state,
                     names,
                     names_skipped,
-                    warnings,
+                    warnings: deprecations.iter().map(Deprecation::sentence).chain(warnings).collect(),
                     dry_run,
+                    deprecations,
                 });
             }
             // Near the bound: the exact count needs the exclusive lock.
@@ -713,6 +762,7 @@ pub async fn delete(db: &Db, id: &DeploymentId, callback: Option<&Callback>) -> 
         names_skipped: None,
         warnings: Vec::new(),
         dry_run: false,
+        deprecations: Vec::new(),
     };
     Ok(Some(Deleted { accepted, callback_stored, queued }))
 }

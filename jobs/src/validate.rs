@@ -149,6 +149,9 @@ pub struct Checked {
     pub secrets: Vec<AppSecrets>,
     /// How its instances are probed once deployed (§10), from the source's meta.
     pub readiness: crate::source::ReadinessMeta,
+    /// The renames the migration applied (MG-7): the sender used names the
+    /// source has deprecated.
+    pub renamed: Vec<migrate::Applied>,
 }
 
 /// A module source's outputs with its schema compiled once.
@@ -277,7 +280,8 @@ impl Checker {
     /// text Nix cannot carry to a node, and refused secret values, in that
     /// order; at most [`MAX_PROBLEMS`] are listed and the rest counted.
     pub fn check(&self, mut configuration: Value, secrets_refused: Option<&str>) -> Result<Checked, Listing> {
-        let skipped = migrate::migrate(&mut configuration, &self.outputs.renames);
+        let migrate::Migration { applied: renamed, skipped } =
+            migrate::migrate_reporting(&mut configuration, &self.outputs.renames);
         self.drop_null_secrets(&mut configuration);
         let mut found = Listing::default();
         for s in &skipped {
@@ -321,6 +325,7 @@ impl Checker {
             instances: meta.instances_of(&configuration),
             configuration,
             secrets,
+            renamed,
         })
     }
 

@@ -52,7 +52,13 @@ async fn build_outputs(config: &Config, dir: &Path) -> Result<slipway_jobs::sour
     };
     let mut log = String::new();
     let pinned = format!("path:{}", dir.display());
-    let built = nix.build_schema(&pinned, None, &mut log).await.map_err(|f| f.message)?;
+    let built = nix.build_schema(&pinned, None, &mut log).await;
+    // The outputs are read: the work folder's out links, which Nix keeps as
+    // GC roots, go with it rather than dangle.
+    if let Err(e) = slipway_jobs::nix::output::remove_folder_and_roots(work.path()) {
+        eprintln!("slipway-worker run: cannot remove the work folder {}: {e}", work.path().display());
+    }
+    let built = built.map_err(|f| f.message)?;
     built.outputs().map_err(|f| {
         if !log.trim().is_empty() {
             eprintln!("{}", log.trim_end());
@@ -76,6 +82,98 @@ pub async fn run(
         Ok(id) => id,
         Err(e) => return refuse(output, e),
     };
+    // A dry run leaves no trace in the state folder (§11): what it finds
+    // missing now and makes is removed when it ends, however it ends.
+    let trace = dry_run.then(|| Trace::note(&config.state_dir, id.as_str()));
+    let code = run_one(config, job, source, file, &id, output, dry_run, trace.as_ref()).await;
+    if let Some(trace) = trace {
+        if let Err(e) = trace.erase() {
+            eprintln!("slipway-worker run: the dry run could not remove all it made: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    code
+}
+
+/// What a dry run finds missing in the state folder before it runs, to
+/// remove when it ends: the state folder itself, `builds/`, `locks/`,
+/// `provider/` (and `nix/`, `outputs/`), the deployment's lock file and
+/// provider folder, and the build's work folder (new by definition), each
+/// with the GC roots of Nix that point into it. What was there before stays.
+struct Trace {
+    /// The state folder, and whether it was there.
+    state_dir: (std::path::PathBuf, bool),
+    /// Paths under it that were missing, deepest first.
+    missing: Vec<std::path::PathBuf>,
+    /// The dry run's build, once it is known: its work folder goes.
+    build: std::sync::Mutex<Option<String>>,
+}
+
+impl Trace {
+    /// Notes what of the state folder `state_dir` is missing for deployment `id`.
+    fn note(state_dir: &Path, id: &str) -> Self {
+        let candidates = [
+            format!("provider/{id}"),
+            format!("locks/{id}.lock"),
+            "provider".to_owned(),
+            "locks".to_owned(),
+            "builds".to_owned(),
+            "nix".to_owned(),
+            "outputs".to_owned(),
+        ];
+        let missing = candidates.iter().map(|c| state_dir.join(c)).filter(|p| p.symlink_metadata().is_err()).collect();
+        let there = state_dir.symlink_metadata().is_ok();
+        Self { state_dir: (state_dir.to_path_buf(), there), missing, build: std::sync::Mutex::new(None) }
+    }
+
+    /// Notes the dry run's build.
+    fn build(&self, id: &str) {
+        *self.build.lock().expect("trace lock") = Some(id.to_owned());
+    }
+
+    /// Removes what the run made: the missing paths (folders with the GC
+    /// roots into them; a folder that was missing only if nothing else put
+    /// something in it), and the state folder if it was missing.
+    fn erase(&self) -> std::io::Result<()> {
+        use slipway_jobs::nix::output::remove_folder_and_roots;
+        let (state_dir, there) = &self.state_dir;
+        if !there {
+            return remove_folder_and_roots(state_dir);
+        }
+        if let Some(build) = self.build.lock().expect("trace lock").as_deref() {
+            remove_folder_and_roots(&state_dir.join("builds").join(build))?;
+        }
+        for path in &self.missing {
+            let Ok(meta) = path.symlink_metadata() else { continue };
+            if !meta.is_dir() {
+                std::fs::remove_file(path)?;
+            } else if path.parent() == Some(state_dir.as_path()) {
+                // A shared folder (`builds/`, `locks/`, …): only if empty,
+                // as another process may use it now.
+                if std::fs::read_dir(path)?.next().is_none() {
+                    std::fs::remove_dir(path)?;
+                }
+            } else {
+                remove_folder_and_roots(path)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// [`run`] of a parsed deployment id; a dry run notes its build in `trace`.
+#[allow(clippy::too_many_arguments)]
+async fn run_one(
+    config: Config,
+    job: LocalJob,
+    source: &str,
+    file: &Path,
+    id: &DeploymentId,
+    output: Output,
+    dry_run: bool,
+    trace: Option<&Trace>,
+) -> ExitCode {
+    let id = id.clone();
     let dir = match ModuleSource::parse(source) {
         Ok(ModuleSource::Path(dir)) => dir,
         Ok(other) => return refuse(output, format!("{other}: local runs take a path: source")),
@@ -179,6 +277,9 @@ pub async fn run(
         Err(e) => return refuse(output, e),
     };
     let build_id = accepted.build_id;
+    if let Some(trace) = trace {
+        trace.build(&build_id);
+    }
     let ctx = Ctx::new(db, Arc::new(config), format!("local-{}", std::process::id()), true);
     let report = match build::run(BuildJob { build_id }, &ctx).await {
         Ok(Ran::Finished(report)) => report,

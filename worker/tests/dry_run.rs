@@ -175,3 +175,61 @@ fn a_local_dry_run_reports_the_plan_and_leaves_the_nodes_as_they_are() {
         .unwrap();
     assert_eq!(status.code(), Some(2), "--dry-run is for deploys only");
 }
+
+/// The GC roots of Nix (`gcroots/auto`) that point into `dir`, dangling or not.
+fn roots_into(dir: &Path) -> Vec<String> {
+    let roots = std::path::Path::new(&std::env::var("NIX_STATE_DIR").unwrap_or_else(|_| "/nix/var/nix".into()))
+        .join("gcroots/auto");
+    let canonical = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    std::fs::read_dir(roots)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| std::fs::read_link(entry.path()).ok())
+        .filter(|target| target.starts_with(dir) || target.starts_with(&canonical))
+        .map(|target| target.display().to_string())
+        .collect()
+}
+
+#[test]
+fn a_local_dry_run_into_a_state_folder_that_did_not_exist_leaves_no_folder_lock_or_gc_root() {
+    let dir = tempfile::tempdir().unwrap();
+    // The run's temporary folders are the test's, so a root left into one is seen.
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let state = dir.path().join("state");
+    let file = dir.path().join("config.json");
+    std::fs::write(&file, demo().to_string()).unwrap();
+    let source = format!("path:{}", common::repo().join("nix").display());
+    let out = std::process::Command::new(binary("slipway-worker"))
+        .args(["run", "deploy", "--dry-run", "--source", &source, "--config", file.to_str().unwrap()])
+        .args(["--deployment", "fresh", "--output", "json"])
+        .env("SLIPWAY_STATE_DIR", &state)
+        .env("TMPDIR", &tmp)
+        .env_remove("SLIPWAY_CONFIG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["dry_run"], true, "{report}");
+    assert!(report["nodes"].as_array().unwrap().iter().all(|n| n["change"]["action"] == "add"), "{report}");
+    let left: Vec<String> = walkdir(&state);
+    assert!(!state.exists(), "the dry run left the state folder behind, holding {left:?}");
+    assert_eq!(roots_into(dir.path()), Vec::<String>::new(), "the dry run left GC roots of Nix");
+}
+
+/// Every path under `dir`.
+fn walkdir(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            found.push(entry.path().display().to_string());
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(entry.path());
+            }
+        }
+    }
+    found
+}

@@ -3,7 +3,7 @@
 use super::rfc3339;
 use crate::app::{AppState, Auth};
 use crate::error::ApiError;
-use crate::extract::{BuildIdPath, Json};
+use crate::extract::{BuildIdPath, Json, NoQuery, StrictQuery};
 use axum::extract::State;
 use serde::Serialize;
 use serde_json::Value;
@@ -18,7 +18,8 @@ pub struct BuildView {
     deployment_id: String,
     kind: BuildKind,
     status: BuildStatus,
-    #[schema(required = true)]
+    /// Why it failed or ended without running; `null` while it runs or when it succeeded.
+    #[schema(required = true, value_type = Option<slipway_jobs::jobs::report::Reason>)]
     reason: Option<String>,
     #[schema(required = true)]
     error: Option<String>,
@@ -44,9 +45,34 @@ pub struct BuildView {
     /// callback: `{url, state, message, at, status?, error?, address?}`;
     /// `state` is `waiting`, `queued`, `sending`, `delivered`, `failed` or
     /// `not_sent`. Never the token.
-    #[schema(required = true, value_type = Option<Object>)]
+    #[schema(required = true, value_type = Option<CallbackView>)]
     callback: Option<Value>,
     log: String,
+}
+
+/// A destroy's reconcile push as a build view shows it (the `callback` of
+/// [`BuildView`]). Documentation only: the stored outcome is shown as kept.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct CallbackView {
+    /// Where the push goes; `null` once the URL is forgotten.
+    #[schema(required = true)]
+    url: Option<String>,
+    /// Where the push is.
+    state: slipway_jobs::store::builds::CallbackState,
+    /// A sentence saying so.
+    message: String,
+    /// When it got there (RFC 3339).
+    at: String,
+    /// Once sent: the status the front-end answered (`null` when none came).
+    #[schema(nullable = true)]
+    status: Option<u16>,
+    /// Once sent: why it was not delivered (`null` when it was).
+    #[schema(nullable = true)]
+    error: Option<String>,
+    /// Once sent: the address it was sent to (`null` when none was reached).
+    #[schema(nullable = true)]
+    address: Option<String>,
 }
 
 /// The `callback` of a build view: the stored outcome with the URL, `at` as RFC 3339.
@@ -129,6 +155,7 @@ pub async fn cancel(
     State(app): State<AppState>,
     auth: Auth,
     BuildIdPath(id): BuildIdPath,
+    _query: StrictQuery<NoQuery>,
 ) -> Result<(axum::http::StatusCode, Json<CancelAnswer>), ApiError> {
     use axum::http::StatusCode;
     use slipway_jobs::submit::Cancel;

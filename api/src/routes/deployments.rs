@@ -3,7 +3,7 @@
 use super::rfc3339;
 use crate::app::{AppState, Auth};
 use crate::error::ApiError;
-use crate::extract::{DeploymentIdPath, Json, OptionalJson, Query};
+use crate::extract::{DeploymentIdPath, Json, NoQuery, OptionalJson, Query, StrictQuery};
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -36,7 +36,7 @@ pub async fn require_exists(conn: &mut Conn, id: &DeploymentId) -> Result<(), Ap
                    (also for `PUT` and `DELETE`).",
     security(("bearer" = [])),
     responses((status = 400, description = "`invalid_deployment_id`: the id is empty", body = crate::error::ErrorBody)))]
-pub async fn empty_id(_auth: Auth) -> ApiError {
+pub async fn empty_id(_auth: Auth, _query: StrictQuery<NoQuery>) -> ApiError {
     ApiError::bad_request("invalid_deployment_id", "the deployment id is empty")
 }
 
@@ -46,9 +46,12 @@ pub struct BuildSummary {
     id: String,
     kind: BuildKind,
     status: slipway_jobs::state::BuildStatus,
+    /// Why it failed or ended without running; absent while it runs or when it succeeded.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = slipway_jobs::jobs::report::Reason)]
     reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     error: Option<String>,
     attempts: i64,
     queued_at: String,
@@ -125,6 +128,7 @@ pub struct DeployedInstance {
 pub struct ReadinessView {
     state: slipway_jobs::readiness::State,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     reason: Option<String>,
     #[schema(required = true)]
     checked_at: Option<String>,
@@ -274,19 +278,24 @@ pub struct SubmitQuery {
 
 /// `PUT /deployments/{id}[?dry_run=true]`: migrate, validate, names eval,
 /// store, queue a deploy (MG-7). `202 {deployment_id, build_id, state,
-/// names?, names_skipped?, warnings?, dry_run?}`: `names` is the eval's
+/// names?, names_skipped?, warnings?, dry_run?, deprecations?}`: `names` is the eval's
 /// `{nodes: [{name, dnsNames, configuration}], disabledApplications}`;
 /// `names_skipped` says why the submit stored without it (every nix slot
 /// busy, EV-1). A dry run (§11) stores nothing of the deployment, writes no
 /// secret, and queues a build that evaluates and builds but activates
 /// nothing; its report (`GET /builds/{id}`) says per node what a real run
 /// would change. A dry run of a deployment never submitted is `404`.
+/// `deprecations` lists each rename the migration applied to the
+/// configuration sent (`{from, to, module_source}`, JSON Pointers), and
+/// `warnings` says the same in sentences beginning `deprecated:`: the sender
+/// used a name the module source has renamed. Any query parameter other than
+/// `dry_run` is `400 invalid_request`, naming it.
 #[utoipa::path(put, path = "/deployments/{id}", tag = "deployments",
     params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)"), SubmitQuery),
     request_body = SubmitBody,
     security(("bearer" = [])),
     responses(
-        (status = 202, description = "Stored, and a deploy (or a dry run) queued", body = slipway_jobs::submit::Accepted),
+        (status = 202, description = "Stored, and a deploy (or a dry run) queued; `deprecations` lists the renames applied to the configuration sent", body = slipway_jobs::submit::Accepted),
         (status = 400, description = "`invalid_configuration` (every problem in `details.problems`), `invalid_module_source`, \
                                       `invalid_request`, `malformed_json` or `invalid_deployment_id`", body = crate::error::ErrorBody),
         (status = 403, description = "`forbidden` (outside the token's scope) or `source_not_allowed`", body = crate::error::ErrorBody),
@@ -301,7 +310,7 @@ pub async fn submit(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
-    Query(query): Query<SubmitQuery>,
+    StrictQuery(query): StrictQuery<SubmitQuery>,
     Json(body): Json<SubmitBody>,
 ) -> Result<(StatusCode, Json<submit::Accepted>), ApiError> {
     auth.require(id.as_str())?;
@@ -344,6 +353,7 @@ pub async fn preview(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
+    _query: StrictQuery<NoQuery>,
     Json(body): Json<SubmitBody>,
 ) -> Result<Json<submit::Preview>, ApiError> {
     auth.require(id.as_str())?;
@@ -487,6 +497,7 @@ pub async fn delete(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
+    _query: StrictQuery<NoQuery>,
     OptionalJson(body): OptionalJson<Map<String, Value>>,
 ) -> Result<(StatusCode, Json<Deleted>), ApiError> {
     auth.require(id.as_str())?;

@@ -22,7 +22,7 @@ use super::rfc3339;
 use crate::app::{AppState, Auth};
 use crate::auth::{Audience, Claims, TokenError};
 use crate::error::ApiError;
-use crate::extract::{BuildIdPath, DeploymentIdPath, Query};
+use crate::extract::{BuildIdPath, DeploymentIdPath, NoQuery, Query, StrictQuery};
 use axum::extract::{FromRef, FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -252,6 +252,7 @@ pub async fn ticket_for_events(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
+    _query: StrictQuery<NoQuery>,
 ) -> Result<Response, ApiError> {
     auth.require(id.as_str())?;
     let mut conn = app.db.acquire().await?;
@@ -279,6 +280,7 @@ pub async fn ticket_for_log(
     State(app): State<AppState>,
     auth: Auth,
     BuildIdPath(id): BuildIdPath,
+    _query: StrictQuery<NoQuery>,
 ) -> Result<Response, ApiError> {
     let missing = || ApiError::not_found(format!("no build {id}"));
     let mut conn = app.db.acquire().await?;

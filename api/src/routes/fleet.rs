@@ -27,6 +27,7 @@ pub struct WorkerAnswer {
     /// Its worker name (`<prefix>@<host>-<pid>-<random>`).
     pub name: String,
     /// The host it runs on, read from its name; `null` for a name of another shape.
+    #[schema(required = true)]
     pub host: Option<String>,
     /// The queues it serves, sorted.
     pub queues: Vec<String>,

@@ -4,7 +4,7 @@
 
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::extract::{Json, Query};
+use crate::extract::{Json, NoQuery, Query, StrictQuery};
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
@@ -279,6 +279,7 @@ pub struct ApplicationPathsBody {
     ))]
 pub async fn application_paths(
     State(app): State<AppState>,
+    _query: StrictQuery<NoQuery>,
     Json(body): Json<ApplicationPathsBody>,
 ) -> Result<Json<slipway_jobs::draft::ApplicationPaths>, ApiError> {
     require_object("configuration", &body.configuration)?;
@@ -321,6 +322,7 @@ pub struct SectionsBody {
     ))]
 pub async fn sections(
     State(app): State<AppState>,
+    _query: StrictQuery<NoQuery>,
     Json(body): Json<SectionsBody>,
 ) -> Result<Json<slipway_jobs::draft::Sections>, ApiError> {
     require_object("configuration", &body.configuration)?;
@@ -361,7 +363,7 @@ pub struct Label {
         (status = 400, description = "`invalid_slug`, `malformed_json` or `invalid_request`", body = crate::error::ErrorBody),
         (status = 415, description = "`unsupported_media_type`: the body is not sent as JSON", body = crate::error::ErrorBody),
     ))]
-pub async fn labels(Json(req): Json<LabelRequest>) -> Result<Json<Label>, ApiError> {
+pub async fn labels(_query: StrictQuery<NoQuery>, Json(req): Json<LabelRequest>) -> Result<Json<Label>, ApiError> {
     slipway_jobs::id::new_label(&req.slug)
         .map(|label| Json(Label { label }))
         .map_err(|e| ApiError::bad_request("invalid_slug", e.to_string()))

@@ -15,7 +15,7 @@
 
 use crate::app::{AppState, Auth};
 use crate::error::ApiError;
-use crate::extract::Json;
+use crate::extract::{Json, NoQuery, StrictQuery};
 use crate::routes::public::{pick_application, pick_renames};
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -101,6 +101,7 @@ async fn lookup(app: &AppState, source: &str) -> Result<Result<Arc<SourceSchema>
 pub async fn schema(
     State(app): State<AppState>,
     _auth: Auth,
+    _query: StrictQuery<NoQuery>,
     Json(body): Json<SchemaFor>,
 ) -> Result<Response, ApiError> {
     let Some(source) = body.source.as_deref() else {
@@ -144,6 +145,7 @@ pub async fn schema(
 pub async fn renames(
     State(app): State<AppState>,
     _auth: Auth,
+    _query: StrictQuery<NoQuery>,
     Json(body): Json<RenamesFor>,
 ) -> Result<Response, ApiError> {
     let section = body.section.as_deref();

@@ -47,18 +47,7 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
 /// cannot remove those (SEC-3), and Nix would keep what they name until
 /// its next garbage collection.
 fn remove_state(state: &Path) -> std::io::Result<()> {
-    match std::fs::remove_dir_all(state) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    let nix_state = std::env::var_os("NIX_STATE_DIR").map(std::path::PathBuf::from);
-    let auto = nix_state.unwrap_or_else(|| "/nix/var/nix".into()).join("gcroots/auto");
-    for entry in std::fs::read_dir(auto).into_iter().flatten().flatten() {
-        if std::fs::read_link(entry.path()).is_ok_and(|target| target.starts_with(state)) {
-            std::fs::remove_file(entry.path())?;
-        }
-    }
-    Ok(())
+    crate::nix::output::remove_folder_and_roots(state)
 }
 
 /// The outcome of the destroy whose effect ended as `outcome`, from what it

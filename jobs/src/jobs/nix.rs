@@ -123,7 +123,10 @@ async fn compute(row: &NixRow, ctx: &Ctx, log: &mut String) -> Result<Value, Nix
             nix.eval_names(&configuration, log).await.map(|names| serde_json::to_value(names).expect("names serialise"))
         }
     };
-    let _ = std::fs::remove_dir_all(&work);
+    // Its out links are GC roots of Nix: they go with the folder.
+    if let Err(e) = crate::nix::output::remove_folder_and_roots(&work) {
+        tracing::warn!(folder = %work.display(), error = %e, "cannot remove a nix job's work folder");
+    }
     result
 }
 

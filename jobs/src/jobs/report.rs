@@ -5,9 +5,12 @@ use crate::state::{BuildKind, BuildStatus};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
-/// Why a build failed, or ended without running (`builds.reason`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Why a build failed, or ended without running (`builds.reason`): the
+/// `reason` of a build in the api's answers, listed as an enum in its
+/// OpenAPI document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[schema(as = BuildReason)]
 pub enum Reason {
     /// The effect exited non-zero (or did not report its nodes).
     EffectFailed,
@@ -27,6 +30,9 @@ pub enum Reason {
     Cancelled,
     /// Another worker took the build over; this attempt's outcome is never stored.
     ClaimLost,
+    /// A newer submit made the queued build pointless: written by the
+    /// store, never by a worker's report.
+    Superseded,
 }
 
 impl Reason {
@@ -41,6 +47,7 @@ impl Reason {
             Self::OperatorSecrets => "operator_secrets",
             Self::Cancelled => "cancelled",
             Self::ClaimLost => "claim_lost",
+            Self::Superseded => "superseded",
         }
     }
 }

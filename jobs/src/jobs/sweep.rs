@@ -71,7 +71,7 @@ pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(pid) = name.rsplit_once('-').and_then(|(_, pid)| pid.parse::<i32>().ok()) else { continue };
         if pid != std::process::id() as i32 && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            match std::fs::remove_dir_all(entry.path()) {
+            match crate::nix::output::remove_folder_and_roots(&entry.path()) {
                 Ok(()) => scratch_dirs += 1,
                 Err(e) => tracing::warn!(folder = %name, error = %e, "cannot remove a dead worker's nix folder"),
             }

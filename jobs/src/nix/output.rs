@@ -94,6 +94,46 @@ pub fn unlink_roots(work: &Path, path: &str) {
     }
 }
 
+/// Nix's folder of indirect GC roots: `$NIX_STATE_DIR/gcroots/auto`
+/// (`/nix/var/nix/gcroots/auto` by default). `--add-root … --indirect` and
+/// `nix-build -o` register each link they make there, as a link to it.
+pub fn auto_roots_dir() -> PathBuf {
+    let state = std::env::var_os("NIX_STATE_DIR").map(PathBuf::from);
+    state.unwrap_or_else(|| "/nix/var/nix".into()).join("gcroots/auto")
+}
+
+/// Removes the indirect GC roots of Nix ([`auto_roots_dir`]) that point
+/// into `dir` (as given or canonical): links a removed folder held, which
+/// would otherwise dangle in the host's roots until Nix's next collection.
+/// Returns how many it removed; one it cannot remove is an error.
+pub fn remove_roots_into(dir: &Path) -> std::io::Result<usize> {
+    let canonical = std::fs::canonicalize(dir).ok();
+    let mut removed = 0;
+    for entry in std::fs::read_dir(auto_roots_dir()).into_iter().flatten().flatten() {
+        let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+        if target.starts_with(dir) || canonical.as_ref().is_some_and(|c| target.starts_with(c)) {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes folder `dir` (absent is fine) and the GC roots into it
+/// ([`remove_roots_into`]): how a job's work folder, whose out links Nix
+/// registered as roots, goes without leaving a root behind.
+pub fn remove_folder_and_roots(dir: &Path) -> std::io::Result<()> {
+    // The roots first, while the folder can still be canonicalised.
+    remove_roots_into(dir)?;
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -625,7 +625,7 @@ pub async fn ending(conn: &mut Conn, id: &str) -> Result<Option<(Option<i64>, i6
 
 /// Where a destroy's reconcile push is (DL-2), as stored in the outcome's
 /// `state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CallbackState {
     /// Accepted with the delete; the destroy has not ended.

@@ -24,6 +24,7 @@ pub struct QueueLoad {
     /// How long the oldest due job has waited, in milliseconds (whole
     /// seconds on SQLite, whose queue keeps times in seconds); `None` when
     /// nothing waits.
+    #[schema(required = true)]
     pub oldest_waiting_ms: Option<i64>,
 }
 
