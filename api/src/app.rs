@@ -68,6 +68,10 @@ pub struct App {
     /// Where a submit's operator secrets go (§8), with the api's token;
     /// `None` without `OPENBAO_ADDR` (a secret value is then refused).
     pub secrets: Option<slipway_jobs::openbao::OpenBao>,
+    /// The api's OpenBao token, looked after (renewed) in the background
+    /// ([`slipway_jobs::openbao_token`]); `None` without `OPENBAO_ADDR`, or
+    /// when the app was built outside a tokio runtime.
+    pub openbao_token: Option<slipway_jobs::openbao_token::TokenWatch>,
     /// This process's metrics (docs/METRICS.md), served by `GET /metrics`.
     pub metrics: slipway_jobs::metrics::Metrics,
 }
@@ -111,6 +115,15 @@ impl AppState {
             .map(slipway_jobs::openbao::OpenBao::new)
             .transpose()
             .map_err(|e| anyhow::anyhow!("OPENBAO_TOKEN: {e}"))?;
+        let metrics = slipway_jobs::metrics::Metrics::new();
+        metrics.register_refusals();
+        metrics.register_key_reloads();
+        // The api's longest job with the token is a submit, bounded by its
+        // names eval (NIX_TIMEOUT).
+        let openbao_token = secrets
+            .clone()
+            .filter(|_| tokio::runtime::Handle::try_current().is_ok())
+            .map(|bao| slipway_jobs::openbao_token::TokenWatch::start(bao, config.nix_timeout, Some(metrics.clone())));
         Ok(AppState(Arc::new(App {
             config,
             db,
@@ -120,12 +133,8 @@ impl AppState {
             unserved: Default::default(),
             hub,
             secrets,
-            metrics: {
-                let metrics = slipway_jobs::metrics::Metrics::new();
-                metrics.register_refusals();
-                metrics.register_key_reloads();
-                metrics
-            },
+            openbao_token,
+            metrics,
         })))
     }
 }
