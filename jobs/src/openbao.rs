@@ -532,12 +532,14 @@ impl OpenBao {
     /// (and on its metadata, when the latest version was destroyed).
     pub async fn read(&self, id: &str, instance: &str, field: &str) -> Result<Option<SecretString>, OpenBaoError> {
         match self.read_at(id, instance, field, None).await? {
-            Some(value) => Ok(Some(value)),
-            // The latest version may be one a refused submit destroyed.
-            None => match self.current_version(id, instance, field).await? {
-                Some(version) => self.read_at(id, instance, field, Some(version)).await,
+            (Some(value), _) => Ok(Some(value)),
+            // The latest version is one a refused submit destroyed: the
+            // one before it that is not (read from the metadata).
+            (None, true) => match self.current_version(id, instance, field).await? {
+                Some(version) => Ok(self.read_at(id, instance, field, Some(version)).await?.0),
                 None => Ok(None),
             },
+            (None, false) => Ok(None),
         }
     }
 
@@ -552,17 +554,18 @@ impl OpenBao {
         field: &str,
         version: u64,
     ) -> Result<Option<SecretString>, OpenBaoError> {
-        self.read_at(id, instance, field, Some(version)).await
+        Ok(self.read_at(id, instance, field, Some(version)).await?.0)
     }
 
-    /// The value of `version` of the entry of `field`, or of its latest.
+    /// The value of `version` of the entry of `field`, or of its latest,
+    /// and whether that version is a destroyed one.
     async fn read_at(
         &self,
         id: &str,
         instance: &str,
         field: &str,
         version: Option<u64>,
-    ) -> Result<Option<SecretString>, OpenBaoError> {
+    ) -> Result<(Option<SecretString>, bool), OpenBaoError> {
         let path = self.entry_path(id, instance, field)?;
         let query = version.map(|v| format!("?version={v}")).unwrap_or_default();
         let answer = self.send(reqwest::Method::GET, &path, &query, None::<&()>).await?;
@@ -572,13 +575,17 @@ impl OpenBao {
                 // serde's messages may quote the value: none is kept.
                 let read: ReadAnswer = serde_json::from_slice(&answer.body)
                     .map_err(|_| malformed("the body is not a KV version 2 entry"))?;
-                let Some(mut data) = read.data.and_then(|v| v.data) else { return Ok(None) };
+                let Some(mut data) = read.data.and_then(|v| v.data) else { return Ok((None, false)) };
                 match data.remove("value") {
-                    Some(serde_json::Value::String(value)) => Ok(Some(SecretString::from(value))),
+                    Some(serde_json::Value::String(value)) => Ok((Some(SecretString::from(value)), false)),
                     _ => Err(malformed("the entry has no string `value`")),
                 }
             }
-            404 if answer.errors().is_empty() => Ok(None),
+            404 if answer.errors().is_empty() => {
+                // A deleted or destroyed version answers 404 with its metadata.
+                let body: serde_json::Value = serde_json::from_slice(&answer.body).unwrap_or_default();
+                Ok((None, body["data"]["metadata"]["destroyed"] == serde_json::Value::Bool(true)))
+            }
             _ => Err(self.refused(action::READ, &path, &answer, None).await),
         }
     }
