@@ -1,7 +1,9 @@
-//! A worker's OpenBao token that OpenBao stops accepting during a deploy
-//! (`docs/OPENBAO.md`, "Tokens"): the build fails with `operator_secrets`
-//! and the cause, and nothing is cleared. Real OpenBao, the worker's job
-//! bodies in-process, an effect that waits for the test.
+//! A deploy and OpenBao trouble (`docs/OPENBAO.md`): a worker's token that
+//! OpenBao stops accepting during a deploy fails the build with
+//! `operator_secrets` and the cause, and nothing is cleared; an OpenBao
+//! that cannot be reached when the deploy reads is waited for. Real
+//! OpenBao (behind a loopback door the test opens), the worker's job bodies
+//! in-process, effects that wait for the test.
 
 use serde_json::json;
 use slipway_jobs::jobs::build::{self, Ran};
@@ -87,4 +89,75 @@ exit 0
     let error = report.error.clone().unwrap_or_default();
     assert!(error.contains("token_expired") && error.contains("no longer accepts"), "{error}");
     assert!(bao.entries().await.contains(&entry), "the entry was cleared with a token that had ended");
+}
+
+/// A loopback door to OpenBao at `upstream`: closes every connection at
+/// once (OpenBao cannot be reached) until `open` is set, then forwards
+/// each. Gives its address and how many connections it closed.
+async fn door(
+    upstream: String,
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    let closed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = closed.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            if !open.load(Ordering::SeqCst) {
+                counted.fetch_add(1, Ordering::SeqCst);
+                drop(client);
+                continue;
+            }
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    (addr, closed)
+}
+
+#[tokio::test]
+async fn a_deploy_waits_for_an_openbao_that_cannot_be_reached_and_succeeds_once_it_is_back() {
+    use std::sync::atomic::Ordering;
+    let bao = TestOpenBao::new().await;
+    let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (addr, closed) = door(bao.addr.trim_start_matches("http://").to_owned(), open.clone()).await;
+    let mut keys = bao.keys(true);
+    keys.iter_mut().find(|(k, _)| *k == "OPENBAO_ADDR").unwrap().1 = addr;
+    let keys: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let w = world(Engine::Sqlite, &keys).await;
+    let script = r#"#!/bin/sh
+cut -f6 "$OPERATOR_SECRETS_FILE" | xargs cat > "$STATE_DIR/handed"
+cat > "$SBOM_OUT_DIR/nodes.json" <<'JSON'
+{"nodes": [{"name": "peertube", "dnsNames": [], "outcome": "deployed", "system": "/nix/store/x-peertube", "error": null}]}
+JSON
+echo '{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}' > "$SBOM_OUT_DIR/peertube.cdx.json"
+exit 0
+"#;
+    let source = source_with_deploy(&w.db.path("reads"), script);
+    let mut set = demo();
+    set["applications"]["peertube"]["smtpPassword"] = json!("value-after-the-outage");
+    let build_id = submitted(&w, &bao, "demo", &source, set).await;
+    let ctx = w.ctx.clone();
+    let job = BuildJob { build_id: build_id.clone() };
+    let running = tokio::spawn(async move { build::run(job, &ctx).await });
+    // The worker finds OpenBao away, and asks again.
+    wait_for("the worker to ask the closed door again", Duration::from_secs(30), || async {
+        (closed.load(Ordering::SeqCst) >= 3).then_some(())
+    })
+    .await;
+    assert!(!running.is_finished(), "the build ended while OpenBao was away");
+    open.store(true, Ordering::SeqCst);
+    let report = match tokio::time::timeout(Duration::from_secs(90), running).await.unwrap().unwrap().unwrap() {
+        Ran::Finished(r) => r,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(report.status, BuildStatus::Succeeded, "{report:?}");
+    let handed = std::fs::read_to_string(w.ctx.provider_state_dir("demo").join("handed")).unwrap();
+    assert_eq!(handed, "value-after-the-outage");
 }
