@@ -68,6 +68,10 @@ pub struct App {
     /// Where a submit's operator secrets go (§8), with the api's token;
     /// `None` without `OPENBAO_ADDR` (a secret value is then refused).
     pub secrets: Option<slipway_jobs::openbao::OpenBao>,
+    /// The api's OpenBao token, looked after (renewed) in the background
+    /// ([`slipway_jobs::openbao_token`]); `None` without `OPENBAO_ADDR`, or
+    /// when the app was built outside a tokio runtime.
+    pub openbao_token: Option<slipway_jobs::openbao_token::TokenWatch>,
     /// This process's metrics (docs/METRICS.md), served by `GET /metrics`.
     pub metrics: slipway_jobs::metrics::Metrics,
 }
@@ -114,6 +118,15 @@ impl AppState {
         // The longest a request may take (the top of the latency buckets):
         // a submit or `get_for` may wait on a Nix build.
         let ceiling = config.request_timeout.max(config.nix_timeout);
+        let metrics = slipway_jobs::metrics::Metrics::with_http_ceiling(ceiling);
+        metrics.register_refusals();
+        metrics.register_key_reloads();
+        // The api's longest job with the token is a submit, bounded by its
+        // names eval (NIX_TIMEOUT).
+        let openbao_token = secrets
+            .clone()
+            .filter(|_| tokio::runtime::Handle::try_current().is_ok())
+            .map(|bao| slipway_jobs::openbao_token::TokenWatch::start(bao, config.nix_timeout, Some(metrics.clone())));
         Ok(AppState(Arc::new(App {
             config,
             db,
@@ -123,12 +136,8 @@ impl AppState {
             unserved: Default::default(),
             hub,
             secrets,
-            metrics: {
-                let metrics = slipway_jobs::metrics::Metrics::with_http_ceiling(ceiling);
-                metrics.register_refusals();
-                metrics.register_key_reloads();
-                metrics
-            },
+            openbao_token,
+            metrics,
         })))
     }
 }

@@ -49,6 +49,10 @@ pub const QUEUE_FULL_RETRY_AFTER: u32 = 30;
 /// holds a slot for seconds.
 pub const NIX_BUSY_RETRY_AFTER: u32 = 5;
 
+/// `Retry-After` of a `503` for OpenBao's `429` when OpenBao named no
+/// time, seconds.
+pub const OPENBAO_RETRY_AFTER: u32 = 2;
+
 /// The body of every error answer (§3), as the OpenAPI document
 /// (`GET /openapi.json`) describes it: `{"error": code, "message": text,
 /// "details": any JSON value or null}`. [`ApiError`] writes it.
@@ -445,23 +449,51 @@ impl From<SubmitError> for ApiError {
 }
 
 /// §8: OpenBao refused, is sealed or cannot be reached: `503
-/// service_unavailable`, nothing stored. The client learns which of these
-/// it was; the operator's log gets the whole sentence (address, path,
-/// OpenBao's words), which never holds the token or a value. A name that
-/// cannot be a path segment is the configuration's problem: `400`.
+/// service_unavailable`, nothing stored, with `details.openbao.cause`
+/// ([`slipway_jobs::openbao::OpenBaoError::cause`]): `token_expired` (the
+/// api's token is no longer valid: retrying does not help), `path_denied`
+/// (the token is valid, its policy denies the path), `unreachable`,
+/// `sealed`, `rate_limited` (OpenBao answered `429` past the client's
+/// retries: `Retry-After` says when to try again), `busy`, `refused`,
+/// `malformed`. The client learns which; the operator's log gets the whole
+/// sentence (address, path, OpenBao's words), which never holds the token
+/// or a value. A name that cannot be a path segment is the configuration's
+/// problem: `400`.
 fn secret_store(e: slipway_jobs::openbao::OpenBaoError) -> ApiError {
     use slipway_jobs::openbao::OpenBaoError as E;
+    let details = json!({ "openbao": { "cause": e.cause() } });
     let what = match &e {
         E::Segment { .. } => return ApiError::bad_request("invalid_configuration", e.to_string()),
         E::Sealed { .. } => "OpenBao, which keeps the operator secrets, is sealed".to_owned(),
         E::Unavailable { .. } => "OpenBao, which keeps the operator secrets, cannot be reached".to_owned(),
+        E::Busy { status: 429, retry_after, .. } => {
+            tracing::warn!(error = %e, "OpenBao rate-limits the api past its retries; the submit was refused");
+            let after = retry_after.map_or(OPENBAO_RETRY_AFTER, |a| (a.as_secs() as u32).clamp(1, 3600));
+            return ApiError {
+                retry_after: Some(after),
+                ..ApiError::unavailable(
+                    "OpenBao, which keeps the operator secrets, is rate-limiting this api (429); nothing was \
+                     stored, try again after Retry-After",
+                )
+                .with_details(details)
+            };
+        }
         E::Busy { status, .. } => format!("OpenBao, which keeps the operator secrets, cannot serve now ({status})"),
-        E::Refused { status: 401 | 403, .. } => {
-            tracing::warn!(error = %e, "OpenBao refuses the api's token: give the api a valid OPENBAO_TOKEN with the slipway-api policy");
+        E::TokenInvalid { .. } => {
+            tracing::error!(error = %e, "OpenBao no longer accepts the api's token: give the api a new OPENBAO_TOKEN");
             return ApiError::unavailable(
-                "OpenBao, which keeps the operator secrets, refuses this api's token (invalid, expired or without the \
-                 slipway-api policy); nothing was stored. An operator must give the api a valid OPENBAO_TOKEN",
-            );
+                "OpenBao, which keeps the operator secrets, no longer accepts this api's token (expired, revoked or \
+                 unknown); nothing was stored. An operator must give the api a new OPENBAO_TOKEN",
+            )
+            .with_details(details);
+        }
+        E::Refused { status: 401 | 403, .. } => {
+            tracing::warn!(error = %e, "OpenBao's policy for the api's token denies a path: give the api's token the slipway-api policy");
+            return ApiError::unavailable(
+                "OpenBao, which keeps the operator secrets, denies this api's token a path the submit needs (its \
+                 policy lacks the slipway-api rules); nothing was stored. An operator must fix the token's policy",
+            )
+            .with_details(details);
         }
         E::Refused { status, .. } => {
             format!("OpenBao, which keeps the operator secrets, refused the submit's read or write ({status})")
@@ -471,5 +503,5 @@ fn secret_store(e: slipway_jobs::openbao::OpenBaoError) -> ApiError {
         }
     };
     tracing::warn!(error = %e, "a submit's operator secrets could not be stored; nothing was stored");
-    ApiError::unavailable(format!("{what}; nothing was stored, try again later"))
+    ApiError::unavailable(format!("{what}; nothing was stored, try again later")).with_details(details)
 }

@@ -10,7 +10,7 @@ use common::*;
 use secrecy::SecretString;
 use serde_json::{json, Value};
 use slipway_jobs::store::{Engine, Q};
-use slipway_jobs::test_support::{closed_loopback_port, TestOpenBao};
+use slipway_jobs::test_support::{closed_loopback_port, wait_for, TestOpenBao};
 use std::collections::BTreeSet;
 
 /// The application and the secret field of the built-in source these tests
@@ -577,6 +577,171 @@ async fn readyz_says_when_openbao_cannot_serve_the_api_without_being_unready() {
     let h = harness_with_token(Engine::Sqlite, &bao, &powerless).await;
     let (_, body) = h.call(Method::GET, "/readyz", None, None).await;
     assert!(body["warnings"][0].as_str().unwrap().contains("403"), "{body}");
+}
+
+// Tokens: renewal, expiry told from a denied path, rate limits, taking
+// back what a refused submit wrote (docs/OPENBAO.md) ---------------------
+
+/// How many renewals `/metrics` counts with `outcome`.
+async fn renewals(h: &Harness, outcome: &str) -> u64 {
+    let (_, body) = h.call(Method::GET, "/metrics", None, None).await;
+    let text = body["raw"].as_str().map(str::to_owned).unwrap_or_else(|| body.to_string());
+    let needle = format!("slipway_openbao_token_renewals_total{{outcome=\"{outcome}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(&needle)).map_or(0, |n| n.trim().parse().unwrap_or(0))
+}
+
+/// Whether OpenBao (asked with the root token) still knows `token`.
+async fn token_valid(bao: &TestOpenBao, token: &SecretString) -> bool {
+    use secrecy::ExposeSecret;
+    let body = json!({ "token": token.expose_secret() });
+    bao.root_call("POST", "auth/token/lookup", Some(body)).await.0 == 200
+}
+
+#[tokio::test]
+async fn a_renewable_token_with_a_short_ttl_stays_valid_past_its_ttl_under_a_running_api() {
+    let bao = TestOpenBao::new().await;
+    let ttl = std::time::Duration::from_secs(4);
+    let token = bao.mint_token_with(&[bao.policy_names().0], json!({ "ttl": "4s", "renewable": true })).await;
+    let minted = std::time::Instant::now();
+    let h = harness_with_token(Engine::Sqlite, &bao, &token).await;
+    // Renewed every third of its TTL: past the TTL, with renewals counted.
+    wait_for("the api to renew its token past its TTL", std::time::Duration::from_secs(30), || async {
+        (minted.elapsed() > ttl + std::time::Duration::from_secs(2) && renewals(&h, "renewed").await >= 3).then_some(())
+    })
+    .await;
+    assert!(token_valid(&bao, &token).await, "the token expired under a running api");
+    let (status, body) = h.call(Method::GET, "/readyz", None, None).await;
+    assert_eq!((status, &body["openbao_token"]), (StatusCode::OK, &json!("ok")), "{body}");
+    let (_, metrics) = h.call(Method::GET, "/metrics", None, None).await;
+    assert!(metrics.to_string().contains("slipway_openbao_token_ttl_seconds"), "{metrics}");
+    accepted(&h, "demo", with_value(json!("renewed-token-value-Rn2")), &["renewed-token-value-Rn2"]).await;
+}
+
+#[tokio::test]
+async fn a_token_that_ends_before_the_longest_job_is_expiring_in_readyz() {
+    let bao = TestOpenBao::new().await;
+    // NIX_TIMEOUT is 300 s by default; this token cannot live 60 s.
+    let token = bao
+        .mint_token_with(&[bao.policy_names().0], json!({ "ttl": "30s", "explicit_max_ttl": "60s", "renewable": true }))
+        .await;
+    let h = harness_with_token(Engine::Sqlite, &bao, &token).await;
+    let body = wait_for("readyz to say the token is expiring", std::time::Duration::from_secs(20), || async {
+        let (status, body) = h.call(Method::GET, "/readyz", None, None).await;
+        (status == StatusCode::OK && body["openbao_token"] == json!("expiring")).then_some(body)
+    })
+    .await;
+    let warnings = body["warnings"].to_string();
+    assert!(warnings.contains("OpenBao token") && warnings.contains("longest job"), "{body}");
+}
+
+#[tokio::test]
+async fn an_expired_token_is_told_from_a_denied_path_in_errors_and_readyz() {
+    let bao = TestOpenBao::new().await;
+    let token = bao.mint_token_with(&[bao.policy_names().0], json!({ "ttl": "2s", "renewable": false })).await;
+    let h = harness_with_token(Engine::Sqlite, &bao, &token).await;
+    wait_for("the token to expire", std::time::Duration::from_secs(20), || async {
+        (!token_valid(&bao, &token).await).then_some(())
+    })
+    .await;
+    let (status, body) = h.put("demo", &json!({ "configuration": with_value(json!("expired-value-Tx1")) })).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_error_shape(&body, "service_unavailable");
+    assert_eq!(body["details"]["openbao"]["cause"], json!("token_expired"), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("no longer accepts this api's token"), "{body}");
+    let body = wait_for("readyz to say the token expired", std::time::Duration::from_secs(60), || async {
+        let (status, body) = h.call(Method::GET, "/readyz", None, None).await;
+        (status == StatusCode::SERVICE_UNAVAILABLE).then_some(body)
+    })
+    .await;
+    assert_eq!(body["details"]["openbao_token"], json!("expired"), "{body}");
+    // A valid token whose policy denies the write: the path, not the token.
+    let h = harness_with_token(Engine::Sqlite, &bao, &bao.worker_token).await;
+    let (status, body) = h.put("demo", &json!({ "configuration": with_value(json!("denied-value-Pd2")) })).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["details"]["openbao"]["cause"], json!("path_denied"), "{body}");
+    assert!(bao.entries().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_rate_limited_openbao_gets_503_with_retry_after_in_the_error_shape() {
+    use tower::ServiceExt;
+    let bao = TestOpenBao::private().await;
+    let h = harness_for(Engine::Sqlite, &bao).await;
+    // One request a minute on the KV mount: the submit's list passes, its
+    // write is refused with 429 past the client's retries.
+    let quota = json!({ "path": format!("{}/", bao.mount), "rate": 1, "interval": "60s" });
+    let (status, answer) = bao.root_call("PUT", "sys/quotas/rate-limit/slipway-test", Some(quota)).await;
+    assert!((200..300).contains(&status), "{status} {answer}");
+    let body = json!({ "configuration": with_value(json!("limited-value-Rl3")) });
+    let request = axum::http::Request::builder()
+        .method(Method::PUT)
+        .uri("/deployments/demo")
+        .header("authorization", format!("Bearer {}", all()))
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body.to_string()))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let answer = h.router.clone().oneshot(request).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let retry_after = answer.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+    let retry_after: u64 = retry_after.expect("a Retry-After header").parse().expect("seconds");
+    assert!(retry_after >= 1, "{retry_after}");
+    let bytes = http_body_util::BodyExt::collect(answer.into_body()).await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_error_shape(&body, "service_unavailable");
+    assert_eq!(body["details"]["openbao"]["cause"], json!("rate_limited"), "{body}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(12),
+        "past the submit's budget: {:?}",
+        started.elapsed()
+    );
+    bao.root_call("DELETE", "sys/quotas/rate-limit/slipway-test", None).await;
+    assert!(bao.entries().await.is_empty(), "a refused submit left an entry");
+}
+
+#[tokio::test]
+async fn a_submit_refused_after_its_first_write_leaves_no_version_it_wrote() {
+    let mut bao = TestOpenBao::private().await;
+    let h = harness_for(Engine::Sqlite, &bao).await;
+    accepted(&h, "demo", with_value(json!("kept-value-Kv1")), &[]).await;
+    // The api's policy, less the writes to peertube's entries: mastodon's
+    // entry is written first, then peertube's write is denied.
+    let denied = format!(
+        "{}\npath \"{}/data/{}/demo/secret/peertube-operator-secrets/*\" {{\n  capabilities = [\"deny\"]\n}}\n",
+        bao.policy("slipway-api.hcl"),
+        bao.mount,
+        bao.root
+    );
+    bao.load_policy("slipway-api-no-peertube", &denied).await;
+    let token = bao.mint_token(&["slipway-api-no-peertube"]).await;
+    let h = harness_with_token(Engine::Sqlite, &bao, &token).await;
+    let mut config = with_value(json!("refused-value-Rf4"));
+    config["applications"]["peertube"]["smtpPassword"] = json!("refused-smtp-Rf5");
+    let (status, body) = h.put("demo", &json!({ "configuration": config })).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["details"]["openbao"]["cause"], json!("path_denied"), "{body}");
+    // Mastodon's entry gives the kept value again: the refused submit's
+    // version (2) is destroyed, and no live version is newer than 1.
+    let (_, metadata) =
+        bao.root_call("GET", &format!("{}/metadata/{}/{}", bao.mount, bao.root, entry("demo", FIELD)), None).await;
+    let versions = metadata["data"]["versions"].as_object().unwrap_or_else(|| panic!("{metadata}"));
+    for (version, meta) in versions {
+        let live = meta["destroyed"] == json!(false) && meta["deletion_time"] == json!("");
+        assert_eq!(live, version == "1", "version {version}: {meta}");
+    }
+    assert_eq!(bao.value_at(&entry("demo", FIELD)).await, None, "the latest version is the destroyed one");
+    assert_eq!(bao.api().current_version("demo", INSTANCE, FIELD).await.unwrap(), Some(1));
+    assert_eq!(
+        bao.api().read("demo", INSTANCE, FIELD).await.unwrap().map(|v| {
+            use secrecy::ExposeSecret;
+            v.expose_secret().to_owned()
+        }),
+        Some("kept-value-Kv1".to_owned())
+    );
+    // The next submit keeps the field at version 1.
+    let h = harness_for(Engine::Sqlite, &bao).await;
+    accepted(&h, "demo", demo(), &[]).await;
+    assert_eq!(pinned(&newest_pins(&h, "demo").await), Some(1));
 }
 
 slipway_jobs::on_both_engines!(

@@ -6,7 +6,13 @@
 # entry of a renamed field's old name to copy it (read), lists which entries
 # of an application exist (list) and reads the current version number of an
 # entry it keeps, to pin the build to it (read on metadata: versions and
-# times, never a value). It deletes nothing.
+# times, never a value). A submit refused after it wrote a version (a later
+# write failed, the queue was full) destroys the versions it wrote (update on
+# destroy: those versions only, never an entry's others). It deletes no entry.
+#
+# The api looks its own token up and renews it (lookup-self, renew-self),
+# so that a token with a short TTL outlives the process and an expired token
+# is told from a denied path.
 
 path "secret/data/deployments/*" {
   capabilities = ["create", "update", "read"]
@@ -14,4 +20,16 @@ path "secret/data/deployments/*" {
 
 path "secret/metadata/deployments/*" {
   capabilities = ["list", "read"]
+}
+
+path "secret/destroy/deployments/*" {
+  capabilities = ["update"]
+}
+
+path "auth/token/lookup-self" {
+  capabilities = ["read"]
+}
+
+path "auth/token/renew-self" {
+  capabilities = ["update"]
 }

@@ -8,6 +8,10 @@
 # names a cleared field, deletes that entry with every version (delete on
 # its metadata); list (names only, never values) is its readiness check.
 # It writes nothing.
+#
+# The worker looks its own token up and renews it (lookup-self, renew-self),
+# so that a token with a short TTL outlives the process, and looks it up
+# before a deploy reads or clears anything.
 
 path "secret/data/deployments/*" {
   capabilities = ["read"]
@@ -15,4 +19,12 @@ path "secret/data/deployments/*" {
 
 path "secret/metadata/deployments/*" {
   capabilities = ["list", "delete"]
+}
+
+path "auth/token/lookup-self" {
+  capabilities = ["read"]
+}
+
+path "auth/token/renew-self" {
+  capabilities = ["update"]
 }

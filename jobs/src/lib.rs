@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod nix;
 pub mod openbao;
+pub mod openbao_token;
 pub mod outbound;
 pub mod read;
 pub mod readiness;

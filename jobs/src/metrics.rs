@@ -37,6 +37,13 @@ pub const ADMISSION_REFUSALS: &str = "slipway_admission_refusals_total";
 /// Counter `{outcome}`: reloads of the api's token keys file (SEC-4).
 pub const KEY_RELOADS: &str = "slipway_token_key_reloads_total";
 
+/// Gauge: seconds left before this process's OpenBao token expires, as
+/// its last lookup or renewal said (docs/OPENBAO.md).
+pub const OPENBAO_TOKEN_TTL: &str = "slipway_openbao_token_ttl_seconds";
+/// Counter `{outcome}`: renewals of this process's OpenBao token
+/// (`renewed`, `failed`).
+pub const OPENBAO_TOKEN_RENEWALS: &str = "slipway_openbao_token_renewals_total";
+
 /// The `route` of a request no route matched.
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 
@@ -143,6 +150,7 @@ impl Metrics {
                 "Reloads of the token keys file (SLIPWAY_JWT_KEYS_FILE), by outcome (loaded, failed).",
             ),
             describe(BUILDS, "Builds this worker ran to a recorded end, by kind and outcome."),
+            describe(OPENBAO_TOKEN_RENEWALS, "Renewals of this process's OpenBao token, by outcome (renewed, failed)."),
         ] {
             recorder.describe_counter(name, None, help);
         }
@@ -152,6 +160,11 @@ impl Metrics {
         ] {
             recorder.describe_histogram(name, None, help);
         }
+        recorder.describe_gauge(
+            KeyName::from_const_str(OPENBAO_TOKEN_TTL),
+            None,
+            SharedString::const_str("Seconds left before this process's OpenBao token expires, at its last lookup."),
+        );
         let handle = recorder.handle();
         Self { recorder: std::sync::Arc::new(recorder), handle }
     }
@@ -217,6 +230,28 @@ impl Metrics {
         }
     }
 
+    /// Records what the last lookup or renewal of the OpenBao token said:
+    /// `ttl` left.
+    pub fn openbao_token_ttl(&self, ttl: Duration) {
+        self.recorder.register_gauge(&Key::from_name(OPENBAO_TOKEN_TTL), &METADATA).set(ttl.as_secs_f64());
+    }
+
+    /// Records one renewal of the OpenBao token: `renewed` or `failed`.
+    pub fn openbao_token_renewal(&self, renewed: bool) {
+        let key = Key::from_parts(OPENBAO_TOKEN_RENEWALS, vec![Label::from_static_parts("outcome", renewal(renewed))]);
+        self.recorder.register_counter(&key, &METADATA).increment(1);
+    }
+
+    /// Makes sure both outcomes of [`OPENBAO_TOKEN_RENEWALS`] show (at zero)
+    /// in a process that holds an OpenBao token, before the first renewal.
+    pub fn register_openbao_token(&self) {
+        for renewed in [true, false] {
+            let key =
+                Key::from_parts(OPENBAO_TOKEN_RENEWALS, vec![Label::from_static_parts("outcome", renewal(renewed))]);
+            self.recorder.register_counter(&key, &METADATA).absolute(0);
+        }
+    }
+
     /// Makes sure the refusal family shows (at zero) before the first refusal.
     pub fn register_refusals(&self) {
         for reason in [Refusal::QueueFull, Refusal::NixBusy] {
@@ -250,6 +285,15 @@ pub fn bearer_matches(header: Option<&str>, token: &str) -> bool {
 fn reload_outcome(loaded: bool) -> &'static str {
     if loaded {
         "loaded"
+    } else {
+        "failed"
+    }
+}
+
+/// The `outcome` label of [`OPENBAO_TOKEN_RENEWALS`].
+fn renewal(renewed: bool) -> &'static str {
+    if renewed {
+        "renewed"
     } else {
         "failed"
     }
@@ -321,6 +365,9 @@ mod tests {
         m.register_key_reloads();
         m.key_reload(false);
         m.build_finished(BuildKind::Deploy, BuildStatus::Succeeded, Duration::from_secs(42));
+        m.register_openbao_token();
+        m.openbao_token_renewal(true);
+        m.openbao_token_ttl(Duration::from_secs(1200));
         let text = m.render();
         for want in [
             "# TYPE slipway_http_requests_total counter",
@@ -335,6 +382,10 @@ mod tests {
             "slipway_builds_total{kind=\"deploy\",outcome=\"succeeded\"} 1",
             "slipway_build_duration_seconds_bucket{kind=\"deploy\",outcome=\"succeeded\",le=\"60\"} 1",
             "# HELP slipway_builds_total Builds this worker ran",
+            "slipway_openbao_token_renewals_total{outcome=\"renewed\"} 1",
+            "slipway_openbao_token_renewals_total{outcome=\"failed\"} 0",
+            "# TYPE slipway_openbao_token_ttl_seconds gauge",
+            "slipway_openbao_token_ttl_seconds 1200",
         ] {
             assert!(text.contains(want), "{want} missing from:\n{text}");
         }

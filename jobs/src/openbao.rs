@@ -31,6 +31,17 @@ use std::time::Duration;
 /// past it the request is [`OpenBaoError::Unavailable`].
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long one operation keeps asking OpenBao again while it answers
+/// `429` (a rate-limit quota): past it the operation is
+/// [`OpenBaoError::Busy`] with OpenBao's `Retry-After`. A `429` is refused
+/// before the request is handled, so a write is asked again too.
+pub const RATE_LIMIT_BUDGET: Duration = Duration::from_secs(5);
+
+/// The first pause before asking again after a `429`; doubled each time,
+/// at most [`RATE_LIMIT_BUDGET`] in all (OpenBao's `Retry-After` is kept
+/// when it says longer, within the budget).
+const RATE_LIMIT_FIRST_PAUSE: Duration = Duration::from_millis(100);
+
 /// The longest OpenBao message (its `errors`) kept in an error, in bytes.
 const MAX_MESSAGE: usize = 300;
 
@@ -117,6 +128,19 @@ pub enum OpenBaoError {
         /// `": "` and what OpenBao said, or empty.
         message: String,
     },
+    /// OpenBao refused (`403`) an operation and also refuses to look the
+    /// token up (`auth/token/lookup-self`, which both policies allow): the
+    /// token expired, was revoked, or this OpenBao never knew it (rebuilt).
+    /// Retrying does not help: the process needs a new `OPENBAO_TOKEN`.
+    #[error("OpenBao at {addr} no longer accepts this process's token (expired, revoked or unknown): {action} {path} was refused; give the process a new OPENBAO_TOKEN")]
+    TokenInvalid {
+        /// `OPENBAO_ADDR`.
+        addr: String,
+        /// What was attempted.
+        action: &'static str,
+        /// The entry or folder, as OpenBao names it.
+        path: String,
+    },
     /// A success whose body is not what KV version 2 answers (an entry
     /// without a string `value`, a list without `keys`).
     #[error("OpenBao's answer to {action} {path} is not one Slipway understands: {reason}")]
@@ -128,6 +152,102 @@ pub enum OpenBaoError {
         /// What is wrong with it.
         reason: &'static str,
     },
+}
+
+impl OpenBaoError {
+    /// Why, as one word for machines (the api's `details.openbao.cause`,
+    /// logs): `token_expired` (the token is no longer valid:
+    /// [`OpenBaoError::TokenInvalid`]), `path_denied` (a `403` while the
+    /// token is valid: its policy does not allow the path), `unreachable`,
+    /// `sealed`, `rate_limited` (`429` past [`RATE_LIMIT_BUDGET`]), `busy`
+    /// (another answer that passes with time), `refused` (any other
+    /// status), `malformed`, `invalid_name`.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            Self::Segment { .. } => "invalid_name",
+            Self::Unavailable { .. } => "unreachable",
+            Self::Sealed { .. } => "sealed",
+            Self::Busy { status: 429, .. } => "rate_limited",
+            Self::Busy { .. } => "busy",
+            Self::TokenInvalid { .. } => "token_expired",
+            Self::Refused { status: 401 | 403, .. } => "path_denied",
+            Self::Refused { .. } => "refused",
+            Self::Malformed { .. } => "malformed",
+        }
+    }
+
+    /// Whether asking again later may succeed unchanged: OpenBao could not
+    /// be reached, is sealed, or answered that it cannot serve now.
+    pub fn passes_with_time(&self) -> bool {
+        matches!(self, Self::Unavailable { .. } | Self::Sealed { .. } | Self::Busy { .. })
+    }
+
+    /// OpenBao's `Retry-After`, when it gave one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Busy { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// What `auth/token/lookup-self` (or `renew-self`) says of a token. Times
+/// in whole seconds, as OpenBao gives them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenInfo {
+    /// The time left before it expires (`0`: it never expires, a root token).
+    pub ttl: Duration,
+    /// Whether `renew-self` can extend it.
+    pub renewable: bool,
+    /// How long it can live from now at most, renewed or not: the time left
+    /// to its explicit max TTL, or `ttl` when it cannot be renewed; `None`
+    /// when OpenBao sets no bound this client can see (the mount's or the
+    /// system's max TTL shows only when a renewal is capped: see
+    /// [`TokenInfo::capped`]).
+    pub max_remaining: Option<Duration>,
+}
+
+impl TokenInfo {
+    /// The same, knowing that a renewal asked for more than OpenBao gave
+    /// (it hit a max TTL): the token cannot live past its `ttl`.
+    pub fn capped(mut self) -> Self {
+        self.max_remaining = Some(self.max_remaining.map_or(self.ttl, |m| m.min(self.ttl)));
+        self
+    }
+}
+
+#[derive(Deserialize)]
+struct LookupAnswer {
+    data: Option<LookupData>,
+}
+
+#[derive(Deserialize)]
+struct LookupData {
+    #[serde(default)]
+    ttl: u64,
+    #[serde(default)]
+    renewable: bool,
+    #[serde(default)]
+    explicit_max_ttl: u64,
+    #[serde(default)]
+    creation_time: u64,
+    #[serde(default)]
+    creation_ttl: u64,
+}
+
+#[derive(Deserialize)]
+struct RenewAnswer {
+    auth: Option<RenewAuth>,
+    #[serde(default)]
+    warnings: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+struct RenewAuth {
+    #[serde(default)]
+    lease_duration: u64,
+    #[serde(default)]
+    renewable: bool,
 }
 
 /// True for the RFC 3986 unreserved characters, kept as they are in a name.
@@ -201,6 +321,9 @@ mod action {
     pub const LIST: &str = "list the entries of";
     pub const DESTROY: &str = "delete every version of";
     pub const METADATA: &str = "read the versions of";
+    pub const UNDO: &str = "destroy a version it wrote of";
+    pub const LOOKUP: &str = "look up its token at";
+    pub const RENEW: &str = "renew its token at";
 }
 
 #[derive(Serialize)]
@@ -366,13 +489,14 @@ impl OpenBao {
                     reason: "the answer does not give the version written",
                 },
             ),
-            _ => Err(self.refusal(action::WRITE, &path, &answer, Some(value))),
+            _ => Err(self.refused(action::WRITE, &path, &answer, Some(value)).await),
         }
     }
 
-    /// The version a read of the entry of `field` gives now (its current
-    /// version), from the entry's metadata, never its value; `None` when
-    /// there is no entry or that version is deleted or destroyed. Needs
+    /// The version a read of the entry of `field` gives now: its latest
+    /// version that is not destroyed (a refused submit destroys what it
+    /// wrote), from the entry's metadata, never its value; `None` when there
+    /// is no entry, no such version, or that version is deleted. Needs
     /// `read` on `<mount>/metadata/<root>/*`.
     pub async fn current_version(&self, id: &str, instance: &str, field: &str) -> Result<Option<u64>, OpenBaoError> {
         let path =
@@ -388,22 +512,35 @@ impl OpenBao {
                         path: path.clone(),
                         reason: "the body is not KV version 2 metadata",
                     })?;
+                // Versions a refused submit wrote are destroyed (take back):
+                // the latest version not destroyed is the current one.
                 let Some(current) = metadata.current_version.filter(|v| *v > 0) else { return Ok(None) };
-                let live = metadata
-                    .versions
-                    .get(&current.to_string())
-                    .is_some_and(|v| v.deletion_time.is_empty() && !v.destroyed);
-                Ok(live.then_some(current))
+                let latest = (1..=current)
+                    .rev()
+                    .map(|v| (v, metadata.versions.get(&v.to_string())))
+                    .find(|(_, m)| m.is_some_and(|m| !m.destroyed));
+                let Some((version, Some(meta))) = latest else { return Ok(None) };
+                Ok(meta.deletion_time.is_empty().then_some(version))
             }
             404 if answer.errors().is_empty() => Ok(None),
-            _ => Err(self.refusal(action::METADATA, &path, &answer, None)),
+            _ => Err(self.refused(action::METADATA, &path, &answer, None).await),
         }
     }
 
-    /// The value of the entry of `field`, `None` when there is none (or its
-    /// latest version is deleted). Needs `read` on `<mount>/data/<root>/*`.
+    /// The value of the entry of `field` at [`OpenBao::current_version`],
+    /// `None` when there is none. Needs `read` on `<mount>/data/<root>/*`
+    /// (and on its metadata, when the latest version was destroyed).
     pub async fn read(&self, id: &str, instance: &str, field: &str) -> Result<Option<SecretString>, OpenBaoError> {
-        self.read_at(id, instance, field, None).await
+        match self.read_at(id, instance, field, None).await? {
+            (Some(value), _) => Ok(Some(value)),
+            // The latest version is one a refused submit destroyed: the
+            // one before it that is not (read from the metadata).
+            (None, true) => match self.current_version(id, instance, field).await? {
+                Some(version) => Ok(self.read_at(id, instance, field, Some(version)).await?.0),
+                None => Ok(None),
+            },
+            (None, false) => Ok(None),
+        }
     }
 
     /// The value of version `version` of the entry of `field` (§8: a deploy
@@ -417,17 +554,18 @@ impl OpenBao {
         field: &str,
         version: u64,
     ) -> Result<Option<SecretString>, OpenBaoError> {
-        self.read_at(id, instance, field, Some(version)).await
+        Ok(self.read_at(id, instance, field, Some(version)).await?.0)
     }
 
-    /// The value of `version` of the entry of `field`, or of its latest.
+    /// The value of `version` of the entry of `field`, or of its latest,
+    /// and whether that version is a destroyed one.
     async fn read_at(
         &self,
         id: &str,
         instance: &str,
         field: &str,
         version: Option<u64>,
-    ) -> Result<Option<SecretString>, OpenBaoError> {
+    ) -> Result<(Option<SecretString>, bool), OpenBaoError> {
         let path = self.entry_path(id, instance, field)?;
         let query = version.map(|v| format!("?version={v}")).unwrap_or_default();
         let answer = self.send(reqwest::Method::GET, &path, &query, None::<&()>).await?;
@@ -437,14 +575,18 @@ impl OpenBao {
                 // serde's messages may quote the value: none is kept.
                 let read: ReadAnswer = serde_json::from_slice(&answer.body)
                     .map_err(|_| malformed("the body is not a KV version 2 entry"))?;
-                let Some(mut data) = read.data.and_then(|v| v.data) else { return Ok(None) };
+                let Some(mut data) = read.data.and_then(|v| v.data) else { return Ok((None, false)) };
                 match data.remove("value") {
-                    Some(serde_json::Value::String(value)) => Ok(Some(SecretString::from(value))),
+                    Some(serde_json::Value::String(value)) => Ok((Some(SecretString::from(value)), false)),
                     _ => Err(malformed("the entry has no string `value`")),
                 }
             }
-            404 if answer.errors().is_empty() => Ok(None),
-            _ => Err(self.refusal(action::READ, &path, &answer, None)),
+            404 if answer.errors().is_empty() => {
+                // A deleted or destroyed version answers 404 with its metadata.
+                let body: serde_json::Value = serde_json::from_slice(&answer.body).unwrap_or_default();
+                Ok((None, body["data"]["metadata"]["destroyed"] == serde_json::Value::Bool(true)))
+            }
+            _ => Err(self.refused(action::READ, &path, &answer, None).await),
         }
     }
 
@@ -472,7 +614,7 @@ impl OpenBao {
             // An empty folder is a 404 without errors; a missing mount is
             // a 404 that says so, and is refused.
             404 if answer.errors().is_empty() => Ok(Vec::new()),
-            _ => Err(self.refusal(action::LIST, &path, &answer, None)),
+            _ => Err(self.refused(action::LIST, &path, &answer, None).await),
         }
     }
 
@@ -486,7 +628,7 @@ impl OpenBao {
         match answer.status {
             200 => Ok(()),
             404 if answer.errors().is_empty() => Ok(()),
-            _ => Err(self.refusal(action::LIST, &path, &answer, None)),
+            _ => Err(self.refused(action::LIST, &path, &answer, None).await),
         }
     }
 
@@ -518,8 +660,109 @@ impl OpenBao {
         let answer = self.send(reqwest::Method::DELETE, &path, "", None::<&()>).await?;
         match answer.status {
             200..=299 => Ok(()),
-            _ => Err(self.refusal(action::DESTROY, &path, &answer, None)),
+            _ => Err(self.refused(action::DESTROY, &path, &answer, None).await),
         }
+    }
+
+    /// Destroys version `version` of the entry of `field` (its value is
+    /// gone for good; the entry's version counter stays where it is): how a
+    /// refused submit takes back what it wrote (`docs/OPENBAO.md`). Done
+    /// when that version is already gone. Needs `update` on
+    /// `<mount>/destroy/<root>/*`.
+    pub async fn destroy_version(
+        &self,
+        id: &str,
+        instance: &str,
+        field: &str,
+        version: u64,
+    ) -> Result<(), OpenBaoError> {
+        let path =
+            format!("{}/destroy/{}/{}", self.config.mount, self.folder(id, instance)?, segment(Part::Field, field)?);
+        let body = serde_json::json!({ "versions": [version] });
+        let answer = self.send(reqwest::Method::PUT, &path, "", Some(&body)).await?;
+        match answer.status {
+            200..=299 => Ok(()),
+            _ => Err(self.refused(action::UNDO, &path, &answer, None).await),
+        }
+    }
+
+    /// What OpenBao says of this client's token (`auth/token/lookup-self`,
+    /// which both policies allow): its time left, whether it renews, how
+    /// long it can live at most. [`OpenBaoError::TokenInvalid`] when OpenBao
+    /// no longer knows the token (expired, revoked, or an OpenBao rebuilt).
+    pub async fn lookup_self(&self) -> Result<TokenInfo, OpenBaoError> {
+        let path = "auth/token/lookup-self";
+        let answer = self.send(reqwest::Method::GET, path, "", None::<&()>).await?;
+        match answer.status {
+            200 => {
+                let data = serde_json::from_slice::<LookupAnswer>(&answer.body).ok().and_then(|a| a.data).ok_or(
+                    OpenBaoError::Malformed {
+                        action: action::LOOKUP,
+                        path: path.to_owned(),
+                        reason: "the body is not a token lookup",
+                    },
+                )?;
+                Ok(token_info(&data))
+            }
+            403 if unknown_token(&answer) => Err(self.token_invalid(action::LOOKUP, path)),
+            _ => Err(self.refusal(action::LOOKUP, path, &answer, None)),
+        }
+    }
+
+    /// Renews this client's token (`auth/token/renew-self`, by its own TTL)
+    /// and gives what OpenBao says of it then, [`TokenInfo::capped`] when
+    /// the renewal reached a max TTL. Errors as [`OpenBao::lookup_self`].
+    pub async fn renew_self(&self) -> Result<TokenInfo, OpenBaoError> {
+        let path = "auth/token/renew-self";
+        let answer = self.send(reqwest::Method::PUT, path, "", Some(&serde_json::json!({}))).await?;
+        match answer.status {
+            200 => {
+                let renewed = serde_json::from_slice::<RenewAnswer>(&answer.body)
+                    .ok()
+                    .filter(|a| a.auth.is_some())
+                    .ok_or(OpenBaoError::Malformed {
+                        action: action::RENEW,
+                        path: path.to_owned(),
+                        reason: "the body is not a token renewal",
+                    })?;
+                let capped = renewed.warnings.unwrap_or_default().iter().any(|w| {
+                    let w = w.to_ascii_lowercase();
+                    w.contains("capped") || w.contains("max_ttl") || w.contains("max ttl")
+                });
+                let info = self.lookup_self().await?;
+                let auth = renewed.auth.expect("checked above");
+                let info = TokenInfo { renewable: auth.renewable && info.renewable, ..info };
+                let _ = auth.lease_duration;
+                Ok(if capped { info.capped() } else { info })
+            }
+            403 if unknown_token(&answer) => Err(self.token_invalid(action::RENEW, path)),
+            _ => Err(self.refusal(action::RENEW, path, &answer, None)),
+        }
+    }
+
+    /// [`OpenBaoError::TokenInvalid`] for `action` on `path`.
+    fn token_invalid(&self, action: &'static str, path: &str) -> OpenBaoError {
+        OpenBaoError::TokenInvalid { addr: self.config.addr.clone(), action, path: path.to_owned() }
+    }
+
+    /// The error of an answer the operation did not expect, telling a token
+    /// OpenBao no longer knows from a path its policy denies: a `403` is
+    /// followed by a lookup of the token, and when that is refused too the
+    /// token is not valid ([`OpenBaoError::TokenInvalid`]); otherwise (the
+    /// token is valid, or the lookup cannot say) the path is denied.
+    async fn refused(
+        &self,
+        action: &'static str,
+        path: &str,
+        answer: &Answer,
+        secret: Option<&SecretString>,
+    ) -> OpenBaoError {
+        if matches!(answer.status, 401 | 403) {
+            if let Err(OpenBaoError::TokenInvalid { .. }) = self.lookup_self().await {
+                return self.token_invalid(action, path);
+            }
+        }
+        self.refusal(action, path, answer, secret)
     }
 
     /// One request to `<addr>/v1/<path><query>` with the token, within the
@@ -553,8 +796,26 @@ impl OpenBao {
                 unavailable(crate::request_error_line(e))
             }
         };
-        let mut response = request().send().await.map_err(failed)?;
         let class = |r: &reqwest::Response| crate::outbound::classify(r.status().as_u16(), r.headers());
+        // A `429` (a rate-limit quota) is refused before OpenBao handles the
+        // request: asked again, any method, with a growing pause, within
+        // RATE_LIMIT_BUDGET.
+        let started = std::time::Instant::now();
+        let mut pause = RATE_LIMIT_FIRST_PAUSE;
+        let mut response = request().send().await.map_err(failed)?;
+        while response.status().as_u16() == 429 {
+            let asked = match class(&response) {
+                crate::outbound::Class::RetryLater { after } => after.unwrap_or_default(),
+                _ => Duration::ZERO,
+            };
+            let wait = pause.max(asked);
+            if started.elapsed() + wait > RATE_LIMIT_BUDGET {
+                break;
+            }
+            tokio::time::sleep(wait).await;
+            pause = pause.saturating_mul(2);
+            response = request().send().await.map_err(failed)?;
+        }
         // A read or a list answered 500 or 502 is asked once more (seed
         // 004); a write is not (a version may have been written).
         if method == reqwest::Method::GET && class(&response) == crate::outbound::Class::RetryOnce {
@@ -608,6 +869,34 @@ impl OpenBao {
             message: if said.is_empty() { String::new() } else { format!(": {said}") },
         }
     }
+}
+
+/// A [`TokenInfo`] from a lookup's `data`.
+fn token_info(data: &LookupData) -> TokenInfo {
+    let ttl = Duration::from_secs(data.ttl);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let max_remaining = if data.ttl == 0 && data.creation_ttl == 0 {
+        None // never expires (a root token)
+    } else if !data.renewable {
+        Some(ttl)
+    } else if data.explicit_max_ttl > 0 {
+        let end = data.creation_time.saturating_add(data.explicit_max_ttl);
+        Some(Duration::from_secs(end.saturating_sub(now)).max(ttl).min(Duration::from_secs(data.explicit_max_ttl)))
+    } else {
+        None
+    };
+    TokenInfo { ttl, renewable: data.renewable, max_remaining }
+}
+
+/// Whether a `403` is OpenBao refusing a token it does not know (expired,
+/// revoked, never issued): it then answers exactly `permission denied` (or
+/// names the token invalid), where a token whose policy denies the path
+/// gets the same words inside a list (`1 error occurred: * permission
+/// denied`).
+fn unknown_token(answer: &Answer) -> bool {
+    let errors = answer.errors();
+    errors.iter().any(|e| e.to_ascii_lowercase().contains("invalid token"))
+        || (errors.len() == 1 && errors[0].trim() == "permission denied")
 }
 
 /// The stored name of `value` as `part`, or [`OpenBaoError::Segment`].

@@ -340,6 +340,8 @@ pub async fn submit(
     let deprecations = Deprecation::of(&checked.renamed, stored_source.as_deref());
     let (id, kind) = (&request.deployment, request.queueing.kind);
     let dry_run = request.dry_run && kind == BuildKind::Deploy;
+    // The versions this submit writes: taken back if it is refused after.
+    let mut written = Vec::new();
     let (pins, warnings) = match secrets {
         _ if dry_run => {
             // Nothing is written anywhere; the secrets a real run would set
@@ -352,48 +354,119 @@ pub async fn submit(
             plan_secrets_without_store(&previous, &mut checked);
             (SecretPins::default(), Vec::new())
         }
-        Some(bao) => place_secrets(db, bao, &checker, id, &mut checked).await?,
+        Some(bao) => match place_secrets(db, bao, &checker, id, &mut checked, &mut written).await {
+            Ok(placed) => placed,
+            Err(e) => {
+                take_back(bao, id, &written).await;
+                return Err(e);
+            }
+        },
         None => (SecretPins::default(), Vec::new()),
     };
     // Between the OpenBao writes and the commit: what a crash here leaves
     // is tested (a version no build pins).
     crate::failpoint::hit("secrets_written");
+    let stored = store_and_queue(
+        db,
+        id,
+        &checked,
+        stored_source.as_deref(),
+        names_value.as_ref(),
+        &pins,
+        dry_run,
+        secrets.is_none(),
+        kind,
+        request.queueing.limit,
+    )
+    .await;
+    let build_id = match stored {
+        Ok(build_id) => build_id,
+        Err(e) => {
+            if let Some(bao) = secrets {
+                take_back(bao, id, &written).await;
+            }
+            return Err(e);
+        }
+    };
+    crate::failpoint::hit("submit_committed");
+    let state = DeploymentState::derive(Some((kind, BuildStatus::Queued)));
+    let state = if dry_run {
+        let mut conn = db.acquire().await?;
+        let deciding = builds::deciding(&mut conn, id.as_str()).await?;
+        DeploymentState::derive(deciding.map(|b| (b.kind, b.status)))
+    } else {
+        state
+    };
+    Ok(Accepted {
+        deployment_id: id.to_string(),
+        build_id,
+        state,
+        names,
+        names_skipped,
+        warnings: deprecations.iter().map(Deprecation::sentence).chain(warnings).collect(),
+        dry_run,
+        deprecations,
+    })
+}
+
+/// A version a submit wrote to OpenBao (a value given, or a copy).
+struct Written {
+    instance: String,
+    field: String,
+    version: u64,
+}
+
+/// Takes back the versions a refused submit wrote (`docs/OPENBAO.md`):
+/// destroys each, so no build can read it and the entry's latest live
+/// version is what it was (the entry's version counter stays advanced, and
+/// an entry this submit created stays, with no live version). A version
+/// that cannot be destroyed (OpenBao away, the token expired) is logged:
+/// no build pins it, so none deploys it.
+async fn take_back(bao: &OpenBao, id: &DeploymentId, written: &[Written]) {
+    for w in written {
+        match bao.destroy_version(id.as_str(), &w.instance, &w.field, w.version).await {
+            Ok(()) => tracing::info!(
+                deployment = %id, instance = %w.instance, field = %w.field, version = w.version,
+                "a refused submit's operator secret version was destroyed"
+            ),
+            Err(e) => tracing::warn!(
+                deployment = %id, instance = %w.instance, field = %w.field, version = w.version, error = %e,
+                "a refused submit's operator secret version could not be destroyed; no build pins it"
+            ),
+        }
+    }
+}
+
+/// The store-and-queue step of [`submit`]: the transaction, run again under
+/// the exclusive admission lock near the Q-3 bound; the build's id.
+#[allow(clippy::too_many_arguments)]
+async fn store_and_queue(
+    db: &Db,
+    id: &DeploymentId,
+    checked: &crate::validate::Checked,
+    module_source: Option<&str>,
+    names: Option<&Value>,
+    pins: &SecretPins,
+    dry_run: bool,
+    without_store: bool,
+    kind: BuildKind,
+    limit: Option<u32>,
+) -> Result<String, SubmitError> {
     let mut admission = Admission::Shared;
     loop {
         let stored = Stored {
-            checked: &checked,
-            module_source: stored_source.as_deref(),
-            names: names_value.as_ref(),
-            operator_secrets: Some(&pins),
+            checked,
+            module_source,
+            names,
+            operator_secrets: Some(pins),
             dry_run,
             // Without OpenBao here, a deployment whose earlier builds pin
             // secrets that OpenBao keeps is refused (an api replica
             // configured unlike the others), inside the transaction.
-            refuse_kept_secrets: secrets.is_none() && !checked.secrets.is_empty(),
+            refuse_kept_secrets: without_store && !checked.secrets.is_empty(),
         };
-        let stored = store(db, id, stored, kind, request.queueing.limit, admission).await?;
-        match stored {
-            Some(build_id) => {
-                crate::failpoint::hit("submit_committed");
-                let state = DeploymentState::derive(Some((kind, BuildStatus::Queued)));
-                let state = if dry_run {
-                    let mut conn = db.acquire().await?;
-                    let deciding = builds::deciding(&mut conn, id.as_str()).await?;
-                    DeploymentState::derive(deciding.map(|b| (b.kind, b.status)))
-                } else {
-                    state
-                };
-                return Ok(Accepted {
-                    deployment_id: id.to_string(),
-                    build_id,
-                    state,
-                    names,
-                    names_skipped,
-                    warnings: deprecations.iter().map(Deprecation::sentence).chain(warnings).collect(),
-                    dry_run,
-                    deprecations,
-                });
-            }
+        match store(db, id, stored, kind, limit, admission).await? {
+            Some(build_id) => return Ok(build_id),
             // Near the bound: the exact count needs the exclusive lock.
             None => admission = Admission::Exclusive,
         }
@@ -521,7 +594,9 @@ fn write_secret_lists(configuration: &mut Value, path: &[String], set: Vec<Strin
 /// `secretsSet` and `secretsClear`. Gives the versions the build reads: the
 /// version written or copied, else, for an entry kept, the version the
 /// deployment's latest build pinned (while that version still exists), else
-/// the entry's current version. Deletes nothing. Also gives a warning for
+/// the entry's current version. Deletes nothing; each version written is
+/// added to `written` as soon as it is (the caller takes them back when the
+/// submit is refused after). Also gives a warning for
 /// each field the previous build pinned that OpenBao no longer has (and
 /// that is not cleared): its nodes lose it.
 async fn place_secrets(
@@ -530,6 +605,7 @@ async fn place_secrets(
     checker: &crate::validate::Checker,
     id: &DeploymentId,
     checked: &mut crate::validate::Checked,
+    written: &mut Vec<Written>,
 ) -> Result<(SecretPins, Vec<String>), SubmitError> {
     let mut pins = SecretPins::default();
     let mut warnings = Vec::new();
@@ -561,10 +637,13 @@ async fn place_secrets(
         let mut versions: Vec<(String, u64)> = Vec::new();
         for field in &plan.write {
             let (_, value) = app.given.iter().find(|(f, _)| f == field).expect("plan writes given fields");
-            versions.push((field.clone(), bao.write(id.as_str(), &instance, field, value).await.map_err(failed)?));
+            let version = bao.write(id.as_str(), &instance, field, value).await.map_err(failed)?;
+            written.push(Written { instance: instance.clone(), field: field.clone(), version });
+            versions.push((field.clone(), version));
         }
         for (old, new) in &plan.copy {
             if let Some(version) = bao.copy(id.as_str(), &instance, old, new).await.map_err(failed)? {
+                written.push(Written { instance: instance.clone(), field: new.clone(), version });
                 versions.push((new.clone(), version));
             }
         }

@@ -940,18 +940,21 @@ impl TestOpenBao {
     }
 
     /// `docs/openbao/<file>` for this test's mount and root: each path's
-    /// `secret/<data|metadata>/deployments/` becomes
-    /// `<mount>/<data|metadata>/<root>/`; nothing else changes.
+    /// `secret/<data|metadata|destroy>/deployments/` becomes
+    /// `<mount>/<data|metadata|destroy>/<root>/`; nothing else changes
+    /// (`auth/token/…` paths stay as they are).
     pub fn policy(&self, file: &str) -> String {
         let path = repo().join("docs/openbao").join(file);
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let mut policy = text.clone();
         let mut replaced = 0;
-        for kind in ["data", "metadata"] {
+        for kind in ["data", "metadata", "destroy"] {
             let from = format!("path \"secret/{kind}/deployments/");
             replaced += policy.matches(&from).count();
             policy = policy.replace(&from, &format!("path \"{}/{kind}/{}/", self.mount, self.root));
         }
+        // The token's own paths (lookup-self, renew-self) are not the root's.
+        replaced += text.matches("path \"auth/token/").count();
         assert_eq!(
             replaced,
             text.matches("path \"").count(),
@@ -976,6 +979,52 @@ impl TestOpenBao {
         let token = secrecy::SecretString::from(token);
         self.tokens.lock().expect("tokens").push(token.clone());
         token
+    }
+
+    /// A child token of the root token with exactly `policies` (no default
+    /// policy) and the token options of `options` (`ttl`, `renewable`,
+    /// `explicit_max_ttl`, …, as `auth/token/create` takes them); revoked
+    /// when this value is dropped.
+    pub async fn mint_token_with(&self, policies: &[&str], options: serde_json::Value) -> secrecy::SecretString {
+        let mut body = serde_json::json!({
+            "policies": policies,
+            "no_default_policy": true,
+            "ttl": "1h",
+            "display_name": format!("slipway-{}", self.root),
+        });
+        for (k, v) in options.as_object().expect("token options are an object") {
+            body[k] = v.clone();
+        }
+        let (status, answer) = self.admin.call("POST", "auth/token/create", Some(body)).await;
+        assert_eq!(status, 200, "minting a token: {answer}");
+        let token = answer["auth"]["client_token"].as_str().expect("a client token").to_owned();
+        let token = secrecy::SecretString::from(token);
+        self.tokens.lock().expect("tokens").push(token.clone());
+        token
+    }
+
+    /// The names of this test's `slipway-api` and `slipway-worker` policies.
+    pub fn policy_names(&self) -> (&str, &str) {
+        (&self.policies[0], &self.policies[1])
+    }
+
+    /// One request to OpenBao with the root token (set-up and inspection
+    /// only: quotas, policies, token lookups): status and JSON body.
+    pub async fn root_call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        self.admin.call(method, path, body).await
+    }
+
+    /// Loads `policy` (HCL) as `name`; removed when this value is dropped.
+    pub async fn load_policy(&mut self, name: &str, policy: &str) {
+        let body = serde_json::json!({ "policy": policy });
+        let (status, answer) = self.admin.call("PUT", &format!("sys/policies/acl/{name}"), Some(body)).await;
+        assert!((200..300).contains(&status), "loading policy {name}: {status} {answer}");
+        self.policies.push(name.to_owned());
     }
 
     /// The configuration of a Slipway process holding `token`.

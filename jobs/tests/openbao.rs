@@ -438,8 +438,16 @@ async fn the_policies_in_docs_are_the_ones_loaded_for_the_tests() {
         assert!(policy.contains(&format!("path \"secret/metadata/{}/*\"", bao.root)), "{policy}");
     }
     assert!(!bao.policy("slipway-api.hcl").contains("\"delete\""), "the api deletes nothing");
+    // The worker renews its own token (update on auth/token/renew-self) and
+    // writes nothing under the root.
+    let worker = bao.policy("slipway-worker.hcl");
+    let secrets = worker.split("path \"auth/token/").next().unwrap();
     for write in ["\"create\"", "\"update\"", "\"patch\""] {
-        assert!(!bao.policy("slipway-worker.hcl").contains(write), "workers write nothing");
+        assert!(!secrets.contains(write), "workers write nothing");
+    }
+    for policy in [bao.policy("slipway-api.hcl"), worker] {
+        assert!(policy.contains("path \"auth/token/lookup-self\" {\n  capabilities = [\"read\"]"), "{policy}");
+        assert!(policy.contains("path \"auth/token/renew-self\" {\n  capabilities = [\"update\"]"), "{policy}");
     }
 }
 

@@ -242,6 +242,17 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
         Some(addr) => Some(crate::serve_metrics::start(addr, ctx.config.metrics_token.clone(), metrics.clone()).await?),
         None => None,
     };
+    // The worker's OpenBao token is renewed in the background while the
+    // worker runs (docs/OPENBAO.md); kept alive by this binding.
+    let _openbao_token = match ctx.config.openbao.as_ref() {
+        Some(openbao) => {
+            let bao = slipway_jobs::openbao::OpenBao::new(openbao).context("OPENBAO_TOKEN")?;
+            let config = &ctx.config;
+            let longest = config.deploy_timeout.max(config.destroy_timeout).max(config.nix_timeout);
+            Some(slipway_jobs::openbao_token::TokenWatch::start(bao, longest, Some(metrics.clone())))
+        }
+        None => None,
+    };
     tracing::info!(worker.name = %name, slots, prefetch, queues = %queues.join(","), engine = ?db.engine(), "worker started");
     stop_orphans();
     sweep_once(&ctx).await;

@@ -217,6 +217,35 @@ async fn a_worker_without_openbao_fails_a_build_with_secrets_and_says_why() {
     assert!(build["error"].as_str().unwrap_or_default().contains("OPENBAO_ADDR"), "{build}");
 }
 
+#[tokio::test]
+async fn a_worker_waits_for_a_sealed_openbao_and_the_build_succeeds_once_it_is_unsealed() {
+    let db = TestDatabase::new(Engine::Sqlite).await;
+    let bao = TestOpenBao::private().await;
+    let port = free_port();
+    let _api = api_with(&db, port, &bao.keys(false), None);
+    let api = Api::connect(&db, port).await;
+    let config = with_secrets(&[("mastodon", "translationApiKey", json!("sealed-then-unsealed-value"))]);
+    let (status, accepted) = api.submit("sealed", &config).await.unwrap();
+    assert_eq!(status, 202, "{accepted}");
+    // Sealed before any worker runs: the deploy meets it when it reads.
+    bao.seal().await;
+    let _worker = worker_with(&db, port, Some(&bao));
+    wait_for("the worker to wait for OpenBao", DEPLOYED, || async {
+        std::fs::read_to_string(db.path("worker.log")).ok().filter(|l| l.contains("waiting for OpenBao")).map(|_| ())
+    })
+    .await;
+    bao.unseal().await;
+    let path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
+    let build = wait_for("the deploy to end", DEPLOYED, || async {
+        let (_, _, b) = api.get(&path).await;
+        b["status"].as_str().is_some_and(|s| ENDED.contains(&s)).then_some(b)
+    })
+    .await;
+    assert_eq!(build["status"], "succeeded", "{build}");
+    let file = node_secret(&db, "sealed", "mastodon", MASTODON, "translationApiKey");
+    assert_eq!(read(&file).as_deref(), Some("sealed-then-unsealed-value"));
+}
+
 slipway_jobs::on_both_engines!(
     each_node_gets_its_secrets_from_openbao_and_the_stored_configuration_holds_only_names,
     a_crash_between_the_openbao_write_and_the_commit_never_reaches_a_node,

@@ -9,6 +9,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
+use slipway_jobs::openbao_token::TokenState;
 
 /// `GET /healthz`: liveness. The process serves HTTP; the database is not
 /// asked, so a database outage never gets every api restarted at once.
@@ -37,6 +38,13 @@ pub struct Readiness {
     /// `ok` or `unavailable`; `null` when this api has no OpenBao configured.
     #[schema(required = true)]
     openbao: Option<String>,
+    /// The state of the api's OpenBao token (`docs/OPENBAO.md`): `ok`,
+    /// `expiring` (a warning says when it ends), `denied` (its policy lacks
+    /// `auth/token/lookup-self`), `unavailable` (OpenBao could not be
+    /// asked), `unknown` (not looked at yet); `null` without OpenBao. An
+    /// `expired` token makes the answer `503`.
+    #[schema(required = true)]
+    openbao_token: Option<String>,
     /// What an operator should look at (a queue no live worker serves, …).
     warnings: Vec<String>,
 }
@@ -55,7 +63,7 @@ pub const READY_TIMEOUT: std::time::Duration = slipway_jobs::store::ACQUIRE_TIME
 #[utoipa::path(get, path = "/readyz", tag = "public",
     responses(
         (status = 200, description = "The database answers", body = Readiness),
-        (status = 503, description = "`service_unavailable`: the database does not answer", body = crate::error::ErrorBody),
+        (status = 503, description = "`service_unavailable`: the database does not answer, or OpenBao no longer accepts the api's token (`details.openbao_token`: `expired`)", body = crate::error::ErrorBody),
     ))]
 pub async fn readyz(State(app): State<AppState>) -> Result<Json<Readiness>, ApiError> {
     let probe = async {
@@ -83,7 +91,27 @@ pub async fn readyz(State(app): State<AppState>) -> Result<Json<Readiness>, ApiE
                     }
                 },
             };
-            Ok(Json(Readiness { status: "ready".to_owned(), database: engine.to_owned(), queues, openbao, warnings }))
+            let token = app.openbao_token.as_ref().map(|w| w.status());
+            if let Some(token) = token.as_ref().filter(|t| t.state == TokenState::Expired) {
+                return Err(ApiError::unavailable(format!(
+                    "not ready: OpenBao no longer accepts this api's token ({}); give the api a new OPENBAO_TOKEN",
+                    token.problem.as_deref().unwrap_or("expired")
+                ))
+                .with_details(serde_json::json!({ "openbao_token": "expired" })));
+            }
+            if let Some(problem) = token.as_ref().filter(|t| t.state != TokenState::Ok).and_then(|t| t.problem.clone())
+            {
+                warnings.push(format!("this api's OpenBao token: {problem}"));
+            }
+            let openbao_token = token.map(|t| t.state.as_str().to_owned());
+            Ok(Json(Readiness {
+                status: "ready".to_owned(),
+                database: engine.to_owned(),
+                queues,
+                openbao,
+                openbao_token,
+                warnings,
+            }))
         }
         Ok(Err(e)) => Err(ApiError::database_away(
             format!("not ready: the {engine} database does not answer ({})", e.why_unavailable()),

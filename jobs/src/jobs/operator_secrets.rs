@@ -11,7 +11,7 @@
 
 use super::Ctx;
 use crate::effect::LogSink;
-use crate::openbao::OpenBao;
+use crate::openbao::{OpenBao, OpenBaoError};
 use crate::store::builds::{self, BuildRow};
 use secrecy::{ExposeSecret as _, SecretString};
 use std::path::{Path, PathBuf};
@@ -24,6 +24,55 @@ pub const OPERATOR_SECRETS_FILE: &str = "operator-secrets.tsv";
 /// to the effect: `secrets/<application>/<instance>/<field>`, each name as
 /// OpenBao's entry names it ([`crate::openbao::escape_segment`]).
 pub const SECRETS_DIR: &str = "secrets";
+
+/// How long a deploy waits for an OpenBao that cannot be reached, is sealed
+/// or cannot serve now (asking again with a growing pause) before it fails
+/// the build (`operator_secrets`): an OpenBao restarted or unsealed within
+/// this time costs the build only the wait.
+pub const OPENBAO_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The first pause before asking OpenBao again; doubled each time, at most
+/// [`LONGEST_PAUSE`].
+const FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The longest pause between two attempts.
+const LONGEST_PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs `op` until it succeeds, fails for a reason time does not mend, or
+/// [`OPENBAO_PATIENCE`] has passed; says in the worker's log that it waits.
+async fn patiently<T, F, Fut>(what: &str, mut op: F) -> Result<T, OpenBaoError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, OpenBaoError>>,
+{
+    let started = std::time::Instant::now();
+    let mut pause = FIRST_PAUSE;
+    loop {
+        match op().await {
+            Err(e) if e.passes_with_time() && started.elapsed() + pause < OPENBAO_PATIENCE => {
+                if pause == FIRST_PAUSE {
+                    tracing::warn!(error = %e, cause = e.cause(), patience_s = OPENBAO_PATIENCE.as_secs(), "waiting for OpenBao to {what}");
+                }
+                let wait = pause.max(e.retry_after().unwrap_or_default()).min(LONGEST_PAUSE);
+                tokio::time::sleep(wait).await;
+                pause = (pause * 2).min(LONGEST_PAUSE);
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Checks, before a deploy reads or clears anything, that OpenBao still
+/// accepts the worker's token (waiting, as [`patiently`], for an OpenBao
+/// away or sealed). The error names the cause (`token_expired`, …).
+async fn token_accepted(bao: &OpenBao, before: &str) -> Result<(), String> {
+    match patiently("look up the worker's token", || bao.lookup_self()).await {
+        Ok(_) => Ok(()),
+        // An older policy without lookup-self: the operations say more.
+        Err(OpenBaoError::Refused { status: 403, .. }) => Ok(()),
+        Err(e) => Err(format!("OpenBao ({}) before {before}: {e}", e.cause())),
+    }
+}
 
 /// What [`hand_over`] gave the effect.
 pub(crate) struct Handed {
@@ -71,6 +120,7 @@ pub(crate) async fn hand_over(
             .into());
     };
     let bao = OpenBao::new(config).map_err(|e| format!("OPENBAO_TOKEN: {e}"))?;
+    token_accepted(&bao, "reading the operator secrets").await?;
     let set_later =
         async { builds::secrets_set_after(&mut ctx.db.acquire().await?, &build.deployment_id, build.seq).await };
     let set_later = set_later.await.map_err(|e| format!("cannot read the deployment's later builds: {e}"))?;
@@ -84,10 +134,11 @@ pub(crate) async fn hand_over(
         let instance = crate::openbao::instance_of(&pin.application);
         let entry = bao.entry_key(id, &instance, &pin.field).map_err(|e| e.to_string())?;
         let named = format!("operator secret {} ({instance}, version {})", pin.field, pin.version);
-        let value = match bao.read_version(id, &instance, &pin.field, pin.version).await {
+        let read = patiently("read the operator secrets", || bao.read_version(id, &instance, &pin.field, pin.version));
+        let value = match read.await {
             Ok(Some(value)) => value,
             Ok(None) => return Err(format!("{named} is no longer in OpenBao (deleted or destroyed)")),
-            Err(e) => return Err(format!("{named} could not be read from OpenBao: {e}")),
+            Err(e) => return Err(format!("{named} could not be read from OpenBao ({}): {e}", e.cause())),
         };
         let file = value_file(&folder, &pin.application, &instance, &pin.field)?;
         write_private(&folder, &file, value.expose_secret().as_bytes())
@@ -183,6 +234,15 @@ impl Handed {
     ) -> Vec<String> {
         let Some((bao, clears)) = &self.clears else { return Vec::new() };
         let mut failed = Vec::new();
+        if clears.is_empty() {
+            return failed;
+        }
+        // A token that expired during the deploy clears nothing, and says so.
+        if let Err(e) = token_accepted(bao, "clearing operator secrets").await {
+            log.append(&format!("slipway: error: no operator secret was cleared from OpenBao: {e}\n")).await;
+            failed.push(e);
+            return failed;
+        }
         for ClearedField { application, instance, field } in clears {
             let Some(nodes) = nodes else {
                 log.append(&format!(
@@ -199,7 +259,7 @@ impl Handed {
                 .await;
                 continue;
             }
-            match bao.destroy_all_versions(id, instance, field).await {
+            match patiently("clear an operator secret", || bao.destroy_all_versions(id, instance, field)).await {
                 Ok(()) => {
                     log.append(&format!(
                         "slipway: cleared operator secret {field} ({instance}) from OpenBao, every version\n"
