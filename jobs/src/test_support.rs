@@ -782,11 +782,64 @@ impl BaoAdmin {
     }
 }
 
-/// A `bao server -dev` a test started for itself, killed when dropped.
+/// A `bao server` a test started for itself, killed when dropped: a
+/// development server (memory only), or a [persistent](TestOpenBao::persistent)
+/// one that [restarts](TestOpenBao::restart) with its data.
 struct PrivateOpenBao {
     child: std::process::Child,
     unseal_key: String,
     _home: tempfile::TempDir,
+    /// A persistent server's `bao` binary and configuration file, to start it again.
+    persistent: Option<(String, PathBuf)>,
+}
+
+/// Two free consecutive loopback ports; the first (an OpenBao server
+/// also listens on the next one, for its cluster).
+fn free_port_pair() -> u16 {
+    (0..50)
+        .find_map(|_| {
+            let a = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+            let port = a.local_addr().ok()?.port();
+            std::net::TcpListener::bind(("127.0.0.1", port.checked_add(1)?)).ok()?;
+            Some(port)
+        })
+        .expect("two free consecutive loopback ports")
+}
+
+/// Starts `bin` with `args`, `HOME` at `home`, killed with the test's
+/// thread should the test process die before dropping it.
+fn spawn_bao(bin: &str, args: &[&str], home: &std::path::Path, stdout: std::process::Stdio) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    let mut command = Command::new(bin);
+    // SAFETY: prctl is async-signal-safe and touches no memory of ours.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    command
+        .args(args)
+        .env("HOME", home)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot start {bin} {} ({e}): run scripts/install-deps and scripts/openbao-up", args.join(" "))
+        })
+}
+
+/// Polls `<addr>/v1/sys/health` until the server answers at all (sealed,
+/// not initialised or active), up to 30 s.
+async fn wait_until_listening(http: &reqwest::Client, addr: &str) {
+    let url = format!("{addr}/v1/sys/health");
+    wait_for(&format!("OpenBao at {addr} to listen"), std::time::Duration::from_secs(30), || {
+        let request = http.get(&url).timeout(std::time::Duration::from_secs(2)).send();
+        async move { request.await.ok().map(|_| ()) }
+    })
+    .await;
 }
 
 impl Drop for PrivateOpenBao {
@@ -848,14 +901,7 @@ impl TestOpenBao {
         use std::process::{Command, Stdio};
         let bin = openbao_vars().remove("SLIPWAY_TEST_OPENBAO_BIN").unwrap_or_else(|| "bao".into());
         // The dev server also listens on the next port (cluster): both free.
-        let port = (0..50)
-            .find_map(|_| {
-                let a = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
-                let port = a.local_addr().ok()?.port();
-                std::net::TcpListener::bind(("127.0.0.1", port.checked_add(1)?)).ok()?;
-                Some(port)
-            })
-            .expect("two free consecutive loopback ports");
+        let port = free_port_pair();
         let root_token = format!("dev-{}", ulid::Ulid::generate().to_string().to_lowercase());
         let home = tempfile::tempdir().expect("temporary folder");
         let mut command = Command::new(&bin);
@@ -890,7 +936,7 @@ impl TestOpenBao {
                 }
             }
         });
-        let mut private = PrivateOpenBao { child, unseal_key: String::new(), _home: home };
+        let mut private = PrivateOpenBao { child, unseal_key: String::new(), _home: home, persistent: None };
         let unseal_key = tokio::task::spawn_blocking(move || rx.recv_timeout(std::time::Duration::from_secs(30)))
             .await
             .expect("the banner reader")
@@ -899,6 +945,71 @@ impl TestOpenBao {
         let addr = format!("http://127.0.0.1:{port}");
         Self::set_up(addr, secrecy::SecretString::from(root_token), Some(private), std::time::Duration::from_secs(30))
             .await
+    }
+
+    /// A root of its own on a server this test starts for itself (on free
+    /// loopback ports; stopped when dropped) that keeps its data on disk
+    /// (`storage "raft"`, one node), so that [`TestOpenBao::restart`] finds every
+    /// entry, policy and token again. It is initialised with one unseal key,
+    /// unsealed, and given the KV version 2 mount `secret`, as the
+    /// development server has it. Runs `SLIPWAY_TEST_OPENBAO_BIN`, else `bao`.
+    pub async fn persistent() -> Self {
+        crate::callback::install_crypto_provider();
+        let bin = openbao_vars().remove("SLIPWAY_TEST_OPENBAO_BIN").unwrap_or_else(|| "bao".into());
+        let port = free_port_pair();
+        let home = tempfile::tempdir().expect("temporary folder");
+        let config = home.path().join("openbao.hcl");
+        let data = home.path().join("data");
+        std::fs::create_dir_all(&data).expect("the OpenBao data folder");
+        // Raft, on one node: the storage this OpenBao has that keeps its
+        // data on disk (it has no "file" storage).
+        let settings = format!(
+            "storage \"raft\" {{\n  path = \"{data}\"\n  node_id = \"test\"\n}}\n\
+             listener \"tcp\" {{\n  address = \"127.0.0.1:{port}\"\n  cluster_address = \"127.0.0.1:{cluster}\"\n  \
+             tls_disable = true\n}}\napi_addr = \"http://127.0.0.1:{port}\"\n\
+             cluster_addr = \"http://127.0.0.1:{cluster}\"\nui = false\n",
+            data = data.display(),
+            cluster = port + 1,
+        );
+        std::fs::write(&config, settings).expect("the OpenBao configuration");
+        let config_arg = format!("-config={}", config.display());
+        let child = spawn_bao(&bin, &["server", &config_arg], home.path(), std::process::Stdio::null());
+        let mut private = PrivateOpenBao { child, unseal_key: String::new(), _home: home, persistent: None };
+        let addr = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(std::time::Duration::from_secs(30))
+            .build()
+            .expect("an HTTP client");
+        wait_until_listening(&http, &addr).await;
+        let init: serde_json::Value = http
+            .put(format!("{addr}/v1/sys/init"))
+            .json(&serde_json::json!({ "secret_shares": 1, "secret_threshold": 1 }))
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .expect("OpenBao initialises")
+            .json()
+            .await
+            .expect("its keys");
+        private.unseal_key = init["keys"][0].as_str().expect("an unseal key").to_owned();
+        let root_token = secrecy::SecretString::from(init["root_token"].as_str().expect("a root token").to_owned());
+        let admin = BaoAdmin {
+            addr: addr.clone(),
+            mount: "secret".into(),
+            root: String::new(),
+            root_token: root_token.clone(),
+            http: http.clone(),
+        };
+        let (status, answer) =
+            admin.call("PUT", "sys/unseal", Some(serde_json::json!({ "key": private.unseal_key }))).await;
+        assert_eq!(status, 200, "unsealing: {answer}");
+        admin.wait_until_healthy(std::time::Duration::from_secs(30)).await;
+        let body = serde_json::json!({ "type": "kv", "options": { "version": "2" } });
+        let (status, answer) = admin.call("POST", "sys/mounts/secret", Some(body)).await;
+        assert!((200..300).contains(&status), "mounting secret/ as KV version 2: {status} {answer}");
+        private.persistent = Some((bin, config));
+        Self::set_up(addr, root_token, Some(private), std::time::Duration::from_secs(30)).await
     }
 
     async fn set_up(
@@ -1094,6 +1205,25 @@ impl TestOpenBao {
         let (status, answer) = self.admin.call("PUT", "sys/unseal", Some(serde_json::json!({ "key": key }))).await;
         assert_eq!(status, 200, "unsealing: {answer}");
         self.admin.wait_until_healthy(std::time::Duration::from_secs(30)).await;
+    }
+
+    /// Persistent server only ([`TestOpenBao::persistent`]): kills it
+    /// (SIGKILL, as a crash or a host's restart would), starts it again on
+    /// the same ports and files, unseals it and waits until it answers as
+    /// active. Connections are refused meanwhile; entries, policies and
+    /// tokens are kept. Returns how long it was away.
+    pub async fn restart(&mut self) -> std::time::Duration {
+        let began = std::time::Instant::now();
+        let private = self.private.as_mut().expect("a private OpenBao");
+        let (bin, config) = private.persistent.clone().expect("a persistent OpenBao (TestOpenBao::persistent)");
+        let _ = private.child.kill();
+        let _ = private.child.wait();
+        let config_arg = format!("-config={}", config.display());
+        let home = config.parent().expect("the server's folder").to_owned();
+        private.child = spawn_bao(&bin, &["server", &config_arg], &home, std::process::Stdio::null());
+        wait_until_listening(&self.admin.http, &self.addr).await;
+        self.unseal().await;
+        began.elapsed()
     }
 
     /// Private server only: stops it for good (connections are then refused).

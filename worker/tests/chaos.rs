@@ -8,7 +8,11 @@
 //! over the apis while the chaos happens: `CHAOS_KILLS` workers SIGKILLed at
 //! random and restarted, one api SIGKILLed while a submit to it is in flight
 //! and restarted on its port, PostgreSQL restarted `CHAOS_PG_RESTARTS`
-//! times. At the end:
+//! times, and OpenBao (a private server of the run's own, keeping its data
+//! in files) SIGKILLed and restarted `CHAOS_OPENBAO_RESTARTS` times while
+//! deploys run: every submit carries an operator secret value, which the
+//! api writes to OpenBao and the worker reads back for the deploy. At the
+//! end:
 //! - every accepted build exists and has succeeded, or was superseded by a
 //!   newer submit before it ran; no deployment is stuck; an extra build is
 //!   allowed only for a submit whose connection failed;
@@ -18,7 +22,10 @@
 //!   `$STATE_DIR/overlaps` (a stray effect left by a killed worker holds the
 //!   lock); a self-test first proves that record works;
 //! - no process the run started outlives the fleet ([`strays`]);
-//! - build re-runs (attempts beyond the first) <= worker kills × BUILD_SLOTS.
+//! - build re-runs (attempts beyond the first) <= worker kills × BUILD_SLOTS;
+//! - the deploy of every build that succeeded was handed the secret's value
+//!   (the test source's deploy records what `OPERATOR_SECRETS_FILE` gave it
+//!   in `$STATE_DIR/secrets`).
 //!
 //! It prints `chaos: …` lines (the kills, re-runs, superseded builds,
 //! overlaps and strays), then `N passed, M failed` (deployments plus
@@ -42,7 +49,7 @@ use rand::{Rng, SeedableRng};
 use reqwest::Method;
 use serde_json::{json, Value};
 use slipway_jobs::store::Engine;
-use slipway_jobs::test_support::{process_runs, processes, Process, TestDatabase};
+use slipway_jobs::test_support::{process_runs, processes, Process, TestDatabase, TestOpenBao};
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -54,6 +61,10 @@ use tokio::sync::watch;
 const BUILD_SLOTS: u64 = 4;
 /// The variable every effect process carries, set to its build id.
 const MARKER: &str = "SLIPWAY_EFFECT";
+/// The operator secret every submit carries: PeerTube's SMTP password.
+const SECRET_APP: &str = "peertube";
+const SECRET_FIELD: &str = "smtpPassword";
+const SECRET_VALUE: &str = "chaos-smtp-password";
 
 /// The run's size, from `CHAOS_*` environment variables (an ignored test takes no arguments).
 #[derive(Debug)]
@@ -63,6 +74,8 @@ struct Params {
     kills: u64,
     /// PostgreSQL restarts, spread over the kills.
     pg_restarts: u64,
+    /// OpenBao restarts, spread over the kills.
+    openbao_restarts: u64,
     workers: usize,
     /// Api replicas, each on its own port.
     apis: usize,
@@ -84,6 +97,7 @@ impl Params {
             deployments: n("CHAOS_DEPLOYMENTS", 50) as usize,
             kills: n("CHAOS_KILLS", 10),
             pg_restarts: n("CHAOS_PG_RESTARTS", 1),
+            openbao_restarts: n("CHAOS_OPENBAO_RESTARTS", 2),
             workers: n("CHAOS_WORKERS", 3) as usize,
             apis: n("CHAOS_APIS", 2) as usize,
             deploy_seconds: n("CHAOS_DEPLOY_SECONDS", 3),
@@ -184,6 +198,16 @@ derivation {{
 }}
 NIX
 nix-build -I "$scratch" "$scratch/chaos.nix" --no-out-link || exit 1
+# The operator secret's value, as the worker handed it: recorded per attempt.
+seen=0
+if [ -n "${{OPERATOR_SECRETS_FILE:-}}" ]; then
+  while IFS="$(printf '\t')" read -r _app _instance field _entry _version file; do
+    if [ "$field" = "{SECRET_FIELD}" ] && [ -n "$file" ] && [ "$(cat "$file")" = "{SECRET_VALUE}" ]; then
+      seen=$((seen + 1))
+    fi
+  done < "$OPERATOR_SECRETS_FILE"
+fi
+echo "$BUILD_ID $seen" >> "$STATE_DIR/secrets"
 echo '{{"nodes": [{{"name": "web", "dnsNames": [], "outcome": "deployed", "system": null, "error": null}}]}}' > "$SBOM_OUT_DIR/nodes.json"
 echo '{{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}}' > "$SBOM_OUT_DIR/web.cdx.json"
 echo "deploy $BUILD_ID done"
@@ -261,6 +285,9 @@ impl LockSelfTest {
     }
 }
 
+/// Settings of a process: `(key, value)` pairs for its environment.
+type Settings = Vec<(&'static str, String)>;
+
 /// The api replicas (`api-<i>`, on `ports[i]`) and workers (`worker-<i>`) of the run.
 struct Fleet {
     db: Arc<TestDatabase>,
@@ -268,6 +295,8 @@ struct Fleet {
     bin_dir: PathBuf,
     /// The module source every worker runs ([`chaos_source`]).
     source: PathBuf,
+    /// The `OPENBAO_*` settings of an api and of a worker.
+    openbao: (Settings, Settings),
     ports: Vec<u16>,
     processes: Mutex<BTreeMap<String, Running>>,
 }
@@ -287,6 +316,8 @@ impl Fleet {
             .env("SLIPWAY_HEARTBEAT", "1")
             .env("BUILD_SLOTS", BUILD_SLOTS.to_string())
             .env("QUEUE_SIZE", "10000");
+        let openbao = if bin == "slipway-worker" { &self.openbao.1 } else { &self.openbao.0 };
+        cmd.envs(openbao.iter().map(|(k, v)| (*k, v.as_str())));
         let process = start(cmd, &self.db, "processes.log");
         let pid = process.0.id();
         self.processes.lock().unwrap().insert(name.to_owned(), process);
@@ -368,8 +399,10 @@ struct Run {
     log: Log,
     fleet: Fleet,
     apis: Vec<Replica>,
-    /// What every submit sends: `examples/demo.json`.
+    /// What every submit sends: `examples/demo.json` with an operator secret's value.
     configuration: Value,
+    /// The run's own OpenBao, restarted by the chaos.
+    openbao: tokio::sync::Mutex<TestOpenBao>,
     submits: Mutex<Submits>,
     /// Set once the api kill is over, done or not.
     api_killed: watch::Sender<bool>,
@@ -592,6 +625,8 @@ struct Tally {
     rerun_builds: Vec<String>,
     /// Builds no submit was seen accepted for.
     extras: Vec<String>,
+    /// Builds whose deploy was handed the secret's value.
+    secrets_handed: usize,
 }
 
 /// Checks deployment `d`: its `builds` (submit order) against what its
@@ -674,6 +709,17 @@ fn check_deployment(
         }
         Ok(_) => {}
     }
+    // The last attempt of each build that succeeded was handed the secret.
+    let handed = std::fs::read_to_string(work.join("state/provider").join(d).join("secrets")).unwrap_or_default();
+    for b in builds.iter().filter(|b| b["status"] == "succeeded") {
+        let id = text(&b["id"]);
+        let last = handed.lines().filter_map(|l| l.split_once(' ')).rfind(|(build, _)| *build == id);
+        if !last.is_some_and(|(_, seen)| seen.trim().parse::<u32>().is_ok_and(|n| n >= 1)) {
+            problems.push(format!("the deploy of build {id} was not handed the secret's value ({last:?})"));
+        } else {
+            tally.secrets_handed += 1;
+        }
+    }
     let recorded = std::fs::read_to_string(work.join("state/provider").join(d).join("overlaps")).unwrap_or_default();
     let recorded: Vec<&str> = recorded.lines().filter(|l| !l.trim().is_empty()).collect();
     if !recorded.is_empty() {
@@ -688,6 +734,7 @@ fn check_deployment(
 enum Chaos {
     KillWorker,
     RestartPostgres,
+    RestartOpenBao,
 }
 
 /// The newest PostgreSQL cluster version under `/etc/postgresql`.
@@ -707,19 +754,28 @@ struct ChaosDone {
     kills: u64,
     /// PostgreSQL restarts that succeeded.
     pg_restarts: u64,
+    /// OpenBao restarts, and the longest time it was away.
+    openbao_restarts: u64,
+    openbao_away: Duration,
     /// What went wrong.
     errors: Vec<String>,
 }
 
 /// The chaos: worker kills every 1–2.5 s, the PostgreSQL restarts spread
 /// evenly among them (the first after the api kill, the last before the
-/// last wave of submits).
+/// last wave of submits), and the OpenBao restarts spread evenly among those.
 async fn chaos(run: &Run, p: &Params, rng: &mut StdRng) -> ChaosDone {
     let mut actions = vec![Chaos::KillWorker; p.kills as usize];
     for i in (1..=p.pg_restarts).rev() {
         let at = (i as f64 * p.kills as f64 / (p.pg_restarts + 1) as f64).round_ties_even() as usize;
         actions.insert(at, Chaos::RestartPostgres);
     }
+    let len = actions.len();
+    for i in (1..=p.openbao_restarts).rev() {
+        let at = (i as f64 * len as f64 / (p.openbao_restarts + 1) as f64).round_ties_even() as usize;
+        actions.insert(at.max(1), Chaos::RestartOpenBao);
+    }
+    let (mut openbao_restarts, mut openbao_away) = (0u64, Duration::ZERO);
     let (mut kills, mut pg_tries, mut pg_restarts) = (0u64, 0u64, 0u64);
     let mut errors: Vec<String> = Vec::new();
     if p.pg_restarts == 0 {
@@ -751,6 +807,13 @@ async fn chaos(run: &Run, p: &Params, rng: &mut StdRng) -> ChaosDone {
                     run.pg_restarted.send_replace(true);
                 }
             }
+            Chaos::RestartOpenBao => {
+                openbao_restarts += 1;
+                run.log.line(format_args!("restarting OpenBao ({openbao_restarts}/{})", p.openbao_restarts));
+                let away = run.openbao.lock().await.restart().await;
+                openbao_away = openbao_away.max(away);
+                run.log.line(format_args!("OpenBao is back after {:.1}s", away.as_secs_f64()));
+            }
             Chaos::KillWorker => {
                 let workers = run.fleet.workers();
                 let name = &workers[rng.random_range(0..workers.len())];
@@ -761,7 +824,7 @@ async fn chaos(run: &Run, p: &Params, rng: &mut StdRng) -> ChaosDone {
             }
         }
     }
-    ChaosDone { kills, pg_restarts, errors }
+    ChaosDone { kills, pg_restarts, openbao_restarts, openbao_away, errors }
 }
 
 /// Whether `tool` is an executable on `PATH`.
@@ -795,6 +858,7 @@ async fn the_fleet_loses_nothing_under_worker_kills_an_api_kill_and_database_res
 
     let db = Arc::new(TestDatabase::new(Engine::Postgres).await);
     db.keep(true); // until every check passed
+    let openbao = TestOpenBao::persistent().await;
     let work = db.dir.path().to_owned();
     // Nix's build users read the builder script under it.
     std::fs::set_permissions(&work, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -832,9 +896,21 @@ async fn the_fleet_loses_nothing_under_worker_kills_an_api_kill_and_database_res
     let ids: Vec<String> = (0..p.deployments).map(|i| format!("chaos-{i}")).collect();
     let run = Arc::new(Run {
         log,
-        fleet: Fleet { db: db.clone(), bin_dir, source, ports: ports.clone(), processes: Default::default() },
+        fleet: Fleet {
+            db: db.clone(),
+            bin_dir,
+            source,
+            openbao: (openbao.keys(false), openbao.keys(true)),
+            ports: ports.clone(),
+            processes: Default::default(),
+        },
         apis,
-        configuration: demo(),
+        configuration: {
+            let mut configuration = demo();
+            configuration["applications"][SECRET_APP][SECRET_FIELD] = json!(SECRET_VALUE);
+            configuration
+        },
+        openbao: tokio::sync::Mutex::new(openbao),
         submits: Mutex::new(Submits {
             inflight: vec![0; p.apis],
             of: ids.iter().map(|d| (d.clone(), Outcomes::default())).collect(),
@@ -872,7 +948,8 @@ async fn the_fleet_loses_nothing_under_worker_kills_an_api_kill_and_database_res
     let submitter_rng = StdRng::seed_from_u64(rng.random());
     let mut submitter = tokio::spawn(submit_waves(run.clone(), waves, (n_waves - 1) / 2, submitter_rng));
 
-    let ChaosDone { kills, pg_restarts, errors: mut chaos_errors } = chaos(&run, &p, &mut rng).await;
+    let ChaosDone { kills, pg_restarts, openbao_restarts, openbao_away, errors: mut chaos_errors } =
+        chaos(&run, &p, &mut rng).await;
     match tokio::time::timeout(p.deadline, &mut submitter).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => chaos_errors.push(format!("the submitter failed: {e}")),
@@ -984,6 +1061,9 @@ async fn the_fleet_loses_nothing_under_worker_kills_an_api_kill_and_database_res
     if kills < p.kills {
         run_problems.push(format!("only {kills} of {} worker kills happened", p.kills));
     }
+    if openbao_restarts < p.openbao_restarts {
+        run_problems.push(format!("OpenBao was restarted {openbao_restarts} of {} times", p.openbao_restarts));
+    }
     if pg_restarts < p.pg_restarts {
         run_problems.push(format!("PostgreSQL was restarted {pg_restarts} of {} times", p.pg_restarts));
     }
@@ -992,7 +1072,7 @@ async fn the_fleet_loses_nothing_under_worker_kills_an_api_kill_and_database_res
     }
     run_problems.extend(submits.errors.iter().cloned().chain(chaos_errors));
     run_problems.extend(selftest_problem);
-    let Tally { overlaps, superseded, reruns, rerun_builds, extras } = tally;
+    let Tally { overlaps, superseded, reruns, rerun_builds, extras, secrets_handed } = tally;
     if reruns > bound {
         run_problems.push(format!(
             "{reruns} build re-runs exceed {kills} worker kills x BUILD_SLOTS {BUILD_SLOTS} = {bound}: \
@@ -1010,7 +1090,11 @@ async fn the_fleet_loses_nothing_under_worker_kills_an_api_kill_and_database_res
     }
 
     let api_killed = submits.api_kill_note.as_deref().unwrap_or("no");
-    run.log.line(format_args!("{kills} worker kills, api killed: {api_killed}, PostgreSQL restarts: {pg_restarts}"));
+    run.log.line(format_args!(
+        "{kills} worker kills, api killed: {api_killed}, PostgreSQL restarts: {pg_restarts}, \
+         OpenBao restarts: {openbao_restarts} (away up to {:.1}s), builds handed the secret: {secrets_handed}",
+        openbao_away.as_secs_f64()
+    ));
     run.log.line(format_args!(
         "re-runs: {reruns} over {} builds (at most {bound} = kills x BUILD_SLOTS), superseded: {superseded}, \
          overlaps: {overlaps}, stray processes: {}",
