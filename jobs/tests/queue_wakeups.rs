@@ -7,6 +7,18 @@ use slipway_jobs::store::{Db, Engine, Q};
 use slipway_jobs::test_support::world;
 use std::time::Duration;
 
+/// The id of the nix job whose payload names `marker`.
+async fn job_id(w: &slipway_jobs::test_support::World, marker: &str) -> String {
+    Q::new("SELECT id FROM apalis.jobs WHERE job_type = $1 AND convert_from(job, 'UTF8') LIKE $2")
+        .text(NIX_QUEUE)
+        .text(&format!("%\"{marker}\"%"))
+        .fetch_one(&mut w.ctx.db.acquire().await.unwrap())
+        .await
+        .unwrap()
+        .text("id")
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_queue_s_wakeups_skip_the_jobs_of_other_queues() {
     let w = world(Engine::Postgres, &[]).await;
@@ -14,19 +26,25 @@ async fn a_queue_s_wakeups_skip_the_jobs_of_other_queues() {
     let feed = JobFeed::start(pool, POSTGRES_POLL);
     let mut wakeups = feed.subscribe(NIX_QUEUE);
     // The listener connects in the background: wait until it hears a nix
-    // job, then drain what it heard.
-    let mut heard_first = false;
+    // job, then until it has heard the last warm-up job pushed (a slow
+    // notification of an earlier round may come after a later round began;
+    // notifications arrive in commit order).
+    let mut last_round = None;
     for round in 0..50 {
         let mut tx = w.ctx.db.begin_write().await.unwrap();
         push_nix_job(&mut tx, &format!("warm-up-{round}")).await.unwrap();
         tx.commit().await.unwrap();
+        last_round = Some(round);
         if tokio::time::timeout(Duration::from_millis(200), wakeups.recv()).await.is_ok() {
-            heard_first = true;
             break;
         }
     }
-    assert!(heard_first, "the listener never heard a nix job");
-    while wakeups.try_recv().is_ok() {}
+    let last_warm_up = job_id(&w, &format!("warm-up-{}", last_round.unwrap())).await;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while wakeups.recv().await.expect("the listener is still running") != Woken::Job(last_warm_up.clone()) {}
+    })
+    .await
+    .expect("the listener never heard the warm-up nix jobs");
 
     // A build job first, then a nix job, each committed (so notified) in
     // that order: the first wake is the nix job's.
@@ -36,14 +54,7 @@ async fn a_queue_s_wakeups_skip_the_jobs_of_other_queues() {
     let mut tx = w.ctx.db.begin_write().await.unwrap();
     push_nix_job(&mut tx, "the-eval").await.unwrap();
     tx.commit().await.unwrap();
-    let nix_job =
-        Q::new("SELECT id FROM apalis.jobs WHERE job_type = $1 AND convert_from(job, 'UTF8') LIKE '%the-eval%'")
-            .text(NIX_QUEUE)
-            .fetch_one(&mut w.ctx.db.acquire().await.unwrap())
-            .await
-            .unwrap()
-            .text("id")
-            .unwrap();
+    let nix_job = job_id(&w, "the-eval").await;
     let woken_by = tokio::time::timeout(Duration::from_secs(30), wakeups.recv())
         .await
         .expect("the nix job woke the nix queue")

@@ -57,6 +57,19 @@ pub struct Fleet {
     _worker: Option<Running>,
 }
 
+/// Waits until the api on `port` serves requests: it listens before its
+/// database is open and answers `503` until then, so listening is not enough.
+async fn serving(what: &str, port: u16) {
+    slipway_jobs::callback::install_crypto_provider();
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    wait_for(&format!("{what} to serve requests"), Duration::from_secs(60), || {
+        let request = client.get(&url).send();
+        async move { request.await.is_ok_and(|r| r.status().is_success()).then_some(()) }
+    })
+    .await;
+}
+
 impl Fleet {
     pub async fn start(source: Option<&Path>) -> Self {
         Self::start_with(source, &[], true).await
@@ -81,10 +94,7 @@ impl Fleet {
         });
         let url = format!("http://127.0.0.1:{port}");
         let fleet = Self { db, url, port, api_env, _api: api, _worker: worker };
-        wait_for("the api to listen", Duration::from_secs(60), || async {
-            std::net::TcpStream::connect(("127.0.0.1", fleet.port)).is_ok().then_some(())
-        })
-        .await;
+        serving("the api", fleet.port).await;
         fleet
     }
 
@@ -97,11 +107,7 @@ impl Fleet {
         let mut api = command(&binary("slipway-api"), &self.db, self.port);
         api.envs(self.api_env.iter().map(|(k, v)| (k, v)));
         self._api = start(api, &self.db, "api.log");
-        let port = self.port;
-        wait_for("the restarted api to listen", Duration::from_secs(60), || async move {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok().then_some(())
-        })
-        .await;
+        serving("the restarted api", self.port).await;
     }
 
     /// A token from `slipway-api token`: for every deployment, with the
