@@ -11,7 +11,7 @@ use std::time::Duration;
 async fn job_id(w: &slipway_jobs::test_support::World, marker: &str) -> String {
     Q::new("SELECT id FROM apalis.jobs WHERE job_type = $1 AND convert_from(job, 'UTF8') LIKE $2")
         .text(NIX_QUEUE)
-        .text(&format!("%\"{marker}\"%"))
+        .text(format!("%\"{marker}\"%"))
         .fetch_one(&mut w.ctx.db.acquire().await.unwrap())
         .await
         .unwrap()
