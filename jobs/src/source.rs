@@ -62,6 +62,15 @@ pub enum SourceError {
 impl ModuleSource {
     /// Parses a reference of MS-1.
     pub fn parse(s: &str) -> Result<Self, SourceError> {
+        // A source is stored, logged and shown: a control character (a
+        // terminal escape, a line break) or a bidirectional override would
+        // act on whoever reads it there. Refused before anything repeats it
+        // unescaped; the message escapes it.
+        if let Some(c) = s.chars().find(|c| c.is_control() || is_bidi_control(*c)) {
+            return Err(SourceError::Malformed(format!(
+                "{s:?} holds the control character {c:?}; a module source is printable text"
+            )));
+        }
         if let Some(dir) = s.strip_prefix("path:") {
             if dir.is_empty() {
                 return Err(SourceError::Malformed("path: needs a folder".into()));
@@ -173,6 +182,12 @@ impl ModuleSource {
             }
         }
     }
+}
+
+/// The Unicode bidirectional formatting characters (embeddings, overrides,
+/// isolates and marks), which reorder the text shown around them.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// Why `name` is not a branch or tag name git takes, or `None`: the rules
@@ -549,6 +564,13 @@ mod tests {
                 assert_eq!(!git.status.success(), refused.is_some(), "git and this table disagree on {name:?}");
             }
             let source = format!("git+https://example.org/x.git?ref={name}");
+            // A control character is refused in any part of a source (git
+            // takes C1 ones, such as U+0085).
+            if name.contains(char::is_control) {
+                let err = ModuleSource::parse(&source).unwrap_err().to_string();
+                assert!(err.contains("control character"), "{name:?}: {err}");
+                continue;
+            }
             match (ModuleSource::parse(&source), refused) {
                 (Ok(parsed), None) => assert_eq!(parsed.to_string(), source),
                 (Err(SourceError::Malformed(why)), Some(words)) => {
@@ -586,6 +608,22 @@ mod tests {
             ["git+ssh://-oProxyCommand=touch%20/tmp/x/x?ref=main", "git+https://example.org/x.git#frag?ref=main"]
         {
             assert!(ModuleSource::parse(source).is_err(), "{source}");
+        }
+    }
+
+    #[test]
+    fn a_control_character_anywhere_in_a_source_is_refused_and_shown_escaped() {
+        for source in [
+            "git+https://x.example/\u{1b}]0;T\u{7}?ref=main",
+            "git+https://x.example/a\u{1b}[2Jb.git?rev=0123456789abcdef0123456789abcdef01234567",
+            "git+https://x.example/a\u{9b}31m?ref=main",
+            "git+https://x.example/a\u{202e}b?ref=main",
+            "git+https://x.example/a\rb?ref=main",
+            "path:/srv/\u{1b}]52;c;aGk=\u{7}",
+        ] {
+            let err = ModuleSource::parse(source).unwrap_err().to_string();
+            assert!(err.contains("control character"), "{source:?}: {err}");
+            assert!(!err.contains(['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}', '\r']), "{err:?}");
         }
     }
 

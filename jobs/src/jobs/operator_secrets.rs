@@ -62,6 +62,30 @@ where
     }
 }
 
+/// How long a deploy waits for a database that went away (a restart, a
+/// failover) while it reads which fields later builds set, before it fails
+/// the build (`operator_secrets`).
+pub const DATABASE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The `(application, field)`s that builds after `build` set
+/// ([`builds::secrets_set_after`]), asking again with a growing pause while
+/// the database cannot be reached, for up to [`DATABASE_PATIENCE`].
+async fn set_later(ctx: &Ctx, build: &BuildRow) -> Result<Vec<(String, String)>, crate::store::StoreError> {
+    let started = std::time::Instant::now();
+    let mut pause = FIRST_PAUSE;
+    loop {
+        let read = async { builds::secrets_set_after(&mut ctx.db.acquire().await?, &build.deployment_id, build.seq).await };
+        match read.await {
+            Err(e @ crate::store::StoreError::Database(_)) if started.elapsed() + pause < DATABASE_PATIENCE => {
+                tracing::warn!(error = %e, retry_in_ms = pause.as_millis() as u64, "cannot read the deployment's later builds yet; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(LONGEST_PAUSE);
+            }
+            done => return done,
+        }
+    }
+}
+
 /// Checks, before a deploy reads or clears anything, that OpenBao still
 /// accepts the worker's token (waiting, as [`patiently`], for an OpenBao
 /// away or sealed). The error names the cause (`token_expired`, …).
@@ -121,9 +145,7 @@ pub(crate) async fn hand_over(
     };
     let bao = OpenBao::new(config).map_err(|e| format!("OPENBAO_TOKEN: {e}"))?;
     token_accepted(&bao, "reading the operator secrets").await?;
-    let set_later =
-        async { builds::secrets_set_after(&mut ctx.db.acquire().await?, &build.deployment_id, build.seq).await };
-    let set_later = set_later.await.map_err(|e| format!("cannot read the deployment's later builds: {e}"))?;
+    let set_later = set_later(ctx, build).await.map_err(|e| format!("cannot read the deployment's later builds: {e}"))?;
     let id = &build.deployment_id;
     let folder = work.join(SECRETS_DIR);
     let mut lines = String::new();
