@@ -279,7 +279,9 @@ where
 /// `T` does not name with `400 invalid_request`, `details: {"parameter":
 /// <its name>, "allowed": [<the names T takes>]}`. A parameter a route
 /// ignores could be a caller's `?dry_run=true` on a route that has no dry
-/// run: refused, nothing happens. Routes without a query take
+/// run: refused, nothing happens. A parameter given twice, or with a value
+/// its type does not take (`?dry_run=yes`), is `400 invalid_request` too,
+/// `details: {"parameter": <its name>}`. Routes without a query take
 /// [`NoQuery`], so any parameter at all is refused. `T` is a struct whose
 /// field names are its parameters (serde's names, after any `rename`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -298,15 +300,32 @@ where
 {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _state: &S) -> Result<Self, Self::Rejection> {
         let allowed = field_names::<T>();
         let query = parts.uri.query().unwrap_or("");
+        let mut seen: Vec<std::borrow::Cow<'_, str>> = Vec::new();
         for (name, _) in url::form_urlencoded::parse(query.as_bytes()) {
             if !allowed.contains(&name.as_ref()) {
                 return Err(unknown_parameter(&name, allowed));
             }
+            if seen.contains(&name) {
+                return Err(ApiError::bad_request(
+                    "invalid_request",
+                    format!("the query parameter `{name}` is given more than once; give it once; nothing was done"),
+                )
+                .with_details(serde_json::json!({ "parameter": name })));
+            }
+            seen.push(name);
         }
-        Query::<T>::from_request_parts(parts, state).await.map(|Query(v)| Self(v))
+        let values = serde_urlencoded::Deserializer::new(url::form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(values).map(Self).map_err(|e| {
+            let parameter = e.path().to_string();
+            let message = match parameter.as_str() {
+                "." | "" => format!("the query string is not valid: {}; nothing was done", e.inner()),
+                name => format!("the query parameter `{name}` is not valid: {}; nothing was done", e.inner()),
+            };
+            ApiError::bad_request("invalid_request", message).with_details(serde_json::json!({ "parameter": parameter }))
+        })
     }
 }
 

@@ -139,3 +139,22 @@ async fn a_parameter_a_route_takes_still_passes_and_a_submit_names_the_ones_it_t
     assert_eq!(answer["details"], json!({ "parameter": "dryrun", "allowed": ["dry_run"] }));
     assert!(answer["message"].as_str().unwrap().contains("`dry_run`"), "{answer}");
 }
+
+#[tokio::test]
+async fn a_parameter_given_twice_or_with_a_value_of_the_wrong_type_is_refused_by_name() {
+    let h = harness(Engine::Sqlite).await;
+    seeded(&h).await;
+    let before = snapshot(&h).await;
+    let body = Some(json!({ "configuration": demo() }).to_string().into_bytes());
+    for (query, words) in [("dry_run=yes", "is not valid"), ("dry_run=true&dry_run=false", "more than once")] {
+        let uri = format!("/deployments/{TARGET}?{query}");
+        let (status, answer) = h.call(Method::PUT, &uri, Some(&all()), body.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {answer}");
+        assert_eq!(answer["error"], json!("invalid_request"), "{answer}");
+        assert_eq!(answer["details"]["parameter"], json!("dry_run"), "{query}: {answer}");
+        let message = answer["message"].as_str().unwrap();
+        assert!(message.contains("`dry_run`") && message.contains(words), "{query}: {message}");
+        assert!(!message.contains("Failed to deserialize"), "{query}: {message}");
+    }
+    assert_eq!(snapshot(&h).await, before, "a refused submit changed nothing");
+}
