@@ -88,6 +88,10 @@ pub enum TokenError {
     /// No `Authorization` header.
     #[error("send a bearer token: Authorization: Bearer <token>")]
     Missing,
+    /// An `Authorization` header holding bytes other than visible ASCII
+    /// (a token is base64url and dots).
+    #[error("the Authorization header holds characters other than visible ASCII; a bearer token has none")]
+    NotAscii,
     /// An `Authorization` header of another scheme.
     #[error("the Authorization header is not a bearer token")]
     NotBearer,
@@ -176,7 +180,8 @@ pub fn authorization(headers: &HeaderMap) -> Result<Option<&str>, TokenError> {
     let mut values = headers.get_all(header::AUTHORIZATION).iter();
     match (values.next(), values.next()) {
         (_, Some(_)) => Err(TokenError::SeveralHeaders),
-        (value, None) => Ok(value.and_then(|v| v.to_str().ok())),
+        (None, None) => Ok(None),
+        (Some(value), None) => value.to_str().map(Some).map_err(|_| TokenError::NotAscii),
     }
 }
 
@@ -787,6 +792,12 @@ mod tests {
         let e = v.verify_headers(&headers).unwrap_err();
         assert_eq!((e.status.as_u16(), e.message.as_str()), (401, "send one Authorization header, not several"));
         assert_eq!(v.verify_headers(&HeaderMap::new()).unwrap_err().message, TokenError::Missing.to_string());
+        let mut headers = HeaderMap::new();
+        let token = sign(Algorithm::HS256, &claims(json!({})));
+        let mut value = format!("Bearer {token}").into_bytes();
+        value.extend_from_slice("\u{202e}".as_bytes());
+        headers.insert(header::AUTHORIZATION, axum::http::HeaderValue::from_bytes(&value).unwrap());
+        assert_eq!(v.verify_headers(&headers).unwrap_err().message, TokenError::NotAscii.to_string());
     }
 
     #[test]

@@ -324,7 +324,8 @@ where
                 "." | "" => format!("the query string is not valid: {}; nothing was done", e.inner()),
                 name => format!("the query parameter `{name}` is not valid: {}; nothing was done", e.inner()),
             };
-            ApiError::bad_request("invalid_request", message).with_details(serde_json::json!({ "parameter": parameter }))
+            ApiError::bad_request("invalid_request", message)
+                .with_details(serde_json::json!({ "parameter": parameter }))
         })
     }
 }

@@ -164,7 +164,11 @@ fn report(failure: &Failure, output: Output, screen: Screen) {
     if output == Output::Json {
         let body = match failure {
             Failure::Api { status, code, message, details, retry_after } => {
-                json!({ "error": code, "message": message, "details": details, "status": status, "retry_after": retry_after })
+                let mut body = json!({ "error": code, "message": message, "details": details, "status": status });
+                if let Some(wait) = retry_after {
+                    body["retry_after"] = json!(wait);
+                }
+                body
             }
             Failure::Interrupted { build_id, again } => {
                 json!({ "error": "interrupted", "message": failure.to_string(), "details": { "build_id": build_id, "again": again } })

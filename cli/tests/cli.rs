@@ -85,6 +85,8 @@ async fn deploy_follow_of_the_demo_succeeds_and_every_command_reads_what_it_made
         let refused = fleet.slipway(&user, &["--output", "json", command]).await;
         let body: Value = serde_json::from_str(refused.stderr.trim()).unwrap();
         assert_eq!((body["error"].as_str(), body["status"].as_i64()), (Some("forbidden"), Some(403)), "{command}");
+        // Only a refusal that passes with time says when to try again.
+        assert!(body.get("retry_after").is_none(), "{command}: {body}");
     }
 
     // token: the claims of the token in use, the secret never needed.

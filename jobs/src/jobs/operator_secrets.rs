@@ -74,7 +74,8 @@ async fn set_later(ctx: &Ctx, build: &BuildRow) -> Result<Vec<(String, String)>,
     let started = std::time::Instant::now();
     let mut pause = FIRST_PAUSE;
     loop {
-        let read = async { builds::secrets_set_after(&mut ctx.db.acquire().await?, &build.deployment_id, build.seq).await };
+        let read =
+            async { builds::secrets_set_after(&mut ctx.db.acquire().await?, &build.deployment_id, build.seq).await };
         match read.await {
             Err(e @ crate::store::StoreError::Database(_)) if started.elapsed() + pause < DATABASE_PATIENCE => {
                 tracing::warn!(error = %e, retry_in_ms = pause.as_millis() as u64, "cannot read the deployment's later builds yet; trying again");
@@ -145,7 +146,8 @@ pub(crate) async fn hand_over(
     };
     let bao = OpenBao::new(config).map_err(|e| format!("OPENBAO_TOKEN: {e}"))?;
     token_accepted(&bao, "reading the operator secrets").await?;
-    let set_later = set_later(ctx, build).await.map_err(|e| format!("cannot read the deployment's later builds: {e}"))?;
+    let set_later =
+        set_later(ctx, build).await.map_err(|e| format!("cannot read the deployment's later builds: {e}"))?;
     let id = &build.deployment_id;
     let folder = work.join(SECRETS_DIR);
     let mut lines = String::new();
