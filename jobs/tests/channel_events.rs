@@ -194,8 +194,18 @@ async fn the_deployment_channel_listens_again_after_postgres_refused_every_conne
     let again = tokio::time::timeout(Duration::from_secs(30), wakes.recv()).await;
     assert_eq!(again.ok().and_then(Result::ok), Some(Wake::All), "the hub did not listen again");
 
+    // A notification sent once it listens is heard. Another `All` before it
+    // is the hub listening once more (a connection the outage's last round
+    // refused): what was sent before it may be lost, so it is sent again.
     let mut conn = w.ctx.db.acquire().await.unwrap();
-    Q::new("SELECT pg_notify($1, $2)").text(events::NOTIFY_CHANNEL).text("demo").execute(&mut conn).await.unwrap();
-    let heard = tokio::time::timeout(Duration::from_secs(5), wakes.recv()).await;
-    assert_eq!(heard.ok().and_then(Result::ok), Some(Wake::Deployment("demo".into())), "a notification went unheard");
+    let mut relistened = 0;
+    loop {
+        Q::new("SELECT pg_notify($1, $2)").text(events::NOTIFY_CHANNEL).text("demo").execute(&mut conn).await.unwrap();
+        let heard = tokio::time::timeout(Duration::from_secs(5), wakes.recv()).await;
+        match heard.ok().and_then(Result::ok) {
+            Some(Wake::Deployment(d)) if &*d == "demo" => break,
+            Some(Wake::All) if relistened < 3 => relistened += 1,
+            other => panic!("a notification went unheard: {other:?}"),
+        }
+    }
 }
