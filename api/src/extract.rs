@@ -72,19 +72,25 @@ where
 }
 
 /// Whether the request says its body is JSON: `application/json` or
-/// `application/<something>+json`, with any parameters (as `axum::Json`).
+/// `application/<something>+json`, with any parameters but a `charset`
+/// other than UTF-8 (JSON is UTF-8, RFC 8259 §8.1; a body said to be in
+/// another encoding would be read as what it is not).
 pub(crate) fn json_content_type(headers: &HeaderMap) -> bool {
     let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
-    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    essence == "application/json"
-        || essence.strip_prefix("application/").is_some_and(|sub| sub.ends_with("+json") && sub.len() > "+json".len())
+    let mut parts = value.split(';');
+    let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+    let utf8 = parts.filter_map(|p| p.split_once('=')).all(|(name, value)| {
+        !name.trim().eq_ignore_ascii_case("charset") || value.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
+    });
+    utf8 && (essence == "application/json"
+        || essence.strip_prefix("application/").is_some_and(|sub| sub.ends_with("+json") && sub.len() > "+json".len()))
 }
 
 fn unsupported_media_type() -> ApiError {
     ApiError::new(
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
         "unsupported_media_type",
-        "send the body as JSON with Content-Type: application/json",
+        "send the body as JSON in UTF-8 with Content-Type: application/json",
     )
 }
 
@@ -454,8 +460,10 @@ mod tests {
             let (status, answer) = call(content_type, Body::from(body)).await;
             assert_eq!((status, &answer), (StatusCode::OK, &json!({ "got": null })), "{content_type:?} {body:?}");
         }
-        let (status, answer) = call(Some("application/json; charset=utf-8"), Body::from(r#"{"a": 1}"#)).await;
-        assert_eq!((status, answer), (StatusCode::OK, json!({ "got": { "a": 1 } })));
+        for content_type in ["application/json; charset=utf-8", "application/json;charset=\"UTF-8\""] {
+            let (status, answer) = call(Some(content_type), Body::from(r#"{"a": 1}"#)).await;
+            assert_eq!((status, answer), (StatusCode::OK, json!({ "got": { "a": 1 } })), "{content_type}");
+        }
     }
 
     #[tokio::test]
@@ -463,6 +471,18 @@ mod tests {
         for (content_type, body, status, code) in [
             (None, r#"{"a": 1}"#, StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             (Some("text/plain"), r#"{"a": 1}"#, StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            (
+                Some("application/json; charset=utf-16"),
+                r#"{"a": 1}"#,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+            ),
+            (
+                Some("application/json;charset=\"latin1\""),
+                r#"{"a": 1}"#,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+            ),
             (Some("application/json"), r#"{"a": "#, StatusCode::BAD_REQUEST, "malformed_json"),
             (Some("application/json"), "[1, 2]", StatusCode::BAD_REQUEST, "invalid_request"),
         ] {

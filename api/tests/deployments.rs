@@ -58,6 +58,13 @@ async fn an_unknown_deployment_is_not_found_on_read_and_delete(engine: Engine) {
         assert_eq!(status, StatusCode::NOT_FOUND, "{method} {uri}: {body}");
         assert_error_shape(&body, "not_found");
     }
+    // A long unknown build id is quoted cut short, not repeated whole.
+    let long = "a".repeat(5000);
+    for uri in [format!("/builds/{long}"), format!("/builds/{long}/log")] {
+        let (status, body) = h.call(Method::GET, &uri, Some(&all()), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert!(body["message"].as_str().unwrap().len() < 100, "{body}");
+    }
 }
 
 async fn a_submit_stores_the_build_and_its_job_together_and_a_delete_waits_its_turn(engine: Engine) {

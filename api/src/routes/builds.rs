@@ -110,7 +110,7 @@ pub async fn show(
     BuildIdPath(id): BuildIdPath,
 ) -> Result<Json<BuildView>, ApiError> {
     let mut conn = app.db.acquire().await?;
-    let missing = || ApiError::not_found(format!("no build {id}"));
+    let missing = || ApiError::not_found(format!("no build {}", slipway_jobs::id::quoted(&id)));
     let b = builds::get(&mut conn, &id).await?.ok_or_else(missing)?;
     if !auth.0.allows(&b.deployment_id) {
         return Err(missing());
@@ -159,7 +159,7 @@ pub async fn cancel(
 ) -> Result<(axum::http::StatusCode, Json<CancelAnswer>), ApiError> {
     use axum::http::StatusCode;
     use slipway_jobs::submit::Cancel;
-    let missing = || ApiError::not_found(format!("no build {id}"));
+    let missing = || ApiError::not_found(format!("no build {}", slipway_jobs::id::quoted(&id)));
     let mut conn = app.db.acquire().await?;
     let b = builds::get(&mut conn, &id).await?.ok_or_else(missing)?;
     drop(conn);

@@ -282,7 +282,7 @@ pub async fn ticket_for_log(
     BuildIdPath(id): BuildIdPath,
     _query: StrictQuery<NoQuery>,
 ) -> Result<Response, ApiError> {
-    let missing = || ApiError::not_found(format!("no build {id}"));
+    let missing = || ApiError::not_found(format!("no build {}", slipway_jobs::id::quoted(&id)));
     let mut conn = app.db.acquire().await?;
     let build = builds::get(&mut conn, &id).await?.ok_or_else(missing)?;
     if !auth.0.allows(&build.deployment_id) {
@@ -517,7 +517,7 @@ pub async fn build_log(
 ) -> Result<Response, ApiError> {
     let (auth, deprecated) = credential.open(&app, StreamKind::BuildLog, &id).await?;
     let last = last_event_id(&headers)?;
-    let missing = || ApiError::not_found(format!("no build {id}"));
+    let missing = || ApiError::not_found(format!("no build {}", slipway_jobs::id::quoted(&id)));
     let mut conn = app.db.acquire().await?;
     let build = builds::get(&mut conn, &id).await?.ok_or_else(missing)?;
     if !auth.0.allows(&build.deployment_id) {
