@@ -189,6 +189,16 @@ async fn a_preview_neither_reads_nor_writes_openbao() {
     let _api = api_with(&db, port, &keys, None);
     let _worker = worker_with(&db, port, None);
     let api = Api::connect(&db, port).await;
+    // The preview's names eval runs on the worker's nix queue: wait until
+    // the worker serves it (as the api counts live workers).
+    let keys = std::collections::BTreeMap::from([("DATABASE_URL".to_owned(), db.url.clone())]);
+    let store = slipway_jobs::store::open(&slipway_jobs::config::Config::from_keys(&keys).unwrap()).await.unwrap();
+    wait_for("the worker to serve the nix queue", Duration::from_secs(60), || async {
+        let mut conn = store.acquire().await.ok()?;
+        let states = slipway_jobs::store::workers::queue_states(&mut conn, &["nix"], 60).await.ok()?;
+        (states.first()?.workers > 0).then_some(())
+    })
+    .await;
     let body = json!({ "configuration": with_secrets(&[("mastodon", "translationApiKey", json!("preview-value"))]) });
     let (status, preview) = api.call(reqwest::Method::POST, "/deployments/demo/preview", Some(&body)).await.unwrap();
     assert_eq!(status, 200, "{preview}");
