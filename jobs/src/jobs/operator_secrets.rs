@@ -39,27 +39,47 @@ const FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
 const LONGEST_PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Runs `op` until it succeeds, fails for a reason time does not mend, or
-/// [`OPENBAO_PATIENCE`] has passed; says in the worker's log that it waits.
-async fn patiently<T, F, Fut>(what: &str, mut op: F) -> Result<T, OpenBaoError>
+/// `patience` has passed, pausing from [`FIRST_PAUSE`] doubling to
+/// [`LONGEST_PAUSE`]; says once in the worker's log that it waits
+/// (`waiting <what>`, "for OpenBao to read …"). `mends`
+/// tells an error time may mend, with the least pause it asks for (an
+/// answer's `Retry-After`), from one it does not (`None`).
+async fn retried<T, E, F, Fut>(
+    what: &str,
+    patience: std::time::Duration,
+    mends: impl Fn(&E) -> Option<std::time::Duration>,
+    mut op: F,
+) -> Result<T, E>
 where
+    E: std::fmt::Display,
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, OpenBaoError>>,
+    Fut: std::future::Future<Output = Result<T, E>>,
 {
     let started = std::time::Instant::now();
     let mut pause = FIRST_PAUSE;
     loop {
-        match op().await {
-            Err(e) if e.passes_with_time() && started.elapsed() + pause < OPENBAO_PATIENCE => {
-                if pause == FIRST_PAUSE {
-                    tracing::warn!(error = %e, cause = e.cause(), patience_s = OPENBAO_PATIENCE.as_secs(), "waiting for OpenBao to {what}");
-                }
-                let wait = pause.max(e.retry_after().unwrap_or_default()).min(LONGEST_PAUSE);
-                tokio::time::sleep(wait).await;
-                pause = (pause * 2).min(LONGEST_PAUSE);
-            }
+        let e = match op().await {
+            Err(e) if started.elapsed() + pause < patience => e,
             done => return done,
+        };
+        let Some(least) = mends(&e) else { return Err(e) };
+        if pause == FIRST_PAUSE {
+            tracing::warn!(error = %e, patience_s = patience.as_secs(), "waiting {what}");
         }
+        tokio::time::sleep(pause.max(least).min(LONGEST_PAUSE)).await;
+        pause = (pause * 2).min(LONGEST_PAUSE);
     }
+}
+
+/// [`retried`] for OpenBao: waits up to [`OPENBAO_PATIENCE`] for an
+/// OpenBao that cannot be reached, is sealed or asks to be asked later.
+async fn patiently<T, F, Fut>(what: &str, op: F) -> Result<T, OpenBaoError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, OpenBaoError>>,
+{
+    let mends = |e: &OpenBaoError| e.passes_with_time().then(|| e.retry_after().unwrap_or_default());
+    retried(&format!("for OpenBao to {what}"), OPENBAO_PATIENCE, mends, op).await
 }
 
 /// How long a deploy waits for a database that went away (a restart, a
@@ -68,23 +88,15 @@ where
 pub const DATABASE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The `(application, field)`s that builds after `build` set
-/// ([`builds::secrets_set_after`]), asking again with a growing pause while
-/// the database cannot be reached, for up to [`DATABASE_PATIENCE`].
+/// ([`builds::secrets_set_after`]), asking again as [`retried`] while the
+/// database cannot be reached, for up to [`DATABASE_PATIENCE`].
 async fn set_later(ctx: &Ctx, build: &BuildRow) -> Result<Vec<(String, String)>, crate::store::StoreError> {
-    let started = std::time::Instant::now();
-    let mut pause = FIRST_PAUSE;
-    loop {
-        let read =
-            async { builds::secrets_set_after(&mut ctx.db.acquire().await?, &build.deployment_id, build.seq).await };
-        match read.await {
-            Err(e @ crate::store::StoreError::Database(_)) if started.elapsed() + pause < DATABASE_PATIENCE => {
-                tracing::warn!(error = %e, retry_in_ms = pause.as_millis() as u64, "cannot read the deployment's later builds yet; trying again");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(LONGEST_PAUSE);
-            }
-            done => return done,
-        }
-    }
+    let mends = |e: &crate::store::StoreError| {
+        matches!(e, crate::store::StoreError::Database(_)).then_some(std::time::Duration::ZERO)
+    };
+    let read =
+        || async { builds::secrets_set_after(&mut ctx.db.acquire().await?, &build.deployment_id, build.seq).await };
+    retried("for the database to read the deployment's later builds", DATABASE_PATIENCE, mends, read).await
 }
 
 /// Checks, before a deploy reads or clears anything, that OpenBao still
