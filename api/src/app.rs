@@ -74,6 +74,9 @@ pub struct App {
     pub openbao_token: Option<slipway_jobs::openbao_token::TokenWatch>,
     /// This process's metrics (docs/METRICS.md), served by `GET /metrics`.
     pub metrics: slipway_jobs::metrics::Metrics,
+    /// The event streams open now, under `SLIPWAY_STREAMS_PER_SUBJECT` and
+    /// `SLIPWAY_STREAMS_PER_API`.
+    pub streams: crate::stream_caps::StreamCaps,
 }
 
 /// The state handlers take: `State(state): State<AppState>`.
@@ -127,6 +130,8 @@ impl AppState {
             .clone()
             .filter(|_| tokio::runtime::Handle::try_current().is_ok())
             .map(|bao| slipway_jobs::openbao_token::TokenWatch::start(bao, config.nix_timeout, Some(metrics.clone())));
+        let streams =
+            crate::stream_caps::StreamCaps::new(config.streams_per_subject, config.streams_per_api, metrics.clone());
         Ok(AppState(Arc::new(App {
             config,
             db,
@@ -138,6 +143,7 @@ impl AppState {
             secrets,
             openbao_token,
             metrics,
+            streams,
         })))
     }
 }

@@ -37,7 +37,7 @@ pub struct ApiError {
     pub database_away: Option<String>,
     /// Seconds a client should wait before trying again, sent as
     /// `Retry-After` (RFC 9110 §10.2.3) on the refusals that pass with time:
-    /// [`Self::queue_full`] and [`Self::nix_busy`].
+    /// [`Self::queue_full`], [`Self::nix_busy`] and [`Self::too_many_streams`].
     pub retry_after: Option<u32>,
 }
 
@@ -138,6 +138,9 @@ pub enum ErrorCode {
     SourceUnsafe,
     /// `429`: too many requests.
     TooManyRequests,
+    /// `429`: an event-stream cap is reached (`details.limit`: `subject` or
+    /// `api`; `Retry-After`).
+    TooManyStreams,
     /// `431`: the header section is too large.
     RequestHeaderFieldsTooLarge,
     /// `500`: the service failed; it has been logged.
@@ -160,7 +163,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the document.
-    pub const ALL: [ErrorCode; 39] = {
+    pub const ALL: [ErrorCode; 40] = {
         use ErrorCode::*;
         [
             InvalidRequest,
@@ -193,6 +196,7 @@ impl ErrorCode {
             SourceTooLarge,
             SourceUnsafe,
             TooManyRequests,
+            TooManyStreams,
             RequestHeaderFieldsTooLarge,
             Internal,
             NotImplemented,
@@ -293,6 +297,15 @@ impl ApiError {
         Self {
             retry_after: Some(NIX_BUSY_RETRY_AFTER),
             ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "nix_busy", message)
+        }
+    }
+
+    /// 429 `too_many_streams`: an event-stream cap is reached
+    /// ([`crate::stream_caps`]), with `Retry-After: 10`.
+    pub fn too_many_streams(message: impl Into<String>) -> Self {
+        Self {
+            retry_after: Some(crate::stream_caps::STREAMS_RETRY_AFTER),
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_streams", message)
         }
     }
 

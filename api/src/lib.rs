@@ -15,6 +15,7 @@ pub mod rotation;
 pub mod routes;
 pub mod serve;
 pub mod starting;
+pub mod stream_caps;
 pub mod ui;
 
 pub use app::{app, App, AppState};

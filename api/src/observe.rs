@@ -80,6 +80,7 @@ pub async fn scrape(State(app): State<AppState>, request: Request) -> Response {
                 .into_response();
         }
     }
+    app.streams.record();
     let mut text = app.metrics.render();
     let window = app.config.heartbeat * slipway_jobs::store::queue::MISSED_HEARTBEATS;
     let fleet = async {

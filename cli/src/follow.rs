@@ -11,7 +11,9 @@
 //! and all of it) and goes on until the build ends, or until the api has
 //! been away for the [`Resume::give_up_after`] the person chose
 //! (`--give-up-after`, 10 minutes by default). A stream that delivers nothing, not even the api's
-//! keep-alive comment, for [`STALL`] counts as cut.
+//! keep-alive comment, for [`STALL`] counts as cut. A stream the api ends
+//! with `token_expired` is not resumed (the same token would be refused):
+//! the follow fails naming it, and the build goes on.
 
 use crate::client::{api_error, Client, Failure};
 use eventsource_stream::Eventsource as _;
@@ -127,8 +129,9 @@ pub async fn follow_log(
             let headers = answer.headers().clone();
             let bytes = answer.bytes().await.unwrap_or_default();
             let failure = api_error(status, &headers, &bytes);
-            // A gateway or an api starting up: still away.
-            if let (Some(away), 502..=504) = (&mut outage, status.as_u16()) {
+            // A gateway, an api starting up, or one holding too many
+            // streams for the moment: still away.
+            if let (Some(away), 429 | 502..=504) = (&mut outage, status.as_u16()) {
                 away.why = failure.to_string();
                 if let Some(Ok(wait)) = retry_after_secs(&failure) {
                     away.delay = away.delay.max(Duration::from_secs(wait).min(MOST_DELAY));
@@ -172,6 +175,19 @@ pub async fn follow_log(
                     on(Seen::End { status: data["status"].as_str().unwrap_or("unknown") });
                     ended = true;
                     break;
+                }
+                // The token expired: resuming with it would be refused.
+                "token_expired" => {
+                    let said = data["message"].as_str().unwrap_or("the token expired");
+                    return Err(Failure::Api {
+                        status: 401,
+                        code: "token_expired".into(),
+                        message: format!(
+                            "{said} (build {build_id} goes on; follow it again with a fresh SLIPWAY_TOKEN)"
+                        ),
+                        details: data.clone(),
+                        retry_after: None,
+                    });
                 }
                 _ => {}
             }

@@ -250,6 +250,43 @@ async fn logs_follow_resumes_across_a_restart_of_the_api() {
     assert!(stderr.contains(&format!("build {build} cancelled")), "{stderr}");
 }
 
+/// A token that expires while `slipway logs -f` follows a running build:
+/// the api ends the stream with `token_expired`, and `slipway` exits 1
+/// naming it and saying to follow again with a fresh token, instead of
+/// resuming with a token that would be refused (or reporting the build's
+/// end). The build goes on.
+#[tokio::test]
+async fn logs_follow_with_a_token_that_expires_exits_1_naming_token_expired() {
+    let source = tempfile::tempdir().unwrap();
+    failing_source(source.path());
+    let fleet = Fleet::start(Some(source.path())).await;
+    let user = fleet.token(false);
+    let demo = demo_file();
+    let accepted = fleet.slipway(&user, &["--output", "json", "deploy", "slow", "-f", demo.to_str().unwrap()]).await;
+    assert_eq!(accepted.code, 0, "{accepted:#?}");
+    let build = accepted.json()["build_id"].as_str().unwrap().to_owned();
+    wait_for("the slow build to log its start", Duration::from_secs(60), || async {
+        let b = fleet.slipway(&user, &["--output", "json", "logs", &build]).await.json();
+        b["log"].as_str().is_some_and(|l| l.contains("a long deploy starts")).then_some(())
+    })
+    .await;
+    let short = fleet.token_for(false, "4s");
+    let follower = tokio::process::Command::from(fleet.command(&short, &["logs", "-f", &build]))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), follower.wait_with_output()).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("token_expired"), "{stderr}");
+    assert!(stderr.contains("fresh SLIPWAY_TOKEN") && stderr.contains(&build), "{stderr}");
+    let status = fleet.slipway(&user, &["--output", "json", "logs", &build]).await.json();
+    assert_eq!(status["status"], "running", "the build goes on: {status}");
+    assert_eq!(fleet.slipway(&user, &["cancel", &build]).await.code, 0);
+}
+
 /// 600 numbered lines, the second half written after a pause long enough
 /// for the api to be away while the build runs.
 const SIX_HUNDRED_LINES: &str = r#"i=1

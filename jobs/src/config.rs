@@ -297,6 +297,16 @@ pub struct Config {
     /// long, then exits with whatever is still open; a second signal ends
     /// the drain at once. Workers ignore it.
     pub shutdown_grace: Duration,
+    /// `SLIPWAY_STREAMS_PER_SUBJECT`: event streams (`GET
+    /// /deployments/{id}/events`, `GET /builds/{id}/log`) one token subject
+    /// may hold open on one api at once, default 100; past it a stream is
+    /// refused `429 too_many_streams`. A ticket's streams count for the
+    /// subject of the token that minted it. Workers ignore it.
+    pub streams_per_subject: u32,
+    /// `SLIPWAY_STREAMS_PER_API`: event streams one api holds open at
+    /// once, whoever opened them, default 10000; past it a stream is
+    /// refused `429 too_many_streams`. Workers ignore it.
+    pub streams_per_api: u32,
     /// How processes run on a module source are contained and bounded
     /// (`SLIPWAY_SANDBOX_*`, `SLIPWAY_NIX_*`, `NIX_MEMORY_LIMIT`, the
     /// output and source limits; SEC-3).
@@ -388,6 +398,8 @@ pub const KEYS: &[&str] = &[
     "SLIPWAY_REQUEST_TIMEOUT",
     "SLIPWAY_BODY_TIMEOUT",
     "SLIPWAY_SHUTDOWN_GRACE",
+    "SLIPWAY_STREAMS_PER_SUBJECT",
+    "SLIPWAY_STREAMS_PER_API",
     "SLIPWAY_SANDBOX_USER",
     "SLIPWAY_SANDBOX_PATHS",
     "SLIPWAY_EFFECT_NETWORK",
@@ -557,6 +569,8 @@ impl Config {
             request_timeout: duration(keys, "SLIPWAY_REQUEST_TIMEOUT", 30)?,
             body_timeout: duration(keys, "SLIPWAY_BODY_TIMEOUT", 60)?,
             shutdown_grace: duration(keys, "SLIPWAY_SHUTDOWN_GRACE", 10)?,
+            streams_per_subject: number(keys, "SLIPWAY_STREAMS_PER_SUBJECT", 100)?,
+            streams_per_api: number(keys, "SLIPWAY_STREAMS_PER_API", 10_000)?,
             sandbox: SandboxConfig::from_keys(keys)?,
             git: GitConfig::from_keys(keys)?,
             file: None,
@@ -655,6 +669,7 @@ mod tests {
         assert_eq!(c.request_timeout, Duration::from_secs(30));
         assert_eq!(c.body_timeout, Duration::from_secs(60));
         assert_eq!(c.shutdown_grace, Duration::from_secs(10));
+        assert_eq!((c.streams_per_subject, c.streams_per_api), (100, 10_000));
     }
 
     #[test]

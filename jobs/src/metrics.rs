@@ -44,6 +44,16 @@ pub const OPENBAO_TOKEN_TTL: &str = "slipway_openbao_token_ttl_seconds";
 /// (`renewed`, `failed`).
 pub const OPENBAO_TOKEN_RENEWALS: &str = "slipway_openbao_token_renewals_total";
 
+/// Gauge `{kind}`: event streams the api holds open now, by kind
+/// (`deployment_events`, `build_log`).
+pub const STREAMS_OPEN: &str = "slipway_streams_open";
+/// Gauge: the most event streams any one token subject holds open on the
+/// api now (the subject itself is never a label).
+pub const STREAMS_BUSIEST_SUBJECT: &str = "slipway_streams_busiest_subject";
+/// Counter `{limit}`: event streams refused by a cap (`subject`:
+/// `SLIPWAY_STREAMS_PER_SUBJECT`; `api`: `SLIPWAY_STREAMS_PER_API`).
+pub const STREAMS_REFUSED: &str = "slipway_streams_refused_total";
+
 /// The `route` of a request no route matched.
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 
@@ -151,6 +161,11 @@ impl Metrics {
             ),
             describe(BUILDS, "Builds this worker ran to a recorded end, by kind and outcome."),
             describe(OPENBAO_TOKEN_RENEWALS, "Renewals of this process's OpenBao token, by outcome (renewed, failed)."),
+            describe(
+                STREAMS_REFUSED,
+                "Event streams refused by a cap, by limit (subject: SLIPWAY_STREAMS_PER_SUBJECT; api: \
+                 SLIPWAY_STREAMS_PER_API).",
+            ),
         ] {
             recorder.describe_counter(name, None, help);
         }
@@ -160,11 +175,16 @@ impl Metrics {
         ] {
             recorder.describe_histogram(name, None, help);
         }
-        recorder.describe_gauge(
-            KeyName::from_const_str(OPENBAO_TOKEN_TTL),
-            None,
-            SharedString::const_str("Seconds left before this process's OpenBao token expires, at its last lookup."),
-        );
+        for (name, help) in [
+            describe(
+                OPENBAO_TOKEN_TTL,
+                "Seconds left before this process's OpenBao token expires, at its last lookup.",
+            ),
+            describe(STREAMS_OPEN, "Event streams this api holds open now, by kind (deployment_events, build_log)."),
+            describe(STREAMS_BUSIEST_SUBJECT, "The most event streams one token subject holds open on this api now."),
+        ] {
+            recorder.describe_gauge(name, None, help);
+        }
         let handle = recorder.handle();
         Self { recorder: std::sync::Arc::new(recorder), handle }
     }
@@ -248,6 +268,33 @@ impl Metrics {
         for renewed in [true, false] {
             let key =
                 Key::from_parts(OPENBAO_TOKEN_RENEWALS, vec![Label::from_static_parts("outcome", renewal(renewed))]);
+            self.recorder.register_counter(&key, &METADATA).absolute(0);
+        }
+    }
+
+    /// Records the event streams open now: `open` of each kind
+    /// (`deployment_events`, `build_log`) and the most any one subject holds.
+    pub fn streams_open(&self, open: [(&'static str, u32); 2], busiest_subject: u32) {
+        for (kind, n) in open {
+            let key = Key::from_parts(STREAMS_OPEN, vec![Label::from_static_parts("kind", kind)]);
+            self.recorder.register_gauge(&key, &METADATA).set(f64::from(n));
+        }
+        self.recorder
+            .register_gauge(&Key::from_name(STREAMS_BUSIEST_SUBJECT), &METADATA)
+            .set(f64::from(busiest_subject));
+    }
+
+    /// Records one event stream refused by the cap `limit` (`subject`, `api`).
+    pub fn stream_refused(&self, limit: &'static str) {
+        let key = Key::from_parts(STREAMS_REFUSED, vec![Label::from_static_parts("limit", limit)]);
+        self.recorder.register_counter(&key, &METADATA).increment(1);
+    }
+
+    /// Makes sure the stream families show (at zero) before the first stream.
+    pub fn register_streams(&self) {
+        self.streams_open([("deployment_events", 0), ("build_log", 0)], 0);
+        for limit in ["subject", "api"] {
+            let key = Key::from_parts(STREAMS_REFUSED, vec![Label::from_static_parts("limit", limit)]);
             self.recorder.register_counter(&key, &METADATA).absolute(0);
         }
     }

@@ -7,7 +7,11 @@
 //! closing the stream after their last event; a reconnect after that
 //! answers `204 No Content`, which tells an `EventSource` to stop. A
 //! comment line every [`KEEP_ALIVE`] keeps proxies from cutting an idle
-//! stream.
+//! stream. Each stream opens with a `retry:` drawn afresh ([`RETRY_LEAST`]
+//! plus up to [`RETRY_SPREAD`]) so that reconnects after an api restart
+//! spread out, and one cut because its token expired ends with an `event:
+//! token_expired`. Open streams are capped per token subject and per api
+//! ([`crate::stream_caps`]).
 //!
 //! Both take the token from the `Authorization` header or, because a
 //! browser's `EventSource` cannot set headers, a single-use `ticket` query
@@ -23,6 +27,7 @@ use crate::app::{AppState, Auth};
 use crate::auth::{Audience, Claims, TokenError};
 use crate::error::ApiError;
 use crate::extract::{BuildIdPath, DeploymentIdPath, NoQuery, Query, StrictQuery};
+use crate::stream_caps::StreamSlot;
 use axum::extract::{FromRef, FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -30,6 +35,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine as _;
+use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -307,40 +313,99 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     text.parse::<i64>().map(Some).map_err(|_| invalid())
 }
 
+/// The least `retry:` a stream asks a client to wait before it reconnects.
+pub const RETRY_LEAST: Duration = Duration::from_secs(1);
+
+/// The span `retry:` is drawn from above [`RETRY_LEAST`]: each stream asks
+/// for a wait drawn afresh, so that the clients of an api that restarts do
+/// not all come back in the same instant.
+pub const RETRY_SPREAD: Duration = Duration::from_secs(4);
+
+/// A reconnection wait for one stream: [`RETRY_LEAST`] plus a uniform draw
+/// from [`RETRY_SPREAD`], in whole milliseconds.
+fn retry_wait() -> Duration {
+    use rand::Rng as _;
+    RETRY_LEAST + Duration::from_millis(rand::rng().random_range(0..RETRY_SPREAD.as_millis() as u64))
+}
+
 /// An SSE response over what a task sends into `rx`, with keep-alives and
-/// headers that keep proxies from buffering it.
+/// headers that keep proxies from buffering it. It opens with a `retry:`
+/// field alone (no data, so no event is dispatched): how long the client
+/// waits before reconnecting once the stream is cut ([`retry_wait`]).
 fn sse(rx: mpsc::Receiver<Event>) -> Response {
+    let retry = futures::stream::once(std::future::ready(Ok::<_, Infallible>(Event::default().retry(retry_wait()))));
     let stream =
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx)) });
-    let mut response = Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)).into_response();
+    let mut response = Sse::new(retry.chain(stream)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)).into_response();
     response.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
+}
+
+/// Why a stream ends before what it follows does.
+enum Cut {
+    /// The process stops serving: the client reconnects (to another api).
+    Closing,
+    /// The token it was opened with expired (at `exp`, seconds since the
+    /// epoch): the client needs a fresh token, or a ticket minted with one.
+    TokenExpired(f64),
 }
 
 /// When a stream must end whatever it follows: when the process stops
 /// serving, or when the token it was opened with expires (a token is
 /// checked when a stream opens; the client reconnects with a fresh one and
 /// its last id).
-fn ends(app: &AppState, auth: &Auth) -> impl std::future::Future<Output = ()> + Send + 'static {
+fn ends(app: &AppState, auth: &Auth) -> impl std::future::Future<Output = Cut> + Send + 'static {
     let closed = app.hub.closed();
+    let exp = auth.0.exp;
     let now = time::OffsetDateTime::now_utc().unix_timestamp_nanos() as f64 / 1e9;
-    let left = Duration::try_from_secs_f64(auth.0.exp - now).unwrap_or(Duration::ZERO);
+    let left = Duration::try_from_secs_f64(exp - now).unwrap_or(Duration::ZERO);
     async move {
         tokio::select! {
-            () = closed => {}
-            () = tokio::time::sleep(left) => {}
+            () = closed => Cut::Closing,
+            () = tokio::time::sleep(left) => Cut::TokenExpired(exp),
         }
     }
 }
 
-/// Runs a stream's task until it ends or must end (see [`ends`]);
-/// dropping its sender ends the response.
-async fn until_closed(task: impl std::future::Future<Output = ()>, closed: impl std::future::Future<Output = ()>) {
+/// The last event of a stream cut because its token expired: `event:
+/// token_expired`, no `id` (the client's last id stays that of the last
+/// event it got), `data: {"message", "expired_at"}`.
+fn token_expired_event(exp: f64) -> Event {
+    let at = rfc3339((exp * 1000.0).floor() as i64);
+    Event::default().event("token_expired").data(
+        json!({
+            "message": "the token this stream was opened with expired: open it again with a fresh token (or a \
+                        ticket minted with one) and Last-Event-ID to go on where it stopped",
+            "expired_at": at,
+        })
+        .to_string(),
+    )
+}
+
+/// How long the last event of a cut stream may wait for room in a slow
+/// client's buffer before the stream ends without it.
+const LAST_EVENT_WAIT: Duration = Duration::from_secs(5);
+
+/// Runs a stream's task until it ends or must end (see [`ends`]), holding
+/// its `slot` under the caps until then; a stream cut because its token
+/// expired gets a last `token_expired` event on `tx`. Dropping the
+/// senders ends the response.
+async fn until_closed(
+    task: impl std::future::Future<Output = ()>,
+    cut: impl std::future::Future<Output = Cut>,
+    tx: mpsc::Sender<Event>,
+    slot: StreamSlot,
+) {
     tokio::select! {
         () = task => {}
-        () = closed => {}
+        why = cut => {
+            if let Cut::TokenExpired(exp) = why {
+                let _ = tokio::time::timeout(LAST_EVENT_WAIT, tx.send(token_expired_event(exp))).await;
+            }
+        }
     }
+    drop(slot);
 }
 
 /// One event of the deployment channel.
@@ -365,7 +430,7 @@ fn state_event(e: &events::Event) -> Event {
 /// "state", "build_id", "at"}`. The stream ends after a terminal state
 /// (`active`, `idle`, `failed`); a reconnect with nothing new after a
 /// terminal state answers `204`. `404` for an unknown deployment, `403`
-/// outside the token's scope.
+/// outside the token's scope, `429` past a stream cap ([`crate::stream_caps`]).
 #[utoipa::path(get, path = "/deployments/{id}/events", tag = "streams",
     params(
         ("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)"),
@@ -381,6 +446,7 @@ fn state_event(e: &events::Event) -> Event {
         (status = 400, description = "`invalid_request` (a bad `Last-Event-ID` or query string) or `invalid_deployment_id`", body = crate::error::ErrorBody),
         (status = 403, description = "`forbidden`: outside the token's scope", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: no such deployment", body = crate::error::ErrorBody),
+        (status = 429, description = "`too_many_streams`: the token's subject, or this api, holds its most streams open (`details.limit`, `Retry-After`)", body = crate::error::ErrorBody),
     ))]
 pub async fn deployment(
     State(app): State<AppState>,
@@ -391,6 +457,7 @@ pub async fn deployment(
     let (auth, deprecated) = credential.open(&app, StreamKind::DeploymentEvents, id.as_str()).await?;
     auth.require(id.as_str())?;
     let last = last_event_id(&headers)?;
+    let slot = app.streams.open(&auth.0.sub, StreamKind::DeploymentEvents)?;
     // Subscribed before the first read, so nothing committed after it is missed.
     let wakes = app.hub.subscribe();
     let mut conn = app.db.acquire().await?;
@@ -424,8 +491,8 @@ pub async fn deployment(
     };
     drop(conn);
     let (tx, rx) = mpsc::channel(16);
-    let follow = follow_deployment(app.db.clone(), id.to_string(), first, after, wakes, tx);
-    tokio::spawn(until_closed(follow, ends(&app, &auth)));
+    let follow = follow_deployment(app.db.clone(), id.to_string(), first, after, wakes, tx.clone());
+    tokio::spawn(until_closed(follow, ends(&app, &auth), tx, slot));
     Ok(mark_deprecated(sse(rx), deprecated))
 }
 
@@ -493,7 +560,7 @@ async fn read_since(db: &Db, id: &str, after: i64) -> Result<Vec<events::Event>,
 /// `data: {"build_id", "status"}`, and the stream closes. With
 /// `Last-Event-ID` it resumes after that chunk; a reconnect after the end
 /// answers `204`. A build outside the token's scope is `404`, like an
-/// unknown one.
+/// unknown one; `429` past a stream cap ([`crate::stream_caps`]).
 #[utoipa::path(get, path = "/builds/{id}/log", tag = "streams",
     params(
         ("id" = String, Path, description = "A build id"),
@@ -508,6 +575,7 @@ async fn read_since(db: &Db, id: &str, after: i64) -> Result<Vec<events::Event>,
         (status = 204, description = "The build ended and every chunk was sent: stop reconnecting"),
         (status = 400, description = "`invalid_request` (a bad `Last-Event-ID` or query string)", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: no such build, or one outside the token's scope", body = crate::error::ErrorBody),
+        (status = 429, description = "`too_many_streams`: the token's subject, or this api, holds its most streams open (`details.limit`, `Retry-After`)", body = crate::error::ErrorBody),
     ))]
 pub async fn build_log(
     State(app): State<AppState>,
@@ -523,6 +591,7 @@ pub async fn build_log(
     if !auth.0.allows(&build.deployment_id) {
         return Err(missing());
     }
+    let slot = app.streams.open(&auth.0.sub, StreamKind::BuildLog)?;
     let after = last.unwrap_or(0);
     if build.status.is_terminal() && last.is_some() {
         let end = log_end(&mut conn, &id).await?;
@@ -532,7 +601,7 @@ pub async fn build_log(
     }
     drop(conn);
     let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(until_closed(follow_log(app.db.clone(), id, after, tx), ends(&app, &auth)));
+    tokio::spawn(until_closed(follow_log(app.db.clone(), id, after, tx.clone()), ends(&app, &auth), tx, slot));
     Ok(mark_deprecated(sse(rx), deprecated))
 }
 

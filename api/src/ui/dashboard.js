@@ -20,7 +20,7 @@
   // What the page has seen, for people debugging and for the browser test.
   // states: each state the deployment channel sent, with the log chunks
   // streamed into the page by then.
-  const seen = { states: [], liveLogChunks: 0, logChunksBeforeEnd: 0, builds: [] };
+  const seen = { states: [], liveLogChunks: 0, logChunksBeforeEnd: 0, builds: [], tokenExpired: false };
   window.slipwayDashboard = seen;
 
   const $ = (id) => document.getElementById(id);
@@ -118,7 +118,11 @@
     return true;
   }
 
-  const RECONNECT_MS = 2000;
+  // A broken stream is reopened after RECONNECT_MS plus a random share of
+  // RECONNECT_SPREAD_MS, so that the tabs of an api that restarted do not
+  // all come back at once.
+  const RECONNECT_MS = 1000;
+  const RECONNECT_SPREAD_MS = 4000;
 
   // Opens the stream at `path` with a fresh single-use ticket, or null when
   // the route changed meanwhile or the ticket was refused (said on the page).
@@ -139,6 +143,15 @@
     const { ticket } = await response.json();
     const source = new EventSource(`${path}?ticket=${encodeURIComponent(ticket)}`);
     streams.push(source);
+    // The api ends a stream whose token expired with this event: the token
+    // is of no more use, so the page asks for another instead of reopening.
+    source.addEventListener("token_expired", () => {
+      seen.tokenExpired = true;
+      sessionStorage.removeItem(TOKEN_KEY);
+      stopFollowing();
+      showSignedIn();
+      say("The token expired while a stream was open. Paste a fresh one to go on following.", "error");
+    });
     return source;
   }
 
@@ -153,7 +166,7 @@
         if (mine === routeToken) {
           again();
         }
-      }, RECONNECT_MS);
+      }, RECONNECT_MS + Math.random() * RECONNECT_SPREAD_MS);
     });
   }
 

@@ -113,8 +113,13 @@ impl Fleet {
     /// A token from `slipway-api token`: for every deployment, with the
     /// operator claim when `operator`.
     pub fn token(&self, operator: bool) -> String {
+        self.token_for(operator, "1h")
+    }
+
+    /// A token like [`Fleet::token`]'s that expires after `ttl` (`5s`, `1h`).
+    pub fn token_for(&self, operator: bool, ttl: &str) -> String {
         let mut cmd = command(&binary("slipway-api"), &self.db, self.port);
-        cmd.args(["token", "--deployments", "*", "--ttl", "1h"]);
+        cmd.args(["token", "--deployments", "*", "--ttl", ttl]);
         if operator {
             cmd.arg("--operator");
         }
