@@ -77,6 +77,12 @@ pub struct App {
     /// The event streams open now, under `SLIPWAY_STREAMS_PER_SUBJECT` and
     /// `SLIPWAY_STREAMS_PER_API`.
     pub streams: crate::stream_caps::StreamCaps,
+    /// The keeper of the SQLite write-ahead log (`None` on PostgreSQL); its
+    /// rounds run in `main`, its warning shows in `/readyz`.
+    pub wal: Option<slipway_jobs::sqlite_wal::WalKeeper>,
+    /// The storage faults answered lately (`503 storage_unavailable`),
+    /// for the log, the metrics and `/readyz`.
+    pub storage: crate::storage_health::StorageHealth,
 }
 
 /// The state handlers take: `State(state): State<AppState>`.
@@ -132,6 +138,10 @@ impl AppState {
             .map(|bao| slipway_jobs::openbao_token::TokenWatch::start(bao, config.nix_timeout, Some(metrics.clone())));
         let streams =
             crate::stream_caps::StreamCaps::new(config.streams_per_subject, config.streams_per_api, metrics.clone());
+        let wal = config
+            .sqlite_path()
+            .map(|path| slipway_jobs::sqlite_wal::WalKeeper::new(&path, config.sqlite_wal_limit, metrics.clone()));
+        let storage = crate::storage_health::StorageHealth::new(metrics.clone());
         Ok(AppState(Arc::new(App {
             config,
             db,
@@ -144,6 +154,8 @@ impl AppState {
             openbao_token,
             metrics,
             streams,
+            wal,
+            storage,
         })))
     }
 }
@@ -422,6 +434,7 @@ pub fn app(state: AppState) -> Router {
         .layer(middleware::from_fn(content_length_limit))
         .layer(middleware::from_fn(header_limit))
         .layer(middleware::from_fn_with_state(state.clone(), crate::database_health::watch))
+        .layer(middleware::from_fn_with_state(state.clone(), crate::storage_health::watch))
         // Every error answer of the layers above in the §3 shape.
         .layer(middleware::from_fn(error_shape))
         // Outside the header limit, so a browser can read its 431.

@@ -41,6 +41,10 @@ pub struct ApiError {
     pub retry_after: Option<u32>,
 }
 
+/// `Retry-After` of `503 storage_unavailable`, seconds: an operator has to
+/// free space first.
+pub const STORAGE_RETRY_AFTER: u32 = 30;
+
 /// `Retry-After` of `503 queue_full`, seconds: the queue drains as workers
 /// finish builds, which take minutes, so sooner rarely helps.
 pub const QUEUE_FULL_RETRY_AFTER: u32 = 30;
@@ -157,13 +161,16 @@ pub enum ErrorCode {
     QueueFull,
     /// `503`: every nix slot is busy (`Retry-After`).
     NixBusy,
+    /// `503`: a host's storage cannot be written (`details.storage`:
+    /// `worker` or `database`; `Retry-After`).
+    StorageUnavailable,
     /// `504`: the request did not finish in time.
     Timeout,
 }
 
 impl ErrorCode {
     /// Every code, in the order of the document.
-    pub const ALL: [ErrorCode; 40] = {
+    pub const ALL: [ErrorCode; 41] = {
         use ErrorCode::*;
         [
             InvalidRequest,
@@ -205,6 +212,7 @@ impl ErrorCode {
             ServiceUnavailable,
             QueueFull,
             NixBusy,
+            StorageUnavailable,
             Timeout,
         ]
     };
@@ -249,6 +257,16 @@ pub fn status_code(status: StatusCode) -> (&'static str, &'static str) {
         400..=499 => ("invalid_request", "the request is not valid"),
         _ => ("internal", "the service failed to handle this request; it has been logged"),
     }
+}
+
+/// Response extension of a `503 storage_unavailable` answer: the storage
+/// that failed (`worker`, `database`) and the answer's message.
+#[derive(Debug, Clone)]
+pub struct StorageFault {
+    /// `worker` or `database`.
+    pub storage: &'static str,
+    /// What the answer said.
+    pub message: String,
 }
 
 /// Response extension of an answer given because the database is away
@@ -309,6 +327,19 @@ impl ApiError {
         }
     }
 
+    /// 503 `storage_unavailable`: `storage` (`worker`, `database`) cannot
+    /// be written, with `Retry-After: 30` and `details.storage`. A host's
+    /// fault, never the client's. The answer carries a [`StorageFault`]
+    /// response extension, from which [`crate::storage_health`] logs it,
+    /// counts it and warns in `/readyz`.
+    pub fn storage_unavailable(storage: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            retry_after: Some(STORAGE_RETRY_AFTER),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable", message)
+        }
+        .with_details(json!({ "storage": storage }))
+    }
+
     /// 503 `service_unavailable`.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", message)
@@ -362,6 +393,13 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        // Which storage failed, for [`crate::storage_health`].
+        let storage = (self.code == "storage_unavailable")
+            .then(|| match self.details.as_ref().and_then(|d| d["storage"].as_str()) {
+                Some("database") => "database",
+                _ => "worker",
+            })
+            .map(|storage| StorageFault { storage, message: self.message.clone() });
         let body = json!({ "error": self.code, "message": self.message, "details": self.details });
         let mut response = (self.status, Json(body)).into_response();
         response.extensions_mut().insert(ErrorShape);
@@ -371,6 +409,9 @@ impl IntoResponse for ApiError {
         if let Some(why) = self.database_away {
             response.extensions_mut().insert(DatabaseAway(why));
         }
+        if let Some(fault) = storage {
+            response.extensions_mut().insert(fault);
+        }
         response
     }
 }
@@ -378,6 +419,12 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match &e {
+            // Before "unavailable": the database answers, but cannot write.
+            _ if e.is_storage_full() => Self::storage_unavailable(
+                "database",
+                "the database cannot write: its disk is full; nothing of this request was stored (a fault of the \
+                 service's host, not of the request: try again once its operator has freed space)",
+            ),
             // Logged once per outage by the database watcher, not per request.
             _ if e.is_unavailable() => {
                 tracing::debug!(error = %e, "database unavailable");
@@ -421,6 +468,17 @@ impl From<NixFailure> for ApiError {
         let (status, code) = match f.code {
             FailureCode::BuildFailed if f.output.as_deref() == Some("names") => {
                 (StatusCode::BAD_REQUEST, "invalid_configuration")
+            }
+            FailureCode::StorageUnavailable => {
+                return Self::storage_unavailable(
+                    "worker",
+                    format!(
+                        "{} (a fault of the worker's host, not of the request: try again once its operator has freed \
+                         space)",
+                        f.message
+                    ),
+                )
+                .with_details(json!({ "storage": "worker", "output": f.output }))
             }
             FailureCode::FetchFailed => (StatusCode::BAD_GATEWAY, f.code.as_str()),
             FailureCode::Timeout => (StatusCode::GATEWAY_TIMEOUT, f.code.as_str()),

@@ -15,6 +15,7 @@ pub mod rotation;
 pub mod routes;
 pub mod serve;
 pub mod starting;
+pub mod storage_health;
 pub mod stream_caps;
 pub mod ui;
 

@@ -158,6 +158,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             metrics.upkeep();
         }
     });
+    let wal = state
+        .wal
+        .clone()
+        .map(|keeper| tokio::spawn(keeper.run(state.db.clone(), state.config.sqlite_checkpoint_every)));
     let _ = opened.set(state.clone());
     ready.set(app(state));
     tracing::info!(address = %address, version = env!("CARGO_PKG_VERSION"), "slipway-api serving");
@@ -169,6 +173,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
     upkeep.abort();
     rotation.abort();
+    if let Some(wal) = wal {
+        wal.abort();
+    }
     Ok(())
 }
 

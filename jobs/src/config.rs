@@ -307,6 +307,15 @@ pub struct Config {
     /// once, whoever opened them, default 10000; past it a stream is
     /// refused `429 too_many_streams`. Workers ignore it.
     pub streams_per_api: u32,
+    /// `SLIPWAY_SQLITE_WAL_LIMIT`: the size past which a process on SQLite
+    /// checkpoints the write-ahead log and truncates it, and the size SQLite
+    /// cuts the log back to after any checkpoint (`journal_size_limit`);
+    /// default 64 MiB, at least 1 MiB. Ignored on PostgreSQL.
+    pub sqlite_wal_limit: u64,
+    /// `SLIPWAY_SQLITE_CHECKPOINT_EVERY`: how often a process on SQLite
+    /// looks at the write-ahead log's size (and checkpoints it past
+    /// `SLIPWAY_SQLITE_WAL_LIMIT`), default 30 s. Ignored on PostgreSQL.
+    pub sqlite_checkpoint_every: Duration,
     /// How processes run on a module source are contained and bounded
     /// (`SLIPWAY_SANDBOX_*`, `SLIPWAY_NIX_*`, `NIX_MEMORY_LIMIT`, the
     /// output and source limits; SEC-3).
@@ -400,6 +409,8 @@ pub const KEYS: &[&str] = &[
     "SLIPWAY_SHUTDOWN_GRACE",
     "SLIPWAY_STREAMS_PER_SUBJECT",
     "SLIPWAY_STREAMS_PER_API",
+    "SLIPWAY_SQLITE_WAL_LIMIT",
+    "SLIPWAY_SQLITE_CHECKPOINT_EVERY",
     "SLIPWAY_SANDBOX_USER",
     "SLIPWAY_SANDBOX_PATHS",
     "SLIPWAY_EFFECT_NETWORK",
@@ -571,6 +582,8 @@ impl Config {
             shutdown_grace: duration(keys, "SLIPWAY_SHUTDOWN_GRACE", 10)?,
             streams_per_subject: number(keys, "SLIPWAY_STREAMS_PER_SUBJECT", 100)?,
             streams_per_api: number(keys, "SLIPWAY_STREAMS_PER_API", 10_000)?,
+            sqlite_wal_limit: sandbox::size(keys, "SLIPWAY_SQLITE_WAL_LIMIT", 64 << 20)?,
+            sqlite_checkpoint_every: duration(keys, "SLIPWAY_SQLITE_CHECKPOINT_EVERY", 30)?,
             sandbox: SandboxConfig::from_keys(keys)?,
             git: GitConfig::from_keys(keys)?,
             file: None,
@@ -670,6 +683,7 @@ mod tests {
         assert_eq!(c.body_timeout, Duration::from_secs(60));
         assert_eq!(c.shutdown_grace, Duration::from_secs(10));
         assert_eq!((c.streams_per_subject, c.streams_per_api), (100, 10_000));
+        assert_eq!((c.sqlite_wal_limit, c.sqlite_checkpoint_every), (64 << 20, Duration::from_secs(30)));
     }
 
     #[test]

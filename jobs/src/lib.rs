@@ -24,7 +24,9 @@ pub mod sbom;
 pub mod secrets;
 pub mod source;
 pub mod sources;
+pub mod sqlite_wal;
 pub mod state;
+pub mod storage;
 pub mod store;
 pub mod submit;
 #[cfg(any(test, feature = "test-support"))]

@@ -54,6 +54,20 @@ pub const STREAMS_BUSIEST_SUBJECT: &str = "slipway_streams_busiest_subject";
 /// `SLIPWAY_STREAMS_PER_SUBJECT`; `api`: `SLIPWAY_STREAMS_PER_API`).
 pub const STREAMS_REFUSED: &str = "slipway_streams_refused_total";
 
+/// Gauge: bytes of the SQLite write-ahead log at this process's last look
+/// (SQLite only).
+pub const SQLITE_WAL_BYTES: &str = "slipway_sqlite_wal_bytes";
+/// Counter `{outcome}`: checkpoints of the SQLite write-ahead log this
+/// process ran because it was past `SLIPWAY_SQLITE_WAL_LIMIT`
+/// (`truncated`; `blocked`: a reader of an older snapshot kept it from
+/// completing; `failed`: a database error).
+pub const SQLITE_CHECKPOINTS: &str = "slipway_sqlite_checkpoints_total";
+
+/// Counter `{storage}`: answers `503 storage_unavailable` the api gave
+/// because a host's storage could not be written (`worker`: a worker's
+/// state folder or Nix store; `database`: the database's disk).
+pub const STORAGE_FAULTS: &str = "slipway_storage_faults_total";
+
 /// The `route` of a request no route matched.
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 
@@ -162,6 +176,16 @@ impl Metrics {
             describe(BUILDS, "Builds this worker ran to a recorded end, by kind and outcome."),
             describe(OPENBAO_TOKEN_RENEWALS, "Renewals of this process's OpenBao token, by outcome (renewed, failed)."),
             describe(
+                STORAGE_FAULTS,
+                "Answers 503 storage_unavailable because a host's storage could not be written, by storage (worker, \
+                 database).",
+            ),
+            describe(
+                SQLITE_CHECKPOINTS,
+                "Checkpoints of the SQLite write-ahead log past SLIPWAY_SQLITE_WAL_LIMIT, by outcome (truncated, \
+                 blocked, failed).",
+            ),
+            describe(
                 STREAMS_REFUSED,
                 "Event streams refused by a cap, by limit (subject: SLIPWAY_STREAMS_PER_SUBJECT; api: \
                  SLIPWAY_STREAMS_PER_API).",
@@ -182,6 +206,7 @@ impl Metrics {
             ),
             describe(STREAMS_OPEN, "Event streams this api holds open now, by kind (deployment_events, build_log)."),
             describe(STREAMS_BUSIEST_SUBJECT, "The most event streams one token subject holds open on this api now."),
+            describe(SQLITE_WAL_BYTES, "Bytes of the SQLite write-ahead log at this process's last look."),
         ] {
             recorder.describe_gauge(name, None, help);
         }
@@ -295,6 +320,43 @@ impl Metrics {
         self.streams_open([("deployment_events", 0), ("build_log", 0)], 0);
         for limit in ["subject", "api"] {
             let key = Key::from_parts(STREAMS_REFUSED, vec![Label::from_static_parts("limit", limit)]);
+            self.recorder.register_counter(&key, &METADATA).absolute(0);
+        }
+    }
+
+    /// Records the SQLite write-ahead log's size, in bytes.
+    pub fn sqlite_wal_bytes(&self, bytes: u64) {
+        self.recorder.register_gauge(&Key::from_name(SQLITE_WAL_BYTES), &METADATA).set(bytes as f64);
+    }
+
+    /// Records one checkpoint of the write-ahead log: `truncated`,
+    /// `blocked` or `failed`.
+    pub fn sqlite_checkpoint(&self, outcome: &'static str) {
+        let key = Key::from_parts(SQLITE_CHECKPOINTS, vec![Label::from_static_parts("outcome", outcome)]);
+        self.recorder.register_counter(&key, &METADATA).increment(1);
+    }
+
+    /// Makes sure the write-ahead log's families show (at zero) in a
+    /// process on SQLite before its first look.
+    pub fn register_sqlite_wal(&self) {
+        self.sqlite_wal_bytes(0);
+        for outcome in ["truncated", "blocked", "failed"] {
+            let key = Key::from_parts(SQLITE_CHECKPOINTS, vec![Label::from_static_parts("outcome", outcome)]);
+            self.recorder.register_counter(&key, &METADATA).absolute(0);
+        }
+    }
+
+    /// Records one answer `503 storage_unavailable` for `storage`
+    /// (`worker`, `database`).
+    pub fn storage_fault(&self, storage: &'static str) {
+        let key = Key::from_parts(STORAGE_FAULTS, vec![Label::from_static_parts("storage", storage)]);
+        self.recorder.register_counter(&key, &METADATA).increment(1);
+    }
+
+    /// Makes sure [`STORAGE_FAULTS`] shows (at zero) for both storages.
+    pub fn register_storage_faults(&self) {
+        for storage in ["worker", "database"] {
+            let key = Key::from_parts(STORAGE_FAULTS, vec![Label::from_static_parts("storage", storage)]);
             self.recorder.register_counter(&key, &METADATA).absolute(0);
         }
     }

@@ -547,7 +547,7 @@ impl NixRun<'_> {
             return Err(NixFailure::new(code, Some("names"), why));
         }
         let failed = |why: String| NixFailure::new(FailureCode::BuildFailed, Some("names"), why);
-        let file = self.configuration_file(configuration).map_err(failed)?;
+        let file = self.configuration_file(configuration)?;
         let file_text = file.display().to_string();
         let args = ["--argstr", "configFile", file_text.as_str()];
         let built = self.build_attributes(&["names"], "names", &args, &[("configuration", &file)], log).await?;
@@ -578,11 +578,24 @@ impl NixRun<'_> {
         serde_json::from_value(value).map_err(|e| failed(format!("nodes.json is not of its documented shape: {e}")))
     }
 
-    /// Writes `configuration` as `<work>/configuration.json`; its path.
-    fn configuration_file(&self, configuration: &Value) -> Result<PathBuf, String> {
+    /// Writes `configuration` as `<work>/configuration.json`; its path. A
+    /// file that cannot be written is the worker's fault:
+    /// `storage_unavailable` for a full, read-only or failing disk
+    /// ([`crate::storage::is_storage_fault`]), `build_failed` otherwise.
+    fn configuration_file(&self, configuration: &Value) -> Result<PathBuf, NixFailure> {
         let file = self.work.join("configuration.json");
-        std::fs::write(&file, serde_json::to_vec(configuration).expect("a configuration serialises"))
-            .map_err(|e| format!("cannot write the configuration: {e}"))?;
+        std::fs::write(&file, serde_json::to_vec(configuration).expect("a configuration serialises")).map_err(|e| {
+            let code = if crate::storage::is_storage_fault(&e) {
+                FailureCode::StorageUnavailable
+            } else {
+                FailureCode::BuildFailed
+            };
+            NixFailure::new(
+                code,
+                Some("names"),
+                format!("the worker cannot write the configuration into its state folder: {e}"),
+            )
+        })?;
         Ok(file)
     }
 }

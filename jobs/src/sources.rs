@@ -437,7 +437,10 @@ impl FleetSources {
     /// EV-1 for a submit: the names eval, or why it was skipped (every nix
     /// slot busy, no live worker serves the `nix` queue or started the eval
     /// within `NIX_TIMEOUT`, or the fetch or eval failed on the worker's
-    /// side). Only the module refusing the configuration refuses the submit.
+    /// side). Only the module refusing the configuration refuses the submit,
+    /// and a worker that cannot write to its own storage
+    /// (`storage_unavailable`): a deploy on that host would fail the same
+    /// way, so nothing is stored and the client is told to try again.
     pub async fn names_for_submit(
         &self,
         stored_source: Option<&str>,
@@ -457,6 +460,7 @@ impl FleetSources {
             Lookup::Failed(f) if f.code == FailureCode::BuildFailed && f.output.as_deref() == Some("names") => {
                 Err(SubmitError::SourceOutputs(f))
             }
+            Lookup::Failed(f) if f.code == FailureCode::StorageUnavailable => Err(SubmitError::SourceOutputs(f)),
             Lookup::Failed(f) => Ok(NamesEval::Skipped(format!(
                 "the names eval did not run to its end ({}); the deploy evaluates the configuration itself",
                 f.message
@@ -508,7 +512,7 @@ impl<T> Lookup<T> {
 
 /// What a row answers at `now`, or `None` when it must be built again: a
 /// result younger than `ttl` (`None`: any age), a failure younger than
-/// [`FAILURE_TTL`], or, when `stale_after` is given, a job still computing
+/// [`FAILURE_TTL`] (but never a `storage_unavailable` one), or, when `stale_after` is given, a job still computing
 /// that is younger than that (ms).
 fn answer_of(row: &rows::NixRow, now: i64, ttl: Option<Duration>, stale_after: Option<i64>) -> Option<Lookup<Value>> {
     let age = now - row.finished_at.unwrap_or(row.created_at);
@@ -518,7 +522,9 @@ fn answer_of(row: &rows::NixRow, now: i64, ttl: Option<Duration>, stale_after: O
             Some(parse_result(row.result.as_deref()))
         }
         NixStatus::Failed if age < FAILURE_TTL.as_millis() as i64 => {
-            Some(Lookup::Failed(parse_failure(row.failure.as_deref())))
+            let failure = parse_failure(row.failure.as_deref());
+            // The worker's storage, not the source: the next request tries again.
+            (failure.code != FailureCode::StorageUnavailable).then_some(Lookup::Failed(failure))
         }
         _ => None,
     }

@@ -253,6 +253,11 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
         }
         None => None,
     };
+    // The SQLite write-ahead log kept bounded (docs/OPERATOR-GUIDE.md).
+    let wal = ctx.config.sqlite_path().map(|path| {
+        let keeper = slipway_jobs::sqlite_wal::WalKeeper::new(&path, ctx.config.sqlite_wal_limit, metrics.clone());
+        tokio::spawn(keeper.run(db.clone(), ctx.config.sqlite_checkpoint_every))
+    });
     tracing::info!(worker.name = %name, slots, prefetch, queues = %queues.join(","), engine = ?db.engine(), "worker started");
     stop_orphans();
     sweep_once(&ctx).await;
@@ -304,6 +309,9 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
     // they finish (and beat) before the process exits.
     let _all = all_slots.0.acquire_many(slots as u32).await;
     alive.abort();
+    if let Some(wal) = wal {
+        wal.abort();
+    }
     if let Some(listener) = listener {
         listener.abort();
     }

@@ -303,7 +303,7 @@ pub struct SubmitQuery {
         (status = 422, description = "`output_missing`, `source_too_old` or `build_failed` (the module source's outputs), \
                                       `source_repository_not_found` or `source_revision_not_found` (what it names is not there)", body = crate::error::ErrorBody),
         (status = 502, description = "`fetch_failed`: the module source's server could not be reached, or failed", body = crate::error::ErrorBody),
-        (status = 503, description = "`queue_full`, `nix_busy` or `service_unavailable`", body = crate::error::ErrorBody),
+        (status = 503, description = "`queue_full`, `nix_busy`, `service_unavailable`, or `storage_unavailable` (a worker's state folder or the database's disk cannot be written: `details.storage`)", body = crate::error::ErrorBody),
         (status = 504, description = "`timeout`: building the module source's outputs took too long", body = crate::error::ErrorBody),
     ))]
 pub async fn submit(
@@ -346,7 +346,7 @@ pub async fn submit(
         (status = 422, description = "`output_missing`, `source_too_old` or `build_failed` (the module source's outputs), \
                                       `source_repository_not_found` or `source_revision_not_found` (what it names is not there)", body = crate::error::ErrorBody),
         (status = 502, description = "`fetch_failed`: the module source's server could not be reached, or failed", body = crate::error::ErrorBody),
-        (status = 503, description = "`nix_busy` or `service_unavailable` (no worker serves the nix queue)", body = crate::error::ErrorBody),
+        (status = 503, description = "`nix_busy`, `service_unavailable` (no worker serves the nix queue) or `storage_unavailable` (the worker cannot write to its state folder)", body = crate::error::ErrorBody),
         (status = 504, description = "`timeout`: the names eval took too long", body = crate::error::ErrorBody),
     ))]
 pub async fn preview(

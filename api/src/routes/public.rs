@@ -103,6 +103,8 @@ pub async fn readyz(State(app): State<AppState>) -> Result<Json<Readiness>, ApiE
             {
                 warnings.push(format!("this api's OpenBao token: {problem}"));
             }
+            warnings.extend(app.wal.as_ref().and_then(|w| w.warning()));
+            warnings.extend(app.storage.warnings());
             let openbao_token = token.map(|t| t.state.as_str().to_owned());
             Ok(Json(Readiness {
                 status: "ready".to_owned(),

@@ -219,7 +219,8 @@ pub fn parse_size(value: &str) -> Option<u64> {
     n.checked_mul(1u64 << shift)
 }
 
-fn size(keys: &BTreeMap<String, String>, key: &'static str, default: u64) -> Result<u64, ConfigError> {
+/// The size `key` gives (at least 1 MiB, [`parse_size`]), or `default`.
+pub(super) fn size(keys: &BTreeMap<String, String>, key: &'static str, default: u64) -> Result<u64, ConfigError> {
     match keys.get(key).map(|v| v.trim()).filter(|v| !v.is_empty()) {
         None => Ok(default),
         Some(v) => parse_size(v).filter(|n| *n >= 1024 * 1024).ok_or_else(|| ConfigError::Invalid {

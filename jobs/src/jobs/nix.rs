@@ -48,7 +48,7 @@ pub async fn run(job: NixJob, ctx: &Ctx) -> Result<(), StoreError> {
     let mut log = String::new();
     let outcome = if held {
         tracing::info!(kind = row.kind.as_str(), source = %row.source, "nix job started");
-        compute(&row, ctx, &mut log).await
+        compute(&row, ctx, &mut log).await.map_err(|f| storage_fault_of(f, &log))
     } else {
         Err(NixFailure {
             code: FailureCode::Timeout,
@@ -74,6 +74,20 @@ pub async fn run(job: NixJob, ctx: &Ctx) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// A build that failed with a storage fault in its log (Nix or git could
+/// not write: the Nix store's or the state folder's disk is full) is
+/// `storage_unavailable`, not the source's failure.
+fn storage_fault_of(failure: NixFailure, log: &str) -> NixFailure {
+    match (failure.code, crate::storage::fault_in_log(log)) {
+        (FailureCode::BuildFailed | FailureCode::FetchFailed, Some(words)) => NixFailure {
+            code: FailureCode::StorageUnavailable,
+            message: format!("the worker's storage failed while it ran this job ({words}): {}", failure.message),
+            ..failure
+        },
+        _ => failure,
+    }
+}
+
 /// Fetches the row's source and runs its build or eval.
 async fn compute(row: &NixRow, ctx: &Ctx, log: &mut String) -> Result<Value, NixFailure> {
     // Checked before anything is fetched: the name goes into a Nix string.
@@ -90,9 +104,13 @@ async fn compute(row: &NixRow, ctx: &Ctx, log: &mut String) -> Result<Value, Nix
     let work = work_dir(ctx, &row.key);
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).map_err(|e| NixFailure {
-        code: FailureCode::BuildFailed,
+        code: if crate::storage::is_storage_fault(&e) {
+            FailureCode::StorageUnavailable
+        } else {
+            FailureCode::BuildFailed
+        },
         output: None,
-        message: format!("cannot create a work folder on the worker: {e}"),
+        message: format!("the worker cannot create a work folder in its state folder: {e}"),
     })?;
     let marker = format!("slipway-nix:{}", &row.key.chars().take(80).collect::<String>());
     let policy = crate::sandbox::Policy::new(&ctx.config).map_err(|message| NixFailure {

@@ -15,7 +15,7 @@ pub struct NixFailure {
     /// `output_missing`, `source_too_old`, `build_failed`, `fetch_failed`,
     /// `source_repository_not_found`, `source_revision_not_found`,
     /// `timeout`, `out_of_memory`, `output_too_large`, `source_too_large`
-    /// or `source_unsafe`.
+    /// `source_unsafe` or `storage_unavailable`.
     pub code: FailureCode,
     /// The output concerned (`schema`, `names`, …), when one is.
     pub output: Option<String>,
@@ -56,6 +56,11 @@ pub enum FailureCode {
     /// symbolic link, or a derivation that would reach the network while
     /// it builds (SEC-3); the message names it.
     SourceUnsafe,
+    /// The worker could not write to its own storage (its state folder or
+    /// the Nix store: full, over quota, read-only or failing): a fault of
+    /// the worker's host, not of the source or the configuration. Never
+    /// kept as the source's answer: the next request tries again.
+    StorageUnavailable,
 }
 
 impl FailureCode {
@@ -73,6 +78,7 @@ impl FailureCode {
             Self::OutputTooLarge => "output_too_large",
             Self::SourceTooLarge => "source_too_large",
             Self::SourceUnsafe => "source_unsafe",
+            Self::StorageUnavailable => "storage_unavailable",
         }
     }
 }

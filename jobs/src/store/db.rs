@@ -131,6 +131,27 @@ async fn sqlite_lock_free(held: &mut [Conn]) -> bool {
     true
 }
 
+/// What one [`Db::checkpoint_wal`] did, as SQLite's `wal_checkpoint`
+/// answers: whether it could not finish (`busy`), the frames in the log
+/// (`log_frames`) and those written into the database (`checkpointed`);
+/// both `-1` when it did not run (this process's write turn stayed taken).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// It could not finish: a writer or a reader of an older snapshot held on.
+    pub busy: bool,
+    /// Frames in the log (`0` once it was truncated).
+    pub log_frames: i64,
+    /// Frames written into the database file.
+    pub checkpointed: i64,
+}
+
+impl Checkpoint {
+    /// The log was checkpointed whole and reset.
+    pub fn completed(&self) -> bool {
+        !self.busy && self.checkpointed == self.log_frames
+    }
+}
+
 /// The PostgreSQL notifications of one transaction, sent after its commit.
 ///
 /// A transaction that sends `NOTIFY` itself holds PostgreSQL's notification
@@ -249,6 +270,39 @@ impl Db {
                 Notices { pool: p.clone(), pending: Vec::new() },
             ),
         })
+    }
+
+    /// Checkpoints SQLite's write-ahead log into the database file and
+    /// truncates it to zero bytes (`PRAGMA wal_checkpoint(TRUNCATE)`), with
+    /// this process's write turn, waiting at most `wait` for other
+    /// processes' writers and for readers of older snapshots. `None` on
+    /// PostgreSQL. A reader that holds a transaction open on an older
+    /// snapshot keeps the log from being reset: the answer is then `busy`
+    /// (or fewer frames checkpointed than the log holds), and the log stays.
+    pub async fn checkpoint_wal(&self, wait: std::time::Duration) -> Result<Option<Checkpoint>, StoreError> {
+        let Self::Sqlite(p) = self else { return Ok(None) };
+        let Ok(turn) = tokio::time::timeout(wait, p.writers.clone().acquire_owned()).await else {
+            return Ok(Some(Checkpoint { busy: true, log_frames: -1, checkpointed: -1 }));
+        };
+        let _turn = turn.expect("the write turn stays open");
+        let mut conn = Conn::Sqlite(p.writer.acquire().await?);
+        let millis = |d: std::time::Duration| d.as_millis().min(i32::MAX as u128);
+        Q::new(format!("PRAGMA busy_timeout = {}", millis(wait))).execute(&mut conn).await?;
+        let answer = Q::new("PRAGMA wal_checkpoint(TRUNCATE)").fetch_one(&mut conn).await;
+        let restored =
+            Q::new(format!("PRAGMA busy_timeout = {}", millis(super::SQLITE_BUSY_TIMEOUT))).execute(&mut conn).await;
+        if restored.is_err() {
+            // Not handed back to the pool with the short wait.
+            if let Conn::Sqlite(c) = conn {
+                drop(c.detach());
+            }
+        }
+        let row = answer?;
+        Ok(Some(Checkpoint {
+            busy: row.int("busy")? != 0,
+            log_frames: row.int("log")?,
+            checkpointed: row.int("checkpointed")?,
+        }))
     }
 
     /// Holds every connection of the pool that is free, until no other task

@@ -23,7 +23,7 @@ pub mod submit;
 pub mod tickets;
 pub mod workers;
 
-pub use db::{ping, placeholders, Conn, Db, Engine, Held, Row, SqliteDb, Q};
+pub use db::{ping, placeholders, Checkpoint, Conn, Db, Engine, Held, Row, SqliteDb, Q};
 
 use crate::config::Config;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -117,6 +117,23 @@ impl StoreError {
         }
     }
 
+    /// Whether the database could not write for want of space: SQLite's
+    /// `SQLITE_FULL` (13, "database or disk is full"), PostgreSQL's
+    /// `disk_full` (SQLSTATE 53100), or a write of the driver's own that
+    /// failed with a storage fault ([`crate::storage::is_storage_fault`]).
+    /// A fault of the database's host, answered `503 storage_unavailable`,
+    /// never the request's.
+    pub fn is_storage_full(&self) -> bool {
+        match self {
+            Self::Database(sqlx::Error::Io(e)) => crate::storage::is_storage_fault(e),
+            Self::Database(sqlx::Error::Database(d)) if d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() => {
+                d.code().and_then(|c| c.parse::<i32>().ok()).is_some_and(|c| c & 0xff == 13)
+            }
+            Self::Database(sqlx::Error::Database(d)) => d.code().is_some_and(|c| c == "53100"),
+            _ => false,
+        }
+    }
+
     /// Whether restarting cannot help: the database or its URL must change
     /// first ([`Self::TransactionPooler`], [`Self::NewerDatabase`],
     /// [`Self::UnsupportedUrl`]). The
@@ -187,7 +204,7 @@ pub const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 /// Opens the database of `config` and runs pending migrations once.
 pub async fn open(config: &Config) -> Result<Db, StoreError> {
     if let Some(path) = config.sqlite_path() {
-        return open_sqlite(&path).await;
+        return open_sqlite_bounded(&path, config.sqlite_wal_limit).await;
     }
     let url = &config.database_url;
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -247,9 +264,22 @@ fn private_files(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The default of `SLIPWAY_SQLITE_WAL_LIMIT`: 64 MiB.
+pub const SQLITE_WAL_LIMIT: u64 = 64 << 20;
+
 /// Opens (and migrates) the SQLite database at `path`, creating the file and
 /// its folder when missing; the file is its owner's alone ([`private_files`]).
+/// Its write-ahead log is cut back to [`SQLITE_WAL_LIMIT`] after each
+/// checkpoint ([`open_sqlite_bounded`]).
 pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
+    open_sqlite_bounded(path, SQLITE_WAL_LIMIT).await
+}
+
+/// [`open_sqlite`], with every connection's `journal_size_limit` at
+/// `wal_limit` bytes: after a checkpoint that resets the write-ahead log,
+/// SQLite truncates the file to at most that size instead of keeping
+/// whatever size a long reader once let it grow to.
+pub async fn open_sqlite_bounded(path: &Path, wal_limit: u64) -> Result<Db, StoreError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(sqlx::Error::Io(e)))?;
     }
@@ -260,6 +290,7 @@ pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
         .synchronous(SqliteSynchronous::Full)
         .foreign_keys(true)
         .pragma("cache_size", SQLITE_CACHE_SIZE)
+        .pragma("journal_size_limit", wal_limit.to_string())
         .busy_timeout(SQLITE_BUSY_TIMEOUT);
     // Processes opening the file at once (an api and a worker started
     // together) take turns: switching a new file to WAL needs an exclusive
