@@ -83,6 +83,9 @@ pub struct App {
     /// The storage faults answered lately (`503 storage_unavailable`),
     /// for the log, the metrics and `/readyz`.
     pub storage: crate::storage_health::StorageHealth,
+    /// This process's watch over its clock ([`slipway_jobs::clock`]): its
+    /// readings run in `main`, its warning shows in `/readyz`.
+    pub clock: slipway_jobs::clock::ClockWatch,
 }
 
 /// The state handlers take: `State(state): State<AppState>`.
@@ -142,6 +145,7 @@ impl AppState {
             .sqlite_path()
             .map(|path| slipway_jobs::sqlite_wal::WalKeeper::new(&path, config.sqlite_wal_limit, metrics.clone()));
         let storage = crate::storage_health::StorageHealth::new(metrics.clone());
+        let clock = slipway_jobs::clock::ClockWatch::new(config.clock_skew_limit, metrics.clone());
         Ok(AppState(Arc::new(App {
             config,
             db,
@@ -156,6 +160,7 @@ impl AppState {
             streams,
             wal,
             storage,
+            clock,
         })))
     }
 }

@@ -260,7 +260,9 @@ impl Verifier {
             Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token,
             _ => return Err(TokenError::NotBearer.into()),
         };
-        let now = time::OffsetDateTime::now_utc().unix_timestamp_nanos() as f64 / 1e9;
+        // The fleet's clock: every api of a fleet takes a token's time
+        // claims at the same moment, whatever its host's clock says.
+        let now = slipway_jobs::clock::now_us() as f64 / 1e6;
         Ok(self.check(token.trim(), now)?)
     }
 

@@ -158,6 +158,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             metrics.upkeep();
         }
     });
+    // The fleet's clock, read from the database now and every minute ([`slipway_jobs::clock`]).
+    if let Err(e) = state.clock.check(&state.db).await {
+        tracing::warn!(error = %e, "the database's clock could not be read; using this host's until it can");
+    }
+    let clock = tokio::spawn(state.clock.clone().run(state.db.clone()));
     let wal = state
         .wal
         .clone()
@@ -173,6 +178,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
     upkeep.abort();
     rotation.abort();
+    clock.abort();
     if let Some(wal) = wal {
         wal.abort();
     }

@@ -312,6 +312,12 @@ pub struct Config {
     /// cuts the log back to after any checkpoint (`journal_size_limit`);
     /// default 64 MiB, at least 1 MiB. Ignored on PostgreSQL.
     pub sqlite_wal_limit: u64,
+    /// `SLIPWAY_CLOCK_SKEW_LIMIT`: how far this host's wall clock may be
+    /// from the database's before the process warns (log, `/readyz`,
+    /// `slipway_clock_skew_seconds`), default 2 s. Shared times come from
+    /// the database's clock whatever the skew; the warning is for
+    /// the host's time synchronisation.
+    pub clock_skew_limit: Duration,
     /// `SLIPWAY_SQLITE_CHECKPOINT_EVERY`: how often a process on SQLite
     /// looks at the write-ahead log's size (and checkpoints it past
     /// `SLIPWAY_SQLITE_WAL_LIMIT`), default 30 s. Ignored on PostgreSQL.
@@ -410,6 +416,7 @@ pub const KEYS: &[&str] = &[
     "SLIPWAY_STREAMS_PER_SUBJECT",
     "SLIPWAY_STREAMS_PER_API",
     "SLIPWAY_SQLITE_WAL_LIMIT",
+    "SLIPWAY_CLOCK_SKEW_LIMIT",
     "SLIPWAY_SQLITE_CHECKPOINT_EVERY",
     "SLIPWAY_SANDBOX_USER",
     "SLIPWAY_SANDBOX_PATHS",
@@ -583,6 +590,7 @@ impl Config {
             streams_per_subject: number(keys, "SLIPWAY_STREAMS_PER_SUBJECT", 100)?,
             streams_per_api: number(keys, "SLIPWAY_STREAMS_PER_API", 10_000)?,
             sqlite_wal_limit: sandbox::size(keys, "SLIPWAY_SQLITE_WAL_LIMIT", 64 << 20)?,
+            clock_skew_limit: duration(keys, "SLIPWAY_CLOCK_SKEW_LIMIT", 2)?,
             sqlite_checkpoint_every: duration(keys, "SLIPWAY_SQLITE_CHECKPOINT_EVERY", 30)?,
             sandbox: SandboxConfig::from_keys(keys)?,
             git: GitConfig::from_keys(keys)?,
@@ -684,6 +692,7 @@ mod tests {
         assert_eq!(c.shutdown_grace, Duration::from_secs(10));
         assert_eq!((c.streams_per_subject, c.streams_per_api), (100, 10_000));
         assert_eq!((c.sqlite_wal_limit, c.sqlite_checkpoint_every), (64 << 20, Duration::from_secs(30)));
+        assert_eq!(c.clock_skew_limit, Duration::from_secs(2));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod callback;
 pub mod channel;
+pub mod clock;
 pub mod config;
 pub mod draft;
 pub mod effect;

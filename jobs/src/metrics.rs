@@ -68,6 +68,11 @@ pub const SQLITE_CHECKPOINTS: &str = "slipway_sqlite_checkpoints_total";
 /// state folder or Nix store; `database`: the database's disk).
 pub const STORAGE_FAULTS: &str = "slipway_storage_faults_total";
 
+/// Gauge `{host}`: this host's wall clock minus the database's, in
+/// seconds, at the last reading (every minute). `host` is this
+/// process's host name: one series per process.
+pub const CLOCK_SKEW: &str = "slipway_clock_skew_seconds";
+
 /// The `route` of a request no route matched.
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 
@@ -206,6 +211,10 @@ impl Metrics {
             ),
             describe(STREAMS_OPEN, "Event streams this api holds open now, by kind (deployment_events, build_log)."),
             describe(STREAMS_BUSIEST_SUBJECT, "The most event streams one token subject holds open on this api now."),
+            describe(
+                CLOCK_SKEW,
+                "This host's wall clock minus the database's, in seconds, at the last reading (positive: ahead).",
+            ),
             describe(SQLITE_WAL_BYTES, "Bytes of the SQLite write-ahead log at this process's last look."),
         ] {
             recorder.describe_gauge(name, None, help);
@@ -351,6 +360,12 @@ impl Metrics {
     pub fn storage_fault(&self, storage: &'static str) {
         let key = Key::from_parts(STORAGE_FAULTS, vec![Label::from_static_parts("storage", storage)]);
         self.recorder.register_counter(&key, &METADATA).increment(1);
+    }
+
+    /// Records this host's clock skew from the database, in seconds.
+    pub fn clock_skew(&self, host: &str, skew_s: f64) {
+        let key = Key::from_parts(CLOCK_SKEW, vec![Label::new("host", host.to_owned())]);
+        self.recorder.register_gauge(&key, &METADATA).set(skew_s);
     }
 
     /// Makes sure [`STORAGE_FAULTS`] shows (at zero) for both storages.

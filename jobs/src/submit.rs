@@ -720,7 +720,7 @@ async fn store(
     // The time is read holding the deployment's lock, so a deployment's
     // builds are in the same order by submit (`seq`), id and `queued_at`.
     let now = now_ms();
-    let build_id = new_build_id(id, time::OffsetDateTime::now_utc());
+    let build_id = new_build_id(id, crate::clock::now());
     let new = builds::NewBuild {
         id: &build_id,
         deployment_id: id.as_str(),
@@ -810,7 +810,7 @@ pub async fn delete(db: &Db, id: &DeploymentId, callback: Option<&Callback>) -> 
             (latest.id, DeploymentState::derive(Some((latest.kind, latest.status))), false)
         }
         _ => {
-            let build_id = new_build_id(id, time::OffsetDateTime::now_utc());
+            let build_id = new_build_id(id, crate::clock::now());
             let new = builds::NewBuild {
                 id: &build_id,
                 deployment_id: id.as_str(),

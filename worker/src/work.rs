@@ -253,6 +253,12 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
         }
         None => None,
     };
+    // The fleet's clock, read from the database now and every minute ([`slipway_jobs::clock`]).
+    let clock_watch = slipway_jobs::clock::ClockWatch::new(ctx.config.clock_skew_limit, metrics.clone());
+    if let Err(e) = clock_watch.check(&db).await {
+        tracing::warn!(error = %e, "the database's clock could not be read; using this host's until it can");
+    }
+    let clock = tokio::spawn(clock_watch.run(db.clone()));
     // The SQLite write-ahead log kept bounded (docs/OPERATOR-GUIDE.md).
     let wal = ctx.config.sqlite_path().map(|path| {
         let keeper = slipway_jobs::sqlite_wal::WalKeeper::new(&path, ctx.config.sqlite_wal_limit, metrics.clone());
@@ -309,6 +315,7 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
     // they finish (and beat) before the process exits.
     let _all = all_slots.0.acquire_many(slots as u32).await;
     alive.abort();
+    clock.abort();
     if let Some(wal) = wal {
         wal.abort();
     }

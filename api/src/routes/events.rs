@@ -358,7 +358,7 @@ enum Cut {
 fn ends(app: &AppState, auth: &Auth) -> impl std::future::Future<Output = Cut> + Send + 'static {
     let closed = app.hub.closed();
     let exp = auth.0.exp;
-    let now = time::OffsetDateTime::now_utc().unix_timestamp_nanos() as f64 / 1e9;
+    let now = slipway_jobs::clock::now_us() as f64 / 1e6;
     let left = Duration::try_from_secs_f64(exp - now).unwrap_or(Duration::ZERO);
     async move {
         tokio::select! {

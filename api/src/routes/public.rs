@@ -105,6 +105,7 @@ pub async fn readyz(State(app): State<AppState>) -> Result<Json<Readiness>, ApiE
             }
             warnings.extend(app.wal.as_ref().and_then(|w| w.warning()));
             warnings.extend(app.storage.warnings());
+            warnings.extend(app.clock.warning());
             let openbao_token = token.map(|t| t.state.as_str().to_owned());
             Ok(Json(Readiness {
                 status: "ready".to_owned(),

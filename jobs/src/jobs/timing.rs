@@ -16,10 +16,13 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Microseconds since the Unix epoch, from the system clock (the moments
-/// are compared with `queued_at`, which another process wrote).
+/// Microseconds since the Unix epoch, on the fleet's clock
+/// ([`crate::clock::now_us`]: the database's, advanced on the monotonic
+/// clock), so the moments compare with `queued_at`, which another process
+/// wrote, and their spans do not jump when this host's wall clock is
+/// stepped.
 pub fn now_us() -> i64 {
-    (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000) as i64
+    crate::clock::now_us()
 }
 
 /// What an effect says of its own time (`$SBOM_OUT_DIR/timings.json`,

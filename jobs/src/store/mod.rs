@@ -170,9 +170,22 @@ impl StoreError {
 /// its low byte.
 pub const SQLITE_UNAVAILABLE: [i32; 6] = [5, 6, 8, 10, 13, 14];
 
-/// Unix milliseconds now.
+/// Unix milliseconds now, on the fleet's clock ([`crate::clock::now_ms`]:
+/// the database's, advanced on the monotonic clock).
 pub fn now_ms() -> i64 {
-    (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
+    crate::clock::now_ms()
+}
+
+/// The database's clock, Unix milliseconds: PostgreSQL's
+/// `clock_timestamp()` (the server's clock at this statement, not the
+/// transaction's start); SQLite's `julianday('now')` (this host's clock,
+/// which every process on the file shares).
+pub async fn db_now_ms(conn: &mut Conn) -> Result<i64, StoreError> {
+    let sql = match conn.engine() {
+        Engine::Sqlite => "SELECT CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) AS ms",
+        Engine::Postgres => "SELECT FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS ms",
+    };
+    Q::new(sql).fetch_one(conn).await?.int("ms")
 }
 
 /// How long a caller waits for a pooled connection (connecting included)

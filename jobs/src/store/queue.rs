@@ -68,11 +68,14 @@ async fn push<J: Serialize>(
     delay: Option<Duration>,
 ) -> Result<(), StoreError> {
     let args = serde_json::to_vec(payload).expect("job payload serialises");
-    let mut task = TaskBuilder::new(args).task_id(TaskId::from(ulid::Ulid::generate())).max_attempts(attempts);
-    if let Some(delay) = delay {
-        task = task.run_at_timestamp(run_at_second(super::now_ms(), delay));
-    }
-    conn.push_job(queue, task.build()).await
+    let task = TaskBuilder::new(args).task_id(TaskId::from(ulid::Ulid::generate())).max_attempts(attempts);
+    // Always from the fleet's clock: apalis would take this host's wall
+    // clock, and a host ahead would push jobs no worker sees as due.
+    let run_at = match delay {
+        Some(delay) => run_at_second(super::now_ms(), delay),
+        None => u64::try_from(super::now_ms().div_euclid(1000)).unwrap_or(0),
+    };
+    conn.push_job(queue, task.run_at_timestamp(run_at).build()).await
 }
 
 /// The Unix second a job delayed by `delay` from `now_ms` (Unix ms) may run
