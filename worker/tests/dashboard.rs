@@ -125,3 +125,55 @@ async fn the_dashboard_in_headless_chromium_watches_a_deploy_go_from_building_to
         screenshot.display()
     );
 }
+
+/// A token that expires while the dashboard follows a running build: the
+/// api ends the page's streams with `token_expired`, and the page drops the
+/// token, asks for a fresh one and says why, instead of reopening its
+/// streams with tickets it can no longer mint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_asks_for_a_fresh_token_when_its_token_expires_while_it_follows_a_build() {
+    require_the_browser_tools();
+    let db = TestDatabase::new(Engine::Sqlite).await;
+    let source = db.path("slow-source");
+    common::slow_source(&source, 120);
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    let _worker = start(common::slow_worker(&db, port, &source), &db, "worker.log");
+    let api = Api::connect(&db, port).await;
+    let (status, answer) = api.submit("slow", &common::demo()).await.unwrap();
+    assert_eq!(status, 202, "{answer}");
+    let build = format!("/builds/{}", answer["build_id"].as_str().unwrap());
+    common::wait_build(&api, &build, "the slow build to start", &["running"]).await;
+    let out = command(&binary("slipway-api"), &db, port)
+        .args(["token", "--deployments", "slow", "--ttl", "15s"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let short = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+
+    let driver = tokio::process::Command::new("node")
+        .arg(browser_dir().join("token_expiry.mjs"))
+        .current_dir(browser_dir())
+        .env("UI_URL", format!("{}/ui", api.base))
+        .env("SLIPWAY_TOKEN", &short)
+        .env("DEPLOYMENT_ID", "slow")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(180), driver)
+        .await
+        .expect("token_expiry.mjs did not end within 180 s")
+        .expect("node runs token_expiry.mjs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "token_expiry.mjs failed ({}):\n{stderr}\n{stdout}", out.status);
+    let page: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("token_expiry.mjs printed no JSON ({e}):\n{stdout}\n{stderr}"));
+    assert_eq!(page["seen"]["tokenExpired"], true, "{page:#}");
+    assert_eq!(page["token_form"], true, "the page did not ask for a fresh token: {page:#}");
+    assert_eq!(page["token_in_session"], false, "the expired token was kept: {page:#}");
+    assert!(page["status"].as_str().is_some_and(|s| s.contains("token expired")), "{page:#}");
+    let after = page["requests_after"].as_array().unwrap();
+    assert!(after.is_empty(), "the page kept asking the api with an expired token: {after:?}");
+    let (_, _, b) = api.get(&build).await;
+    assert_eq!(b["status"], "running", "the build goes on: {b}");
+}
