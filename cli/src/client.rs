@@ -213,7 +213,7 @@ pub fn api_error(status: StatusCode, headers: &reqwest::header::HeaderMap, body:
     }
 }
 
-/// A `Retry-After` value as words: `30` is "in 30 s", an HTTP date "after <date>".
+/// A `Retry-After` value as words: `30` is "in 30 s", an HTTP date "after `<date>`".
 pub fn retry_after_words(value: &str) -> String {
     if value.bytes().all(|b| b.is_ascii_digit()) {
         format!("in {value} s")

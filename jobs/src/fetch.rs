@@ -18,7 +18,7 @@
 //!
 //! A source is untrusted (SEC-3). Only the `https` and `ssh` transports
 //! are fetched (`file` with `SLIPWAY_ALLOW_PATH_SOURCES`), refused before any
-//! `git` runs; `git` runs with Slipway's settings only ([`git`]); and every
+//! `git` runs; `git` runs with Slipway's settings only (`jobs/src/fetch/git.rs`); and every
 //! tree, fetched, found in the cache or named by `path:`, is inspected
 //! before it is used ([`tree::inspect`]): a link leading out of the tree is
 //! [`FetchError::Unsafe`], more than `SLIPWAY_SOURCE_LIMIT` bytes is
@@ -63,7 +63,7 @@ pub enum FetchError {
         log: String,
     },
     /// The URL names no repository, or one this host may not read (git's
-    /// or the server's words, [`git::NO_REPOSITORY`]): a refusal, not worth
+    /// or the server's words, `git::NO_REPOSITORY`): a refusal, not worth
     /// a later try.
     #[error(
         "{source_ref}: there is no repository at this URL, or it refuses this service (a private repository needs \
@@ -183,7 +183,7 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// Fetches `source` (resolving a `ref` first) unless this host has it, all
 /// within `deadline` from now. See the module doc. A fetch the server
 /// answered `500` or `502` ([`crate::outbound::Class::RetryOnce`]) is tried
-/// once more after [`RETRY_PAUSE`], within the same deadline; any other
+/// once more after `RETRY_PAUSE`, within the same deadline; any other
 /// failure is returned at once, classified by [`FetchError::class`].
 pub async fn fetch(config: &Config, source: &ModuleSource, deadline: Duration) -> Result<Fetched, FetchError> {
     let until = Instant::now() + deadline;

@@ -17,7 +17,7 @@ const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 const QUOTED: usize = 48;
 
 /// Why an identifier was refused. Each holds the fault as a phrase
-/// ([`label_fault`]): what is wrong and where, quoting the identifier
+/// (`label_fault`): what is wrong and where, quoting the identifier
 /// escaped and cut to 48 characters, so the message stays short and one
 /// line whatever was sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

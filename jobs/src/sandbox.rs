@@ -172,13 +172,13 @@ impl Policy {
     }
 
     /// The `NIX_CONFIG` every sandboxed process gets: the operator's
-    /// settings of [`OPERATOR_NIX`] from the worker's own `NIX_CONFIG`,
-    /// then `allowed-uris` and the settings of [`FORCED_NIX`], which win.
+    /// settings of `OPERATOR_NIX` from the worker's own `NIX_CONFIG`,
+    /// then `allowed-uris` and the settings of `FORCED_NIX`, which win.
     pub fn nix_config(&self) -> &str {
         &self.nix_config
     }
 
-    /// The `--option name value` arguments that force [`FORCED_NIX`] and
+    /// The `--option name value` arguments that force `FORCED_NIX` and
     /// `allowed-uris` on one Nix command line, whatever any configuration
     /// file or variable says.
     pub fn nix_options(&self) -> Vec<String> {

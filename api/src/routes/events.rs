@@ -80,7 +80,7 @@ const TICKET_BYTES: usize = 32;
 /// deprecated, the `access_token` query parameter; or a `ticket` query
 /// parameter, minted with the token for exactly one stream
 /// ([`ticket_for_events`], [`ticket_for_log`]) and checked by
-/// [`StreamAuth::open`]. Every problem is `401`, also two credentials at
+/// `StreamAuth::open`. Every problem is `401`, also two credentials at
 /// once (a token sent both ways, RFC 6750 §2, or a ticket with a token),
 /// which would leave the one that counts to a guess.
 #[derive(Debug, Clone)]

@@ -1,12 +1,12 @@
 //! The `builds` queue job (§6 `deploy`/`destroy`), top to bottom:
 //!
 //! 1. [`run`]: a build whose worker still lives is left to it
-//!    ([`live_owner`]); otherwise [`claim`] makes it this worker's next
+//!    (`live_owner`); otherwise `claim` makes it this worker's next
 //!    attempt (a conditional update, ST-3).
-//! 2. [`run_claimed`] hands it to [`deploy::run`] or [`destroy::run`], which
+//! 2. `run_claimed` hands it to [`deploy::run`] or [`destroy::run`], which
 //!    run the effect in the attempt's workspace ([`super::workspace`]) and
 //!    give back the run report and the SBOM change it implies.
-//! 3. [`record`] opens one transaction holding the deployment's lock:
+//! 3. `record` opens one transaction holding the deployment's lock:
 //!    the SBOM change → the build's end with its report and `timings`
 //!    (conditional on the claim; rolled back whole when it no longer holds)
 //!    → the dispatch of the deployment's next build (ST-2) → commit.

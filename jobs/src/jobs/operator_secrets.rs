@@ -3,9 +3,9 @@
 //! The effect never talks to OpenBao and never holds a token: before it
 //! starts, the worker reads exactly the versions the build pinned, with its
 //! own token, and writes each value to a file of the attempt's work folder
-//! that only the sandbox user can read ([`hand_over`]); once the effect has
-//! ended the files go ([`take_back`]) and the worker deletes the entries the
-//! build cleared whose node now runs without them ([`Handed::clear`]). An
+//! that only the sandbox user can read (`hand_over`); once the effect has
+//! ended the files go (`take_back`) and the worker deletes the entries the
+//! build cleared whose node now runs without them (`Handed::clear`). An
 //! effect therefore reaches its own deployment's values of this build and
 //! nothing else in OpenBao.
 

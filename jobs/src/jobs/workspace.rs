@@ -1,7 +1,7 @@
 //! The workspace of one build attempt: its work folder, the
 //! environment its effect gets, its log in the database, and the watch on
 //! its claim and on cancel requests. Deploy and destroy run their effects
-//! through [`run_effect`].
+//! through `run_effect`.
 
 use super::operator_secrets::{self, Handed};
 use super::report::Reason;

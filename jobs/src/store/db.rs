@@ -310,7 +310,7 @@ impl Db {
     /// so this process holds no database lock. On SQLite that is the write
     /// turn ([`SqliteDb`]) and every connection, each then shown to hold no
     /// transaction and the file's write lock shown free
-    /// ([`sqlite_lock_free`]). On PostgreSQL a LISTEN
+    /// (`sqlite_lock_free`). On PostgreSQL a LISTEN
     /// of the job queues keeps a connection for itself, idle between
     /// notifications, so it takes what
     /// comes free within a short wait and then asks the server that every

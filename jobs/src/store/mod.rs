@@ -281,7 +281,7 @@ fn private_files(path: &Path) -> std::io::Result<()> {
 pub const SQLITE_WAL_LIMIT: u64 = 64 << 20;
 
 /// Opens (and migrates) the SQLite database at `path`, creating the file and
-/// its folder when missing; the file is its owner's alone ([`private_files`]).
+/// its folder when missing; the file is its owner's alone (`private_files`).
 /// Its write-ahead log is cut back to [`SQLITE_WAL_LIMIT`] after each
 /// checkpoint ([`open_sqlite_bounded`]).
 pub async fn open_sqlite(path: &Path) -> Result<Db, StoreError> {
@@ -389,7 +389,7 @@ const MIGRATION_WAIT_LOG_EVERY: Duration = Duration::from_secs(10);
 /// migration lock: `pg_try_advisory_xact_lock` in a transaction of one
 /// pooled connection, tried every [`MIGRATION_LOCK_POLL`], logged (with the
 /// holder's pid, `application_name` and state, from `pg_locks`) when it has
-/// to wait and every [`MIGRATION_WAIT_LOG_EVERY`] after. The lock is the
+/// to wait and every `MIGRATION_WAIT_LOG_EVERY` after. The lock is the
 /// one sqlx's own migrator takes as a session lock (its key from the
 /// database's name), so a process of an older release and this one still
 /// exclude each other; sqlx's locking is turned off. Being
@@ -458,7 +458,7 @@ const POOLER_CHECK_WAIT: Duration = Duration::from_secs(3);
 /// second opens a transaction (in transaction mode it takes a server
 /// session, by PgBouncer's default the one just released), and the first
 /// reads its pid again. A different pid, or no answer within
-/// [`POOLER_CHECK_WAIT`] (a pool of one session, held by the second), is a
+/// `POOLER_CHECK_WAIT` (a pool of one session, held by the second), is a
 /// pooler; so is a `BEGIN` refused (statement mode). Only the simple query
 /// protocol is used, which every pool mode passes.
 pub async fn refuse_transaction_pooler(options: &PgConnectOptions) -> Result<(), StoreError> {

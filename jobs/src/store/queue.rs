@@ -53,7 +53,7 @@ pub fn build_job_payload(build_id: &str) -> String {
     serde_json::to_string(&BuildJob { build_id: build_id.to_owned() }).expect("job payload serialises")
 }
 
-/// The `metadata` apalis-sqlite's push writes for a job built as [`push`]
+/// The `metadata` apalis-sqlite's push writes for a job built as `push`
 /// builds it (no metadata set), for a push folded into another statement
 /// ([`super::submit::write_build`] on SQLite).
 pub const SQLITE_JOB_METADATA: &str = "{}";

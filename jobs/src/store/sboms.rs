@@ -648,8 +648,8 @@ pub async fn document(conn: &mut Conn, deployment: &str, node: &str) -> Result<O
 
 /// One node's SBOM, put together again as text (`None`: the node has no
 /// SBOM row): the node's row, then the chunks holding the pieces of both its
-/// lists in one statement ([`fetch_chunks`]), each chunk's lines put in
-/// their list's place as its row arrives ([`Splice`]), between the rest of
+/// lists in one statement (`fetch_chunks`), each chunk's lines put in
+/// their list's place as its row arrives (`Splice`), between the rest of
 /// the document's keys. Only the rest is parsed. The text is the accepted
 /// document's JSON value written compactly with every object's keys in
 /// ascending byte order (docs/SBOM.md).

@@ -214,7 +214,7 @@ pub fn admission_count_sql() -> String {
 
 /// Q-3 before a submit's body is read: the builds waiting for a worker
 /// when that is `limit` or more (counted up to `limit`), otherwise a number
-/// below `limit` that is at least that many (the [`SPAN`] bound, or the
+/// below `limit` that is at least that many (the `SPAN` bound, or the
 /// count). One statement.
 pub async fn admission_count(conn: &mut Conn, limit: i64) -> Result<i64, StoreError> {
     Q::new(admission_count_sql()).int(limit).fetch_one(conn).await?.int("n")
