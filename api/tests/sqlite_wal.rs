@@ -91,6 +91,33 @@ async fn a_reader_left_in_a_transaction_is_reported_and_the_log_is_truncated_onc
     assert!(said.iter().any(|w| w.contains("write-ahead log") && w.contains("transaction open")), "{said:?}");
     assert!(metric(&api, "slipway_sqlite_wal_bytes").await > f64::from(8 << 20));
 
+    // Meanwhile the blocked checkpoints hold up no writer: 60 writes that
+    // wait for no lock (`.timeout 0`), over at least three looks, all pass.
+    let blocked_before = metric(&api, "slipway_sqlite_checkpoints_total{outcome=\"blocked\"}").await;
+    let mut script = String::from(".timeout 0\n");
+    for _ in 0..60 {
+        script.push_str("INSERT INTO test_filler VALUES (zeroblob(16));\n.shell sleep 0.05\n");
+    }
+    let writer = std::process::Command::new("sqlite3")
+        .arg(&db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        writer.stdin.as_ref().unwrap().write_all(script.as_bytes()).unwrap();
+    }
+    let out = writer.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("locked") && !stderr.contains("busy"), "a checkpoint held up a writer: {stderr}");
+    let blocked_after = metric(&api, "slipway_sqlite_checkpoints_total{outcome=\"blocked\"}").await;
+    assert!(
+        blocked_after >= blocked_before + 2.0,
+        "the writes did not span the looks: {blocked_before} → {blocked_after}"
+    );
+
     // The reader ends: the next look checkpoints and truncates the log.
     input.write_all(b"COMMIT;\n.quit\n").await.unwrap();
     drop(input);

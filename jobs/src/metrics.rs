@@ -59,8 +59,9 @@ pub const STREAMS_REFUSED: &str = "slipway_streams_refused_total";
 pub const SQLITE_WAL_BYTES: &str = "slipway_sqlite_wal_bytes";
 /// Counter `{outcome}`: checkpoints of the SQLite write-ahead log this
 /// process ran because it was past `SLIPWAY_SQLITE_WAL_LIMIT`
-/// (`truncated`; `blocked`: a reader of an older snapshot kept it from
-/// completing; `failed`: a database error).
+/// (`truncated`; `checkpointed`: copied whole, its truncation left to the
+/// next commit because someone was in the way; `blocked`: a reader of an
+/// older snapshot kept it from completing; `failed`: a database error).
 pub const SQLITE_CHECKPOINTS: &str = "slipway_sqlite_checkpoints_total";
 
 /// Counter `{storage}`: answers `503 storage_unavailable` the api gave
@@ -188,7 +189,7 @@ impl Metrics {
             describe(
                 SQLITE_CHECKPOINTS,
                 "Checkpoints of the SQLite write-ahead log past SLIPWAY_SQLITE_WAL_LIMIT, by outcome (truncated, \
-                 blocked, failed).",
+                 checkpointed, blocked, failed).",
             ),
             describe(
                 STREAMS_REFUSED,
@@ -349,7 +350,7 @@ impl Metrics {
     /// process on SQLite before its first look.
     pub fn register_sqlite_wal(&self) {
         self.sqlite_wal_bytes(0);
-        for outcome in ["truncated", "blocked", "failed"] {
+        for outcome in ["truncated", "checkpointed", "blocked", "failed"] {
             let key = Key::from_parts(SQLITE_CHECKPOINTS, vec![Label::from_static_parts("outcome", outcome)]);
             self.recorder.register_counter(&key, &METADATA).absolute(0);
         }

@@ -8,11 +8,16 @@
 //!
 //! Each process on SQLite runs a [`WalKeeper`]: every
 //! `SLIPWAY_SQLITE_CHECKPOINT_EVERY` it reads the log's size and, past
-//! `SLIPWAY_SQLITE_WAL_LIMIT`, checkpoints it and truncates it to zero
-//! ([`crate::store::Db::checkpoint_wal`]). A checkpoint that cannot
-//! complete is logged once when it starts failing and once when it
-//! succeeds again, counted in `slipway_sqlite_checkpoints_total{outcome}`,
-//! and given as a warning by [`WalKeeper::warning`] (the api's `/readyz`);
+//! `SLIPWAY_SQLITE_WAL_LIMIT`, checkpoints it
+//! ([`crate::store::Db::checkpoint_wal`]): first a passive checkpoint,
+//! which waits for nothing and holds up no writer; when that copied the
+//! whole log, a truncating one that gives up at once if anyone is in its
+//! way (the log then restarts on the next commit and SQLite cuts it back
+//! to `journal_size_limit`). A passive checkpoint that could not copy the
+//! whole log, because a reader holds an older snapshot, is logged once
+//! when it starts and once when the log is checkpointed again, counted in
+//! `slipway_sqlite_checkpoints_total{outcome="blocked"}`, and given as a
+//! warning by [`WalKeeper::warning`] (the api's `/readyz`);
 //! `slipway_sqlite_wal_bytes` is the log's size at the last look.
 
 use crate::metrics::Metrics;
@@ -21,8 +26,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// How long one checkpoint waits for writers and readers before it counts
-/// as blocked.
+/// How long a truncating checkpoint waits for this process's own write
+/// turn (it waits for no other process).
 pub const CHECKPOINT_WAIT: Duration = Duration::from_secs(1);
 
 /// The write-ahead log of one SQLite database, looked after from one
@@ -49,6 +54,9 @@ pub enum Look {
     Within,
     /// The log was checkpointed and truncated.
     Truncated,
+    /// The log was checkpointed whole but someone was in the way of its
+    /// truncation: it restarts on the next commit (cut back to the limit).
+    Checkpointed,
     /// The log is past the limit and could not be checkpointed whole.
     Blocked,
     /// The checkpoint failed with a database error (logged).
@@ -61,6 +69,7 @@ impl Look {
         match self {
             Self::Within => "within",
             Self::Truncated => "truncated",
+            Self::Checkpointed => "checkpointed",
             Self::Blocked => "blocked",
             Self::Failed => "failed",
         }
@@ -101,9 +110,8 @@ impl WalKeeper {
             self.clear(bytes, None);
             return Look::Within;
         }
-        let look = match db.checkpoint_wal(CHECKPOINT_WAIT).await {
-            Ok(Some(c)) if c.completed() => Look::Truncated,
-            Ok(_) => Look::Blocked,
+        let look = match self.checkpoint(db).await {
+            Ok(look) => look,
             Err(e) => {
                 tracing::warn!(error = %e, "the SQLite write-ahead log could not be checkpointed");
                 Look::Failed
@@ -113,10 +121,25 @@ impl WalKeeper {
         let after = self.wal_bytes();
         self.metrics.sqlite_wal_bytes(after);
         match look {
-            Look::Truncated => self.clear(after, Some(bytes)),
-            _ => self.block(after),
+            Look::Truncated | Look::Checkpointed => self.clear(after, Some(bytes)),
+            Look::Blocked => self.block(after),
+            Look::Within | Look::Failed => {}
         }
         look
+    }
+
+    /// A passive checkpoint, then, when it copied the whole log, a
+    /// truncating one that waits for no other process.
+    async fn checkpoint(&self, db: &Db) -> Result<Look, crate::store::StoreError> {
+        use crate::store::CheckpointMode;
+        match db.checkpoint_wal(CheckpointMode::Passive, CHECKPOINT_WAIT).await? {
+            Some(c) if c.completed() => {}
+            _ => return Ok(Look::Blocked),
+        }
+        Ok(match db.checkpoint_wal(CheckpointMode::Truncate, CHECKPOINT_WAIT).await? {
+            Some(c) if c.completed() => Look::Truncated,
+            _ => Look::Checkpointed,
+        })
     }
 
     /// A warning for readiness while checkpoints cannot complete: the log's

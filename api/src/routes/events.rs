@@ -358,13 +358,24 @@ enum Cut {
 fn ends(app: &AppState, auth: &Auth) -> impl std::future::Future<Output = Cut> + Send + 'static {
     let closed = app.hub.closed();
     let exp = auth.0.exp;
-    let now = slipway_jobs::clock::now_us() as f64 / 1e6;
-    let left = Duration::try_from_secs_f64(exp - now).unwrap_or(Duration::ZERO);
+    let left = until_expiry(exp, slipway_jobs::clock::now_us() as f64 / 1e6);
     async move {
         tokio::select! {
             () = closed => Cut::Closing,
             () = tokio::time::sleep(left) => Cut::TokenExpired(exp),
         }
+    }
+}
+
+/// How long a token expiring at `exp` has left at `now` (both seconds
+/// since the epoch): zero once it expired, and [`Duration::MAX`] (never
+/// within the life of a process) for an `exp` too far ahead for a
+/// `Duration`, such as `1e20`.
+fn until_expiry(exp: f64, now: f64) -> Duration {
+    match Duration::try_from_secs_f64(exp - now) {
+        Ok(left) => left,
+        Err(_) if exp > now => Duration::MAX,
+        Err(_) => Duration::ZERO,
     }
 }
 
@@ -657,5 +668,18 @@ async fn follow_log(db: Db, id: String, mut after: i64, tx: mpsc::Sender<Event>)
             _ = tokio::time::sleep(LOG_POLL) => {}
             _ = tx.closed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_expiring_too_far_ahead_for_a_duration_never_ends_its_stream() {
+        assert_eq!(until_expiry(1e20, 1.8e9), Duration::MAX);
+        assert_eq!(until_expiry(f64::INFINITY, 1.8e9), Duration::MAX);
+        assert_eq!(until_expiry(1.8e9 - 5.0, 1.8e9), Duration::ZERO);
+        assert_eq!(until_expiry(1.8e9 + 2.5, 1.8e9), Duration::from_secs_f64(2.5));
     }
 }

@@ -131,6 +131,15 @@ async fn sqlite_lock_free(held: &mut [Conn]) -> bool {
     true
 }
 
+/// How [`Db::checkpoint_wal`] checkpoints (SQLite's `wal_checkpoint` modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointMode {
+    /// Copy what can be copied now, waiting for nothing.
+    Passive,
+    /// Copy everything and reset the log to zero bytes, or answer `busy`.
+    Truncate,
+}
+
 /// What one [`Db::checkpoint_wal`] did, as SQLite's `wal_checkpoint`
 /// answers: whether it could not finish (`busy`), the frames in the log
 /// (`log_frames`) and those written into the database (`checkpointed`);
@@ -272,32 +281,45 @@ impl Db {
         })
     }
 
-    /// Checkpoints SQLite's write-ahead log into the database file and
-    /// truncates it to zero bytes (`PRAGMA wal_checkpoint(TRUNCATE)`), with
-    /// this process's write turn, waiting at most `wait` for other
-    /// processes' writers and for readers of older snapshots. `None` on
-    /// PostgreSQL. A reader that holds a transaction open on an older
-    /// snapshot keeps the log from being reset: the answer is then `busy`
-    /// (or fewer frames checkpointed than the log holds), and the log stays.
-    pub async fn checkpoint_wal(&self, wait: std::time::Duration) -> Result<Option<Checkpoint>, StoreError> {
+    /// Checkpoints SQLite's write-ahead log into the database file; `None`
+    /// on PostgreSQL.
+    ///
+    /// [`CheckpointMode::Passive`] copies what it can on a pooled
+    /// connection without waiting for any lock and without holding up a
+    /// writer: a reader that holds a transaction open on an older snapshot
+    /// leaves frames it could not copy (`checkpointed < log_frames`).
+    /// [`CheckpointMode::Truncate`] also resets the log to zero bytes; it
+    /// runs with this process's write turn (waiting at most `wait` for it)
+    /// and does not wait for other processes at all (busy timeout 0), so it
+    /// never stalls a writer: when anyone is in its way it answers `busy`.
+    pub async fn checkpoint_wal(
+        &self,
+        mode: CheckpointMode,
+        wait: std::time::Duration,
+    ) -> Result<Option<Checkpoint>, StoreError> {
         let Self::Sqlite(p) = self else { return Ok(None) };
-        let Ok(turn) = tokio::time::timeout(wait, p.writers.clone().acquire_owned()).await else {
-            return Ok(Some(Checkpoint { busy: true, log_frames: -1, checkpointed: -1 }));
-        };
-        let _turn = turn.expect("the write turn stays open");
-        let mut conn = Conn::Sqlite(p.writer.acquire().await?);
-        let millis = |d: std::time::Duration| d.as_millis().min(i32::MAX as u128);
-        Q::new(format!("PRAGMA busy_timeout = {}", millis(wait))).execute(&mut conn).await?;
-        let answer = Q::new("PRAGMA wal_checkpoint(TRUNCATE)").fetch_one(&mut conn).await;
-        let restored =
-            Q::new(format!("PRAGMA busy_timeout = {}", millis(super::SQLITE_BUSY_TIMEOUT))).execute(&mut conn).await;
-        if restored.is_err() {
-            // Not handed back to the pool with the short wait.
-            if let Conn::Sqlite(c) = conn {
-                drop(c.detach());
+        let row = match mode {
+            CheckpointMode::Passive => {
+                Q::new("PRAGMA wal_checkpoint(PASSIVE)").fetch_one(&mut Conn::Sqlite(p.acquire().await?)).await?
             }
-        }
-        let row = answer?;
+            CheckpointMode::Truncate => {
+                let Ok(turn) = tokio::time::timeout(wait, p.writers.clone().acquire_owned()).await else {
+                    return Ok(Some(Checkpoint { busy: true, log_frames: -1, checkpointed: -1 }));
+                };
+                let _turn = turn.expect("the write turn stays open");
+                let mut conn = Conn::Sqlite(p.writer.acquire().await?);
+                Q::new("PRAGMA busy_timeout = 0").execute(&mut conn).await?;
+                let answer = Q::new("PRAGMA wal_checkpoint(TRUNCATE)").fetch_one(&mut conn).await;
+                let restore = format!("PRAGMA busy_timeout = {}", super::SQLITE_BUSY_TIMEOUT.as_millis());
+                if Q::new(restore).execute(&mut conn).await.is_err() {
+                    // Not handed back to the pool without its busy timeout.
+                    if let Conn::Sqlite(c) = conn {
+                        drop(c.detach());
+                    }
+                }
+                answer?
+            }
+        };
         Ok(Some(Checkpoint {
             busy: row.int("busy")? != 0,
             log_frames: row.int("log")?,

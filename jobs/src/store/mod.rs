@@ -23,7 +23,7 @@ pub mod submit;
 pub mod tickets;
 pub mod workers;
 
-pub use db::{ping, placeholders, Checkpoint, Conn, Db, Engine, Held, Row, SqliteDb, Q};
+pub use db::{ping, placeholders, Checkpoint, CheckpointMode, Conn, Db, Engine, Held, Row, SqliteDb, Q};
 
 use crate::config::Config;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
