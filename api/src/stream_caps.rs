@@ -98,8 +98,7 @@ impl StreamCaps {
         let mut open = inner.open.lock().unwrap_or_else(PoisonError::into_inner);
         let total = open.total();
         if total >= inner.per_api {
-            inner.metrics.stream_refused("api");
-            return Err(refused(
+            return Err(inner.refused(
                 "api",
                 total,
                 inner.per_api,
@@ -111,8 +110,7 @@ impl StreamCaps {
         }
         let mine = open.by_subject.get(subject).copied().unwrap_or(0);
         if mine >= inner.per_subject {
-            inner.metrics.stream_refused("subject");
-            return Err(refused(
+            return Err(inner.refused(
                 "subject",
                 mine,
                 inner.per_subject,
@@ -141,8 +139,12 @@ impl StreamCaps {
     }
 }
 
-fn refused(limit: &'static str, open: u32, max: u32, message: String) -> ApiError {
-    ApiError::too_many_streams(message).with_details(json!({ "limit": limit, "open": open, "max": max }))
+impl Inner {
+    /// A refusal by the cap `limit` (`subject`, `api`), counted.
+    fn refused(&self, limit: &'static str, open: u32, max: u32, message: String) -> ApiError {
+        self.metrics.stream_refused(limit);
+        ApiError::too_many_streams(message).with_details(json!({ "limit": limit, "open": open, "max": max }))
+    }
 }
 
 #[cfg(test)]

@@ -84,20 +84,18 @@ pub struct Reading {
     /// The host's wall clock minus the database's, in seconds (positive:
     /// this host is ahead).
     pub skew_s: f64,
-    /// The round trip of the reading, in milliseconds.
-    pub round_trip_ms: f64,
 }
 
 /// Reads the database's clock and anchors [`now_us`] to it; how far the
 /// host's wall clock is from it.
 pub async fn sync(db: &Db) -> Result<Reading, StoreError> {
+    // Only the query is timed, not the wait for a pooled connection.
+    let mut conn = db.acquire().await?;
     let before = Instant::now();
     let host_before = host_now_us();
-    let db_ms = {
-        let mut conn = db.acquire().await?;
-        crate::store::db_now_ms(&mut conn).await?
-    };
+    let db_ms = crate::store::db_now_ms(&mut conn).await?;
     let round_trip = before.elapsed();
+    drop(conn);
     let half = i64::try_from(round_trip.as_micros() / 2).unwrap_or(0);
     // The reading was taken about half-way through the round trip.
     let db_us = db_ms * 1000 + half;
@@ -105,7 +103,7 @@ pub async fn sync(db: &Db) -> Result<Reading, StoreError> {
     *ANCHOR.write().unwrap_or_else(PoisonError::into_inner) = Some(Anchor { db_us, at });
     let host_mid = host_before + half;
     let skew_s = (host_mid - (db_us - half)) as f64 / 1e6;
-    Ok(Reading { skew_s, round_trip_ms: round_trip.as_secs_f64() * 1000.0 })
+    Ok(Reading { skew_s })
 }
 
 /// A process's watch over its clock: [`sync`] now and every
@@ -180,13 +178,15 @@ impl ClockWatch {
     }
 }
 
-/// This host's name (the kernel's), or `unknown`.
+/// This host's name (`/etc/hostname`, else the kernel's), or `host`: the
+/// label of the skew gauge, and the host part of a worker's name.
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
+    ["/etc/hostname", "/proc/sys/kernel/hostname"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
         .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown".to_owned())
+        .find(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_owned())
 }
 
 #[cfg(test)]

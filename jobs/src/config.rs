@@ -589,7 +589,7 @@ impl Config {
             shutdown_grace: duration(keys, "SLIPWAY_SHUTDOWN_GRACE", 10)?,
             streams_per_subject: number(keys, "SLIPWAY_STREAMS_PER_SUBJECT", 100)?,
             streams_per_api: number(keys, "SLIPWAY_STREAMS_PER_API", 10_000)?,
-            sqlite_wal_limit: sandbox::size(keys, "SLIPWAY_SQLITE_WAL_LIMIT", 64 << 20)?,
+            sqlite_wal_limit: sandbox::size(keys, "SLIPWAY_SQLITE_WAL_LIMIT", crate::store::SQLITE_WAL_LIMIT)?,
             clock_skew_limit: duration(keys, "SLIPWAY_CLOCK_SKEW_LIMIT", 2)?,
             sqlite_checkpoint_every: duration(keys, "SLIPWAY_SQLITE_CHECKPOINT_EVERY", 30)?,
             sandbox: SandboxConfig::from_keys(keys)?,

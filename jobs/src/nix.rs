@@ -579,19 +579,13 @@ impl NixRun<'_> {
     }
 
     /// Writes `configuration` as `<work>/configuration.json`; its path. A
-    /// file that cannot be written is the worker's fault:
-    /// `storage_unavailable` for a full, read-only or failing disk
-    /// ([`crate::storage::is_storage_fault`]), `build_failed` otherwise.
+    /// file that cannot be written is the worker's fault
+    /// ([`FailureCode::of_write`]).
     fn configuration_file(&self, configuration: &Value) -> Result<PathBuf, NixFailure> {
         let file = self.work.join("configuration.json");
         std::fs::write(&file, serde_json::to_vec(configuration).expect("a configuration serialises")).map_err(|e| {
-            let code = if crate::storage::is_storage_fault(&e) {
-                FailureCode::StorageUnavailable
-            } else {
-                FailureCode::BuildFailed
-            };
             NixFailure::new(
-                code,
+                FailureCode::of_write(&e),
                 Some("names"),
                 format!("the worker cannot write the configuration into its state folder: {e}"),
             )

@@ -30,7 +30,7 @@ use tracing::Instrument;
 /// name has no `@`, so `GET /workers` reads the host back from the name
 /// ([`slipway_jobs::store::fleet::host_of`]).
 fn unique_name(prefix: &str) -> String {
-    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into());
+    let host = slipway_jobs::clock::hostname();
     format!(
         "{prefix}@{host}-{}-{}",
         std::process::id(),

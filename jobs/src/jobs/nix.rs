@@ -104,11 +104,7 @@ async fn compute(row: &NixRow, ctx: &Ctx, log: &mut String) -> Result<Value, Nix
     let work = work_dir(ctx, &row.key);
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).map_err(|e| NixFailure {
-        code: if crate::storage::is_storage_fault(&e) {
-            FailureCode::StorageUnavailable
-        } else {
-            FailureCode::BuildFailed
-        },
+        code: FailureCode::of_write(&e),
         output: None,
         message: format!("the worker cannot create a work folder in its state folder: {e}"),
     })?;

@@ -64,6 +64,17 @@ pub enum FailureCode {
 }
 
 impl FailureCode {
+    /// The code of a worker's write into its own state folder that failed
+    /// with `e`: `storage_unavailable` for a full, read-only or failing
+    /// disk ([`crate::storage::is_storage_fault`]), `build_failed` otherwise.
+    pub fn of_write(e: &std::io::Error) -> Self {
+        if crate::storage::is_storage_fault(e) {
+            Self::StorageUnavailable
+        } else {
+            Self::BuildFailed
+        }
+    }
+
     /// The code as the API writes it.
     pub fn as_str(self) -> &'static str {
         match self {

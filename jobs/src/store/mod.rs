@@ -104,10 +104,9 @@ impl StoreError {
                 | sqlx::Error::PoolClosed
                 | sqlx::Error::Io(_)
                 | sqlx::Error::WorkerCrashed => true,
-                sqlx::Error::Database(d) if d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() => d
-                    .code()
-                    .and_then(|c| c.parse::<i32>().ok())
-                    .is_some_and(|c| SQLITE_UNAVAILABLE.contains(&(c & 0xff))),
+                sqlx::Error::Database(d) if sqlite_code(d.as_ref()).is_some() => {
+                    sqlite_code(d.as_ref()).is_some_and(|c| SQLITE_UNAVAILABLE.contains(&(c & 0xff)))
+                }
                 sqlx::Error::Database(d) => d
                     .code()
                     .is_some_and(|c| c.starts_with("08") || c.starts_with("53") || c.starts_with("57") || c == "55000"),
@@ -126,10 +125,10 @@ impl StoreError {
     pub fn is_storage_full(&self) -> bool {
         match self {
             Self::Database(sqlx::Error::Io(e)) => crate::storage::is_storage_fault(e),
-            Self::Database(sqlx::Error::Database(d)) if d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() => {
-                d.code().and_then(|c| c.parse::<i32>().ok()).is_some_and(|c| c & 0xff == 13)
-            }
-            Self::Database(sqlx::Error::Database(d)) => d.code().is_some_and(|c| c == "53100"),
+            Self::Database(sqlx::Error::Database(d)) => match sqlite_code(d.as_ref()) {
+                Some(code) => code & 0xff == 13,
+                None => d.code().is_some_and(|c| c == "53100"),
+            },
             _ => false,
         }
     }
@@ -160,6 +159,13 @@ impl StoreError {
             _ => "it answered with an error".to_owned(),
         }
     }
+}
+
+/// The result code of an SQLite error (extended: the primary code is its
+/// low byte); `None` for another engine's.
+fn sqlite_code(d: &dyn sqlx::error::DatabaseError) -> Option<i32> {
+    d.try_downcast_ref::<sqlx::sqlite::SqliteError>()?;
+    d.code()?.parse().ok()
 }
 
 /// SQLite's primary result codes that mean "the database cannot take this
