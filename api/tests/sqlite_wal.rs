@@ -15,15 +15,6 @@ use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
-/// The value of the series named exactly `series` in a scrape.
-async fn metric(api: &ApiProcess, series: &str) -> f64 {
-    let (status, text) = api.get("/metrics").await;
-    assert_eq!(status, 200);
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in the scrape: {text}"))
-}
-
 async fn warnings(api: &ApiProcess) -> Vec<String> {
     let (status, text) = api.get("/readyz").await;
     assert_eq!(status, 200, "{text}");
@@ -57,7 +48,7 @@ async fn a_reader_left_in_a_transaction_is_reported_and_the_log_is_truncated_onc
         start_api(dir.path(), None, &[("SLIPWAY_SQLITE_WAL_LIMIT", "1M"), ("SLIPWAY_SQLITE_CHECKPOINT_EVERY", "1s")])
             .await;
     let db = dir.path().join("slipway.db");
-    assert_eq!(metric(&api, "slipway_sqlite_checkpoints_total{outcome=\"blocked\"}").await, 0.0);
+    assert_eq!(api.metric("slipway_sqlite_checkpoints_total{outcome=\"blocked\"}").await, 0.0);
     sqlite3(&db, "CREATE TABLE test_filler (b BLOB)");
 
     // A shell inside BEGIN, its snapshot fixed by a read: it stays until its input closes.
@@ -84,16 +75,16 @@ async fn a_reader_left_in_a_transaction_is_reported_and_the_log_is_truncated_onc
     assert!(grown > 8 << 20, "the log grew with the reader open: {grown} bytes");
     api.wait_log(0, &["WARN", "cannot be checkpointed"], Duration::from_secs(30)).await;
     until("a blocked checkpoint counted", Duration::from_secs(30), || async {
-        metric(&api, "slipway_sqlite_checkpoints_total{outcome=\"blocked\"}").await >= 1.0
+        api.metric("slipway_sqlite_checkpoints_total{outcome=\"blocked\"}").await >= 1.0
     })
     .await;
     let said = warnings(&api).await;
     assert!(said.iter().any(|w| w.contains("write-ahead log") && w.contains("transaction open")), "{said:?}");
-    assert!(metric(&api, "slipway_sqlite_wal_bytes").await > f64::from(8 << 20));
+    assert!(api.metric("slipway_sqlite_wal_bytes").await > f64::from(8 << 20));
 
     // Meanwhile the blocked checkpoints hold up no writer: 60 writes that
     // wait for no lock (`.timeout 0`), over at least three looks, all pass.
-    let blocked_before = metric(&api, "slipway_sqlite_checkpoints_total{outcome=\"blocked\"}").await;
+    let blocked_before = api.metric("slipway_sqlite_checkpoints_total{outcome=\"blocked\"}").await;
     let mut script = String::from(".timeout 0\n");
     for _ in 0..60 {
         script.push_str("INSERT INTO test_filler VALUES (zeroblob(16));\n.shell sleep 0.05\n");
@@ -112,7 +103,7 @@ async fn a_reader_left_in_a_transaction_is_reported_and_the_log_is_truncated_onc
     let out = writer.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("locked") && !stderr.contains("busy"), "a checkpoint held up a writer: {stderr}");
-    let blocked_after = metric(&api, "slipway_sqlite_checkpoints_total{outcome=\"blocked\"}").await;
+    let blocked_after = api.metric("slipway_sqlite_checkpoints_total{outcome=\"blocked\"}").await;
     assert!(
         blocked_after >= blocked_before + 2.0,
         "the writes did not span the looks: {blocked_before} → {blocked_after}"
@@ -124,7 +115,7 @@ async fn a_reader_left_in_a_transaction_is_reported_and_the_log_is_truncated_onc
     assert!(reader.wait().await.unwrap().success());
     until("the log truncated", Duration::from_secs(30), || async { wal_bytes(&db) <= 1 << 20 }).await;
     api.wait_log(0, &["INFO", "checkpointed again"], Duration::from_secs(30)).await;
-    assert!(metric(&api, "slipway_sqlite_checkpoints_total{outcome=\"truncated\"}").await >= 1.0);
+    assert!(api.metric("slipway_sqlite_checkpoints_total{outcome=\"truncated\"}").await >= 1.0);
     until("the warning gone", Duration::from_secs(30), || async {
         !warnings(&api).await.iter().any(|w| w.contains("write-ahead log"))
     })

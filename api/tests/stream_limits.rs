@@ -93,14 +93,6 @@ impl Stream {
 }
 
 /// The value of the metric line starting with `series` in the api's scrape.
-async fn metric(api: &ApiProcess, series: &str) -> f64 {
-    let (status, text) = api.get("/metrics").await;
-    assert_eq!(status, 200);
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in the scrape: {text}"))
-}
-
 #[tokio::test]
 async fn a_subject_past_its_cap_and_an_api_past_its_own_are_refused_429_and_a_closed_stream_frees_its_place() {
     let dir = tempfile::tempdir().unwrap();
@@ -131,10 +123,10 @@ async fn a_subject_past_its_cap_and_an_api_past_its_own_are_refused_429_and_a_cl
     let refused = Stream::open(&api, "/deployments/demo/events", &bob).await;
     assert_eq!(refused.status(), 429, "{}", refused.text);
     assert_eq!(refused.refusal().await["details"], json!({ "limit": "api", "open": 5, "max": 5 }));
-    assert_eq!(metric(&api, "slipway_streams_open{kind=\"deployment_events\"}").await, 5.0);
-    assert_eq!(metric(&api, "slipway_streams_busiest_subject").await, 3.0);
-    assert_eq!(metric(&api, "slipway_streams_refused_total{limit=\"subject\"}").await, 1.0);
-    assert_eq!(metric(&api, "slipway_streams_refused_total{limit=\"api\"}").await, 1.0);
+    assert_eq!(api.metric("slipway_streams_open{kind=\"deployment_events\"}").await, 5.0);
+    assert_eq!(api.metric("slipway_streams_busiest_subject").await, 3.0);
+    assert_eq!(api.metric("slipway_streams_refused_total{limit=\"subject\"}").await, 1.0);
+    assert_eq!(api.metric("slipway_streams_refused_total{limit=\"api\"}").await, 1.0);
 
     // Alice closes one of hers: once the api has seen the connection go,
     // she may open one again, and nobody gets a sixth.

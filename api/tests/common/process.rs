@@ -105,6 +105,16 @@ impl ApiProcess {
         self.log.borrow().clone()
     }
 
+    /// The value of the series named exactly `series` (with its labels) in
+    /// a scrape of `/metrics`; panics when the scrape has none.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let (status, text) = self.get("/metrics").await;
+        assert_eq!(status, 200);
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in the scrape: {text}"))
+    }
+
     /// The first line it logs after the first `skip` that contains every
     /// one of `words`; panics past `deadline` with what it logged.
     pub async fn wait_log(&self, skip: usize, words: &[&str], deadline: Duration) -> String {
