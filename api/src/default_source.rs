@@ -1,7 +1,7 @@
 //! The built-in module source's outputs, baked into the binary (MS-5).
 //!
 //! `scripts/gen-default-source` regenerates `api/default-source/` from
-//! `nix/core` with Nix; `api/tests/default_source_parity.rs` rebuilds them
+//! `nix/core` with Nix; `api/tests/it/default_source_parity.rs` rebuilds them
 //! and fails on any difference. Public procedures serve only these.
 
 use slipway_jobs::source::SourceOutputs;

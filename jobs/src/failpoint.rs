@@ -1,8 +1,13 @@
 //! Fault injection for durability tests: `SLIPWAY_FAILPOINTS=a,b=stop`
 //! makes the process abort, as a crash would, when it reaches point `a`, and
 //! stop itself with `SIGSTOP`, as `kill -STOP` would, at point `b` (a test
-//! resumes it with `SIGCONT`). Read once from the environment; unset in
-//! production, where [`hit`] is a single comparison against an empty list.
+//! resumes it with `SIGCONT`). Read once from the environment.
+//!
+//! Compiled only with the `failpoints` feature, which the worker's tests turn
+//! on (so `cargo build --workspace --all-targets` and `cargo test` have it);
+//! without it (`cargo build --release -p slipway-api -p slipway-worker`)
+//! [`hit`] and [`hit_between_statements`] are empty and the variable is
+//! ignored.
 //!
 //! A stop at a point outside any transaction of ours
 //! ([`hit_between_statements`]) first waits until no other task of the
@@ -13,9 +18,11 @@
 //! transaction ([`hit`] in the transaction that records a build's end).
 
 use crate::store::Db;
+#[cfg(feature = "failpoints")]
 use std::sync::OnceLock;
 
 /// What the process does at an armed point.
+#[cfg(feature = "failpoints")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Action {
     /// Abort: no unwinding, no cleanup.
@@ -25,6 +32,7 @@ enum Action {
 }
 
 /// The points this process acts at.
+#[cfg(feature = "failpoints")]
 fn armed() -> &'static [(String, Action)] {
     static POINTS: OnceLock<Vec<(String, Action)>> = OnceLock::new();
     POINTS.get_or_init(|| {
@@ -46,6 +54,7 @@ fn armed() -> &'static [(String, Action)] {
 
 /// Aborts the process, or stops it, when `name` is armed. A stop holds
 /// whatever locks the caller's transaction (and any other task's) holds.
+#[cfg(feature = "failpoints")]
 pub fn hit(name: &str) {
     match armed().iter().find(|(p, _)| p == name).map(|(_, action)| *action) {
         None => {}
@@ -65,6 +74,7 @@ pub fn hit(name: &str) {
 /// every connection of `db` ([`Db::hold_all`]), so no task of this process
 /// is inside a statement or a transaction, holds them while stopped, and
 /// gives them back once resumed. The caller must hold no connection itself.
+#[cfg(feature = "failpoints")]
 pub async fn hit_between_statements(name: &str, db: &Db) {
     match armed().iter().find(|(p, _)| p == name).map(|(_, action)| *action) {
         Some(Action::Stop) => {
@@ -75,3 +85,13 @@ pub async fn hit_between_statements(name: &str, db: &Db) {
         _ => hit(name),
     }
 }
+
+/// Without the `failpoints` feature: nothing.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn hit(_name: &str) {}
+
+/// Without the `failpoints` feature: nothing.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub async fn hit_between_statements(_name: &str, _db: &Db) {}

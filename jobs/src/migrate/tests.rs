@@ -1,4 +1,4 @@
-//! The migration engine's own tests; `jobs/tests/migration_cases.rs` runs
+//! The migration engine's own tests; `jobs/tests/it/migration_cases.rs` runs
 //! the shared case tables through it too.
 
 use super::*;

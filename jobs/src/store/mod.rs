@@ -23,7 +23,9 @@ pub mod submit;
 pub mod tickets;
 pub mod workers;
 
-pub use db::{ping, placeholders, Checkpoint, CheckpointMode, Conn, Db, Engine, Held, Row, SqliteDb, Q};
+#[cfg(any(test, feature = "failpoints"))]
+pub use db::Held;
+pub use db::{ping, placeholders, Checkpoint, CheckpointMode, Conn, Db, Engine, Row, SqliteDb, Q};
 
 use crate::config::Config;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

@@ -2,7 +2,7 @@
 // playwright-core, as a person would: pastes a token, submits a
 // configuration from the page, watches the deployment go from building to
 // active with its build log streaming in, then opens the queues and workers.
-// worker/tests/dashboard.rs runs it as `node dashboard.mjs` with:
+// worker/tests/it/dashboard.rs runs it as `node dashboard.mjs` with:
 //   UI_URL          the dashboard (http://127.0.0.1:<port>/ui)
 //   SLIPWAY_TOKEN   a bearer token for every deployment
 //   DEPLOYMENT_ID   the deployment to submit

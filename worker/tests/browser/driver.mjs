@@ -1,6 +1,6 @@
 // Drives page.html in Debian's headless Chromium through playwright-core
 // (installed by `scripts/install-deps --browser`; it downloads no browser).
-// worker/tests/browser.rs runs it as `node driver.mjs` with:
+// worker/tests/it/browser.rs runs it as `node driver.mjs` with:
 //   PAGE_URL        the page, served by the test from an allowed origin
 //   API_URL         the api's base URL (another origin)
 //   SLIPWAY_TOKEN   a bearer token for the deployment

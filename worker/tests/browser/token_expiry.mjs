@@ -2,7 +2,7 @@
 // playwright-core: signs in with a token that expires a few seconds later,
 // opens a deployment whose build is still running (its channel and its
 // log streaming), and waits for the api to end the streams with a
-// `token_expired` event. worker/tests/dashboard.rs runs it as `node
+// `token_expired` event. worker/tests/it/dashboard.rs runs it as `node
 // token_expiry.mjs` with:
 //   UI_URL          the dashboard (http://127.0.0.1:<port>/ui)
 //   SLIPWAY_TOKEN   a bearer token for the deployment, expiring soon

@@ -1,0 +1,147 @@
+//! Readiness end to end (PRODUCT.md §10): the real api and worker, a real
+//! Nix deploy of a copy of the reference source whose `meta.readiness`
+//! sends the probes to a stub front door on loopback, the `readiness` job's
+//! results in `GET /deployments/{id}`, and `slipway-worker run wait-ready`'s
+//! exit codes. Polls with deadlines; never sleeps to synchronise.
+
+use crate::common;
+
+use common::{binary, command, demo, free_port, start, wait_for, Api};
+use serde_json::{json, Value};
+use slipway_jobs::store::Engine;
+use slipway_jobs::test_support::{Reply, StubServer, TestDatabase};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A copy of the reference source whose probes connect to `front_door`.
+fn source_probing(dir: &std::path::Path, front_door: std::net::SocketAddr) -> String {
+    let status = std::process::Command::new("cp").arg("-r").arg(common::repo().join("nix")).arg(dir).status().unwrap();
+    assert!(status.success());
+    let meta = dir.join("nix/core/meta.nix");
+    let text = std::fs::read_to_string(&meta).unwrap();
+    assert!(text.contains("http://127.0.0.1:8470"), "the reference meta changed");
+    std::fs::write(&meta, text.replace("http://127.0.0.1:8470", &format!("http://{front_door}"))).unwrap();
+    format!("path:{}", dir.join("nix").display())
+}
+
+/// Each deployed instance's readiness state, by name.
+fn states(deployment: &Value) -> Vec<(String, String)> {
+    deployment["deployed_instances"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| (i["name"].as_str().unwrap().to_owned(), i["readiness"]["state"].as_str().unwrap_or("").to_owned()))
+        .collect()
+}
+
+/// `run wait-ready`, off the test's runtime thread (which serves the front door).
+async fn wait_ready(
+    db: &TestDatabase,
+    port: u16,
+    door: std::net::SocketAddr,
+    id: &str,
+    deadline: &str,
+) -> (i32, String, String) {
+    let mut cmd = command(&binary("slipway-worker"), db, port);
+    cmd.args(["run", "wait-ready", "--deployment", id, "--deadline", deadline])
+        .env("SLIPWAY_READINESS_CONNECT", format!("http://{door}"));
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn instances_become_ready_or_not_ready_and_wait_ready_says_so(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
+    // The front door answers for every instance but the dashboard, until told to.
+    let dashboard_up = Arc::new(AtomicBool::new(false));
+    let up = Arc::clone(&dashboard_up);
+    let door = StubServer::start(Arc::new(move |_, host: &str| {
+        let host = host.split(':').next().unwrap_or_default().to_owned();
+        if host.starts_with("dashboard.") && !up.load(Ordering::SeqCst) {
+            Reply::Answer(200, vec![("X-Instance-Host", "hub.example.org".into())])
+        } else {
+            Reply::Answer(200, vec![("X-Instance-Host", host)])
+        }
+    }))
+    .await;
+    let source = source_probing(db.dir.path(), door.addr);
+    let port = free_port();
+    let mut api = command(&binary("slipway-api"), &db, port);
+    api.env("SLIPWAY_ALLOW_PATH_SOURCES", "true");
+    let _api = start(api, &db, "api.log");
+    let mut worker = command(&binary("slipway-worker"), &db, port);
+    worker
+        .arg("work")
+        .env("SLIPWAY_ALLOW_PATH_SOURCES", "true")
+        .env("READY_TIMEOUT", "4s")
+        .env("SLIPWAY_READINESS_CONNECT", format!("http://{}", door.addr));
+    let _worker = start(worker, &db, "worker.log");
+    let api = Api::connect(&db, port).await;
+
+    let body = json!({ "configuration": demo(), "module_source": source });
+    // Until the worker is seen alive on the nix queue, a cold source is refused (503).
+    let (status, accepted) = wait_for("the worker to serve the nix queue", Duration::from_secs(60), || async {
+        let answer = api.call(reqwest::Method::PUT, "/deployments/ready", Some(&body)).await.unwrap();
+        (answer.0 != 503).then_some(answer)
+    })
+    .await;
+    assert_eq!(status, 202, "{accepted}");
+    api.wait_state("ready", "active", Duration::from_secs(240)).await;
+    let end = wait_for("every instance's readiness to settle", Duration::from_secs(60), || async {
+        let (_, _, d) = api.get("/deployments/ready").await;
+        let s = states(&d);
+        (!s.is_empty() && s.iter().all(|(_, state)| state == "ready" || state == "not_ready")).then_some(d)
+    })
+    .await;
+    for (name, state) in states(&end) {
+        let want = if name == "dashboard" { "not_ready" } else { "ready" };
+        assert_eq!(state, want, "{name}: {end}");
+    }
+    let dashboard = end["deployed_instances"].as_array().unwrap().iter().find(|i| i["name"] == "dashboard").unwrap();
+    assert!(dashboard["readiness"]["reason"].as_str().unwrap().contains("hub.example.org"), "{dashboard}");
+    assert!(dashboard["readiness"]["checked_at"].is_string(), "{dashboard}");
+    assert!(door.hosts().iter().any(|h| h.starts_with("social.demo.example.org")), "{:?}", door.hosts());
+
+    // wait-ready: the dashboard is not ready within its deadline (exit 1, named with why) …
+    let (code, out, err) = wait_ready(&db, port, door.addr, "ready", "2s").await;
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(out.contains("dashboard") && out.contains("hub.example.org"), "{out}");
+    assert!(!out.contains("mastodon"), "a ready instance is named as not ready: {out}");
+    assert!(err.contains("dashboard"), "no progress shown: {err}");
+    // … until it answers as itself (exit 0), which the deployment then shows.
+    dashboard_up.store(true, Ordering::SeqCst);
+    let (code, out, err) = wait_ready(&db, port, door.addr, "ready", "30s").await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("every instance of ready is ready"), "{out}");
+    let (_, _, d) = api.get("/deployments/ready").await;
+    assert!(states(&d).iter().all(|(_, s)| s == "ready"), "{d}");
+
+    // Bad input: an unknown deployment, a deadline that is no duration.
+    assert_eq!(wait_ready(&db, port, door.addr, "never-deployed", "1s").await.0, 2);
+    assert_eq!(wait_ready(&db, port, door.addr, "ready", "soon").await.0, 2);
+    let (code, _, err) = wait_ready(&db, port, door.addr, "UPPER!", "1s").await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--deployment \"UPPER!\"") && !err.contains("has no successful deploy"), "{err}");
+}
+
+slipway_jobs::on_both_engines!(instances_become_ready_or_not_ready_and_wait_ready_says_so);
+
+/// `run wait-ready` only reads: a SQLite `DATABASE_URL` naming no file is
+/// refused, naming the path, and no database is created there.
+#[tokio::test]
+async fn wait_ready_refuses_a_sqlite_url_that_names_no_database_and_creates_none() {
+    let db = TestDatabase::new(Engine::Sqlite).await;
+    let missing = db.path("mistyped/slipway.db");
+    let mut cmd = command(&binary("slipway-worker"), &db, free_port());
+    cmd.env("DATABASE_URL", format!("sqlite://{}", missing.display()));
+    cmd.args(["run", "wait-ready", "--deployment", "demo", "--deadline", "5s"]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&missing.display().to_string()) && stderr.contains("DATABASE_URL"), "{stderr}");
+    assert!(!missing.exists() && !missing.parent().unwrap().exists(), "wait-ready created a database");
+}
