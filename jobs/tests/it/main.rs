@@ -2,7 +2,6 @@
 //! concern (one link of the whole stack instead of one per file). Run
 //! one concern with `cargo test -p slipway-jobs --test it <module>::`.
 
-
 mod builds;
 mod callback_push;
 mod callback_urls;
