@@ -86,7 +86,7 @@ pub async fn scrape(State(app): State<AppState>, request: Request) -> Response {
     let fleet = async {
         let mut conn = app.db.acquire().await?;
         let now = slipway_jobs::store::now_ms();
-        slipway_jobs::store::workers::fleet(&mut conn, window.as_secs() as i64, app.config.nix_slots, now).await
+        slipway_jobs::store::fleet::fleet(&mut conn, window.as_secs() as i64, app.config.nix_slots, now).await
     };
     match fleet.await {
         Ok(fleet) => text.push_str(&slipway_jobs::metrics::fleet_text(&fleet)),

@@ -34,7 +34,7 @@ pub struct Readiness {
     /// The database engine: `sqlite` or `postgres`.
     database: String,
     /// Each queue whose jobs live in the database: jobs waiting, live workers.
-    queues: Vec<slipway_jobs::store::workers::QueueState>,
+    queues: Vec<slipway_jobs::store::fleet::QueueState>,
     /// `ok` or `unavailable`; `null` when this api has no OpenBao configured.
     #[schema(required = true)]
     openbao: Option<String>,
@@ -132,16 +132,16 @@ pub async fn readyz(State(app): State<AppState>) -> Result<Json<Readiness>, ApiE
 pub async fn queue_states(
     app: &AppState,
     conn: &mut slipway_jobs::store::Conn,
-) -> Result<Vec<slipway_jobs::store::workers::QueueState>, slipway_jobs::store::StoreError> {
+) -> Result<Vec<slipway_jobs::store::fleet::QueueState>, slipway_jobs::store::StoreError> {
     use slipway_jobs::store::queue::{BUILDS_QUEUE, CALLBACKS_QUEUE, MISSED_HEARTBEATS, NIX_QUEUE, READINESS_QUEUE};
     let window = (app.config.heartbeat * MISSED_HEARTBEATS).as_secs() as i64 + 1;
     let queues = [BUILDS_QUEUE, NIX_QUEUE, CALLBACKS_QUEUE, READINESS_QUEUE];
-    slipway_jobs::store::workers::queue_states(conn, &queues, window).await
+    slipway_jobs::store::fleet::queue_states(conn, &queues, window).await
 }
 
 /// One sentence per queue whose jobs wait with no live worker serving it
 /// logged as a warning when the queue first turns so.
-pub fn unserved_warnings(app: &AppState, queues: &[slipway_jobs::store::workers::QueueState]) -> Vec<String> {
+pub fn unserved_warnings(app: &AppState, queues: &[slipway_jobs::store::fleet::QueueState]) -> Vec<String> {
     let mut warnings = Vec::new();
     for q in queues {
         let unserved = q.waiting > 0 && q.workers == 0;

@@ -36,7 +36,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use maud::Markup;
-use slipway_jobs::store::{builds, fleet, queue};
+use slipway_jobs::store::{builds, deployments, fleet, queue};
 
 /// The most deployments the list shows.
 pub const LIST_LIMIT: usize = 100;
@@ -135,7 +135,7 @@ async fn deployments(State(app): State<AppState>, Auth(claims): Auth) -> Result<
     let everything = claims.deployments.iter().any(|d| d == "*");
     let mut conn = app.db.acquire().await?;
     let ids: Vec<String> = if everything {
-        fleet::recent_deployment_ids(&mut conn, LIST_LIMIT as i64).await?
+        deployments::recent_deployment_ids(&mut conn, LIST_LIMIT as i64).await?
     } else {
         let mut ids: Vec<String> = Vec::new();
         for id in &claims.deployments {

@@ -19,7 +19,7 @@ use crate::state::{BuildKind, BuildStatus};
 use crate::store::builds::{self, BuildRow, Finish};
 use crate::store::queue::{self, BuildJob, MISSED_HEARTBEATS};
 use crate::store::sboms::{self, NodeSbom};
-use crate::store::{events, now_ms, readiness, workers, StoreError};
+use crate::store::{events, heartbeats, now_ms, readiness, StoreError};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -128,7 +128,7 @@ async fn live_owner(id: &str, ctx: &Ctx) -> Result<Option<(String, Duration)>, J
     if owner == ctx.worker {
         return Ok(ctx.here.runs(id).then_some((owner, window)));
     }
-    match workers::heartbeat_age_ms(&mut conn, &owner).await? {
+    match heartbeats::heartbeat_age_ms(&mut conn, &owner).await? {
         Some(age) if age < window.as_millis() as i64 => Ok(Some((owner, window))),
         // Stale, but this process has not seen the database long enough to
         // tell a dead worker from one that cannot reach it either.

@@ -13,6 +13,7 @@ pub mod db;
 pub mod deployments;
 pub mod events;
 pub mod fleet;
+pub mod heartbeats;
 pub mod listen;
 pub mod nix;
 pub mod nodelay;
@@ -21,7 +22,6 @@ pub mod readiness;
 pub mod sboms;
 pub mod submit;
 pub mod tickets;
-pub mod workers;
 
 pub use db::{ping, placeholders, Checkpoint, CheckpointMode, Conn, Db, Engine, Held, Row, SqliteDb, Q};
 
