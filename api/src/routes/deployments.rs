@@ -1,9 +1,10 @@
 //! `/deployments`: submit (MG-7), read (ST-1, TF-1), list, delete (DL-1).
 
 use super::rfc3339;
-use crate::app::{AppState, Auth};
+use crate::auth::Auth;
 use crate::error::ApiError;
 use crate::extract::{DeploymentIdPath, Json, NoQuery, OptionalJson, Query, StrictQuery};
+use crate::state::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};

@@ -1,214 +1,32 @@
-//! The application state and the router (`fn app(state) -> Router`).
+//! The middleware of the router ([`crate::router::app`]), outermost last in
+//! its layer list: submit admission, the header and `Content-Length`
+//! limits of [`crate::limits`], the safety net that keeps every error
+//! answer in the JSON error shape (PRODUCT.md §3), the access log and CORS.
 
-use crate::auth::{Claims, Verifier};
-use crate::database_health::DatabaseHealth;
 use crate::error::{ApiError, ErrorShape};
-use crate::routes;
+use crate::limits::{BODY_LIMIT, HEADER_FIELDS_LIMIT, HEADER_LIMIT_BYTES};
+use crate::state::AppState;
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts};
 use axum::extract::{Request, State};
-use axum::handler::Handler;
-use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
-use axum::middleware::{self, Next};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
 use axum::Router;
 use serde_json::json;
-use slipway_jobs::config::Config;
-use slipway_jobs::sources::FleetSources;
-use slipway_jobs::store::Db;
-use slipway_jobs::submit::SourcePolicy;
-use slipway_jobs::validate::Checker;
-use std::sync::Arc;
 use std::time::Duration;
 use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::TraceLayer;
 
-/// Largest request body accepted, in bytes.
-pub const BODY_LIMIT: usize = 1024 * 1024;
-
-/// Largest header section accepted, in bytes: 64 KiB, counted as each
-/// field's name and value plus 4 bytes (`: ` and the line end), as on the
-/// wire. A larger one answers `431 request_header_fields_too_large` in the
-/// JSON error shape (hyper itself buffers up to [`crate::serve::HEAD_BUFFER_BYTES`]).
-pub const HEADER_LIMIT_BYTES: usize = 64 * 1024;
-
-/// Most header fields accepted in one request; more answer
-/// `431 request_header_fields_too_large` like [`HEADER_LIMIT_BYTES`].
-pub const HEADER_FIELDS_LIMIT: usize = 100;
-
 /// The tracing target of the access log (one INFO line per request), so an
 /// operator can quieten it alone: `SLIPWAY_LOG=info,slipway_api::access=warn`.
 pub const ACCESS_LOG_TARGET: &str = "slipway_api::access";
-
-/// Everything a handler needs, shared by reference.
-#[derive(Debug)]
-pub struct App {
-    /// The configuration (§12).
-    pub config: Config,
-    /// The database.
-    pub db: Db,
-    /// Token verification (SEC-1) with the keys live now (SEC-4: those of
-    /// a keys file are reloaded by [`crate::rotation::watch`]).
-    pub verifier: Verifier,
-    /// The module sources a submit is checked against: the built-in one,
-    /// its outputs baked in and its schema compiled (MS-5), and any allowed
-    /// source's outputs built on the `nix` queue and cached (MS-6), under
-    /// the policy of MS-1, MS-6, MS-8.
-    pub sources: FleetSources,
-    /// Whether the database is away: outages are logged once each.
-    pub database_health: DatabaseHealth,
-    /// Queues last seen with waiting jobs and no live worker, so
-    /// each such stretch is logged once.
-    pub unserved: std::sync::Mutex<std::collections::HashMap<String, bool>>,
-    /// Wakes the deployment channels this process streams (DL-3).
-    pub hub: slipway_jobs::channel::Hub,
-    /// Where a submit's operator secrets go (§8), with the api's token;
-    /// `None` without `OPENBAO_ADDR` (a secret value is then refused).
-    pub secrets: Option<slipway_jobs::openbao::OpenBao>,
-    /// The api's OpenBao token, looked after (renewed) in the background
-    /// ([`slipway_jobs::openbao_token`]); `None` without `OPENBAO_ADDR`, or
-    /// when the app was built outside a tokio runtime.
-    pub openbao_token: Option<slipway_jobs::openbao_token::TokenWatch>,
-    /// This process's metrics (docs/METRICS.md), served by `GET /metrics`.
-    pub metrics: slipway_jobs::metrics::Metrics,
-    /// The event streams open now, under `SLIPWAY_STREAMS_PER_SUBJECT` and
-    /// `SLIPWAY_STREAMS_PER_API`.
-    pub streams: crate::stream_caps::StreamCaps,
-    /// The keeper of the SQLite write-ahead log (`None` on PostgreSQL); its
-    /// rounds run in `main`, its warning shows in `/readyz`.
-    pub wal: Option<slipway_jobs::sqlite_wal::WalKeeper>,
-    /// The storage faults answered lately (`503 storage_unavailable`),
-    /// for the log, the metrics and `/readyz`.
-    pub storage: crate::storage_health::StorageHealth,
-    /// This process's watch over its clock ([`slipway_jobs::clock`]): its
-    /// readings run in `main`, its warning shows in `/readyz`.
-    pub clock: slipway_jobs::clock::ClockWatch,
-}
-
-/// The state handlers take: `State(state): State<AppState>`.
-#[derive(Debug, Clone)]
-pub struct AppState(pub Arc<App>);
-
-impl std::ops::Deref for AppState {
-    type Target = App;
-    fn deref(&self) -> &App {
-        &self.0
-    }
-}
-
-impl AppState {
-    /// Wires an app from its configuration and an opened database.
-    pub fn new(config: Config, db: Db) -> anyhow::Result<AppState> {
-        let verifier = Verifier::from_config(&config)?;
-        let policy = SourcePolicy {
-            trusted: config.trusted_sources.clone(),
-            allow_path: config.allow_path_sources,
-            self_source: config.self_source.clone(),
-        };
-        slipway_jobs::nix::check_provider(&config.provider).map_err(|e| anyhow::anyhow!("SLIPWAY_PROVIDER: {e}"))?;
-        let sources = FleetSources::new(
-            policy,
-            Checker::new(crate::default_source::outputs())?,
-            db.clone(),
-            &config.provider,
-            config.nix_slots,
-            config.nix_timeout,
-            &config.state_dir,
-            config.heartbeat,
-        );
-        let database_health = DatabaseHealth::new(db.clone());
-        let hub = slipway_jobs::channel::Hub::new(db.clone());
-        let secrets = config
-            .openbao
-            .as_ref()
-            .map(slipway_jobs::openbao::OpenBao::new)
-            .transpose()
-            .map_err(|e| anyhow::anyhow!("OPENBAO_TOKEN: {e}"))?;
-        // The longest a request may take (the top of the latency buckets):
-        // a submit or `get_for` may wait on a Nix build.
-        let ceiling = config.request_timeout.max(config.nix_timeout);
-        let metrics = slipway_jobs::metrics::Metrics::with_http_ceiling(ceiling);
-        metrics.register_refusals();
-        metrics.register_key_reloads();
-        // The api's longest job with the token is a submit, bounded by its
-        // names eval (NIX_TIMEOUT).
-        let openbao_token = secrets
-            .clone()
-            .filter(|_| tokio::runtime::Handle::try_current().is_ok())
-            .map(|bao| slipway_jobs::openbao_token::TokenWatch::start(bao, config.nix_timeout, Some(metrics.clone())));
-        let streams =
-            crate::stream_caps::StreamCaps::new(config.streams_per_subject, config.streams_per_api, metrics.clone());
-        let wal = config
-            .sqlite_path()
-            .map(|path| slipway_jobs::sqlite_wal::WalKeeper::new(&path, config.sqlite_wal_limit, metrics.clone()));
-        let storage = crate::storage_health::StorageHealth::new(metrics.clone());
-        let clock = slipway_jobs::clock::ClockWatch::new(config.clock_skew_limit, metrics.clone());
-        Ok(AppState(Arc::new(App {
-            config,
-            db,
-            verifier,
-            sources,
-            database_health,
-            unserved: Default::default(),
-            hub,
-            secrets,
-            openbao_token,
-            metrics,
-            streams,
-            wal,
-            storage,
-            clock,
-        })))
-    }
-}
-
-/// A verified bearer token (SEC-1). Extracting it answers `401` on any problem.
-#[derive(Debug, Clone)]
-pub struct Auth(pub Claims);
-
-impl<S> FromRequestParts<S> for Auth
-where
-    AppState: FromRef<S>,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        AppState::from_ref(state).verifier.verify_headers(&parts.headers).map(Auth)
-    }
-}
-
-impl Auth {
-    /// `403` unless the token may touch deployment `id`.
-    pub fn require(&self, id: &str) -> Result<(), ApiError> {
-        if self.0.allows(id) {
-            Ok(())
-        } else {
-            Err(ApiError::forbidden(format!("this token may not touch deployment {id}")))
-        }
-    }
-
-    /// `403` unless the token carries the operator claim (the fleet routes:
-    /// `GET /queues`, `GET /workers`).
-    pub fn require_operator(&self) -> Result<(), ApiError> {
-        if self.0.operator {
-            Ok(())
-        } else {
-            Err(ApiError::forbidden(
-                "this route is for operators: it needs a token with the operator claim (slipway-api token --operator)",
-            ))
-        }
-    }
-}
 
 /// past `QUEUE_SIZE` queued builds a submit is refused with
 /// `503 queue_full` before its body is read ([`slipway_jobs::submit::admit`]:
 /// a snapshot; the exact bound is kept by the submit's own transaction,
 /// which answers the same error).
-async fn admission(State(app): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn admission(State(app): State<AppState>, request: Request, next: Next) -> Response {
     // Authentication first: the queue depth is not for anonymous callers.
     if let Err(e) = app.verifier.verify_headers(request.headers()) {
         return e.into_response();
@@ -226,7 +44,7 @@ async fn admission(State(app): State<AppState>, request: Request, next: Next) ->
 /// [`HEADER_LIMIT_BYTES`] or has more than [`HEADER_FIELDS_LIMIT`] fields:
 /// `431 request_header_fields_too_large` with the limits in `details`. The
 /// answer never repeats a header.
-async fn header_limit(request: Request, next: Next) -> Response {
+pub(crate) async fn header_limit(request: Request, next: Next) -> Response {
     match header_size(request.headers()) {
         (bytes, fields) if bytes > HEADER_LIMIT_BYTES || fields > HEADER_FIELDS_LIMIT => ApiError::new(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -252,7 +70,7 @@ async fn header_limit(request: Request, next: Next) -> Response {
 /// before the body is read. A body without `Content-Length` (chunked) is
 /// cut at the same limit where a handler reads it (`DefaultBodyLimit`, and
 /// the extractors of [`crate::extract`]).
-async fn content_length_limit(request: Request, next: Next) -> Response {
+pub(crate) async fn content_length_limit(request: Request, next: Next) -> Response {
     let announced =
         request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
     match announced {
@@ -274,7 +92,7 @@ const SHAPE_CHECK_BYTES: usize = 64 * 1024;
 /// [`crate::error::status_code`], and the headers of the old answer (`Allow`,
 /// `Retry-After`, …) except those that described its body. The old body is
 /// never repeated: it may echo the request.
-async fn error_shape(request: Request, next: Next) -> Response {
+pub(crate) async fn error_shape(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     let status = response.status();
     if status.as_u16() < 400 || response.extensions().get::<ErrorShape>().is_some() {
@@ -327,7 +145,7 @@ fn header_size(headers: &HeaderMap) -> (usize, usize) {
 /// (tokens) are never logged. A `5xx` is an answer like any other here: an
 /// unexpected failure is logged where it is handled ([`ApiError::internal`]),
 /// a database outage once by [`crate::database_health`].
-fn access_log<S>(router: Router<S>) -> Router<S>
+pub(crate) fn access_log<S>(router: Router<S>) -> Router<S>
 where
     S: Clone + Send + Sync + 'static,
 {
@@ -370,7 +188,7 @@ pub const CORS_MAX_AGE: Duration = Duration::from_secs(3600);
 /// `Access-Control-Allow-Origin`. Every answer says `Vary: Origin` (and the
 /// preflight's request headers), so a cache never hands one origin's
 /// answer to another. No credentials: tokens travel as bearer headers.
-fn cors(origins: &slipway_jobs::callback::Origins) -> CorsLayer {
+pub(crate) fn cors(origins: &slipway_jobs::callback::Origins) -> CorsLayer {
     let origins = origins.clone();
     CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin: &HeaderValue, _| {
@@ -382,78 +200,11 @@ fn cors(origins: &slipway_jobs::callback::Origins) -> CorsLayer {
         .vary([header::ORIGIN, header::ACCESS_CONTROL_REQUEST_METHOD, header::ACCESS_CONTROL_REQUEST_HEADERS])
 }
 
-/// The router with every route of this release, CORS, body and header
-/// limits, the database watcher and the access log.
-pub fn app(state: AppState) -> Router {
-    let submit = routes::deployments::submit.layer(middleware::from_fn_with_state(state.clone(), admission));
-    let cors = cors(&state.config.allowed_origins);
-    let router = Router::new()
-        .route("/healthz", get(routes::public::healthz))
-        .route("/readyz", get(routes::public::readyz))
-        .route("/version", get(routes::public::version))
-        .route("/schema", get(routes::public::schema))
-        .route("/renames", get(routes::public::renames))
-        .route("/application-paths", post(routes::public::application_paths))
-        .route("/sections", post(routes::public::sections))
-        .route("/labels", post(routes::public::labels))
-        .route("/deployments", get(routes::deployments::list))
-        .route(
-            "/deployments/",
-            get(routes::deployments::empty_id).put(routes::deployments::empty_id).delete(routes::deployments::empty_id),
-        )
-        .route(
-            "/deployments/{id}",
-            get(routes::deployments::show).merge(put(submit)).delete(routes::deployments::delete),
-        )
-        .route("/deployments/{id}/builds", get(routes::deployments::builds))
-        .route("/deployments/{id}/events", get(routes::events::deployment))
-        .route("/deployments/{id}/events/ticket", post(routes::events::ticket_for_events))
-        .route("/deployments/{id}/preview", post(routes::deployments::preview))
-        .route("/schema/get_for", post(routes::sources::schema))
-        .route("/renames/get_for", post(routes::sources::renames))
-        .route("/builds/{id}", get(routes::builds::show))
-        .route("/builds/{id}/log", get(routes::events::build_log))
-        .route("/builds/{id}/log/ticket", post(routes::events::ticket_for_log))
-        .route("/builds/{id}/cancel", post(routes::builds::cancel))
-        .route("/sbom-list/{id}", get(routes::sbom::list))
-        .route("/sbom/{id}", get(routes::sbom::document))
-        .merge(crate::ui::router())
-        .route("/queues", get(routes::fleet::queues))
-        .route("/workers", get(routes::fleet::workers))
-        // The OpenAPI document and its documentation page (public).
-        .route("/openapi.json", get(crate::openapi::openapi_json))
-        .route("/docs", get(crate::openapi::docs))
-        .route("/docs/swagger-ui.css", axum::routing::get_service(crate::openapi::docs_assets()))
-        .route("/docs/swagger-ui-bundle.js", axum::routing::get_service(crate::openapi::docs_assets()))
-        .route("/metrics", get(crate::observe::scrape))
-        .fallback(routes::public::not_found)
-        .method_not_allowed_fallback(routes::public::method_not_allowed)
-        // Innermost first: each layer wraps those above it.
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        // A body that pauses longer than SLIPWAY_REQUEST_TIMEOUT between two
-        // pieces: 408 where a handler reads it (crate::extract).
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(state.config.request_timeout))
-        // A body still arriving SLIPWAY_BODY_TIMEOUT after its head: 408
-        // where a handler reads it, and the connection closed.
-        .layer(middleware::from_fn_with_state(state.config.body_timeout, crate::body_deadline::limit))
-        .layer(middleware::from_fn(content_length_limit))
-        .layer(middleware::from_fn(header_limit))
-        .layer(middleware::from_fn_with_state(state.clone(), crate::database_health::watch))
-        .layer(middleware::from_fn_with_state(state.clone(), crate::storage_health::watch))
-        // Every error answer of the layers above in the §3 shape.
-        .layer(middleware::from_fn(error_shape))
-        // Outside the header limit, so a browser can read its 431.
-        .layer(cors)
-        // Outside CORS: the dashboard's answers lose its headers and get their own.
-        .layer(middleware::from_fn(crate::ui::page_headers))
-        // Every answer counted, by route template (docs/METRICS.md).
-        .layer(middleware::from_fn_with_state(state.clone(), crate::observe::track));
-    access_log(router).with_state(state)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::middleware;
+    use axum::routing::get;
     use http_body_util::BodyExt;
     use tower::ServiceExt;
 
