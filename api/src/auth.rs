@@ -213,8 +213,8 @@ impl Verifier {
         Ok(Self {
             keys: RwLock::new(Arc::new(keys)),
             file,
-            audience: config.jwt_audience.clone(),
-            issuer: config.jwt_issuer.clone(),
+            audience: config.api.jwt_audience.clone(),
+            issuer: config.api.jwt_issuer.clone(),
         })
     }
 
@@ -428,10 +428,10 @@ impl Mint {
         let mut claims = json!({
             "sub": self.subject,
             "exp": now + self.ttl_secs,
-            "aud": config.jwt_audience,
+            "aud": config.api.jwt_audience,
             "deployments": self.deployments,
         });
-        if let Some(iss) = &config.jwt_issuer {
+        if let Some(iss) = &config.api.jwt_issuer {
             claims["iss"] = json!(iss);
         }
         if self.operator {

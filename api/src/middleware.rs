@@ -31,7 +31,7 @@ pub(crate) async fn admission(State(app): State<AppState>, request: Request, nex
     if let Err(e) = app.verifier.verify_headers(request.headers()) {
         return e.into_response();
     }
-    match slipway_jobs::submit::admit(&app.db, app.config.queue_size).await {
+    match slipway_jobs::submit::admit(&app.db, app.config.api.queue_size).await {
         Ok(()) => next.run(request).await,
         Err(e) => {
             crate::observe::count_refusal(&app, &e);

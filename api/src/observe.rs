@@ -74,7 +74,7 @@ pub fn count_refusal(app: &AppState, e: &SubmitError) {
 /// fleet's gauges out of that scrape (never stale values): the api's own
 /// families are still answered.
 pub async fn scrape(State(app): State<AppState>, request: Request) -> Response {
-    if let Some(token) = &app.config.metrics_token {
+    if let Some(token) = &app.config.metrics.token {
         let sent = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         if !slipway_jobs::metrics::bearer_matches(sent, token.expose_secret()) {
             return ApiError::unauthorized("send the metrics token: Authorization: Bearer <SLIPWAY_METRICS_TOKEN>")
@@ -87,7 +87,7 @@ pub async fn scrape(State(app): State<AppState>, request: Request) -> Response {
     let fleet = async {
         let mut conn = app.db.acquire().await?;
         let now = slipway_jobs::store::now_ms();
-        slipway_jobs::store::fleet::fleet(&mut conn, window.as_secs() as i64, app.config.nix_slots, now).await
+        slipway_jobs::store::fleet::fleet(&mut conn, window.as_secs() as i64, app.config.sources.nix_slots, now).await
     };
     match fleet.await {
         Ok(fleet) => text.push_str(&slipway_jobs::metrics::fleet_text(&fleet)),

@@ -62,10 +62,10 @@ pub fn app(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         // A body that pauses longer than SLIPWAY_REQUEST_TIMEOUT between two
         // pieces: 408 where a handler reads it (crate::extract).
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(state.config.request_timeout))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(state.config.api.request_timeout))
         // A body still arriving SLIPWAY_BODY_TIMEOUT after its head: 408
         // where a handler reads it, and the connection closed.
-        .layer(middleware::from_fn_with_state(state.config.body_timeout, crate::body_deadline::limit))
+        .layer(middleware::from_fn_with_state(state.config.api.body_timeout, crate::body_deadline::limit))
         .layer(middleware::from_fn(crate::middleware::content_length_limit))
         .layer(middleware::from_fn(crate::middleware::header_limit))
         .layer(middleware::from_fn_with_state(state.clone(), crate::database_health::watch))

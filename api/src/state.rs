@@ -71,18 +71,19 @@ impl AppState {
     pub fn new(config: Config, db: Db) -> anyhow::Result<AppState> {
         let verifier = Verifier::from_config(&config)?;
         let policy = SourcePolicy {
-            trusted: config.trusted_sources.clone(),
-            allow_path: config.allow_path_sources,
-            self_source: config.self_source.clone(),
+            trusted: config.sources.trusted_sources.clone(),
+            allow_path: config.sources.allow_path_sources,
+            self_source: config.sources.self_source.clone(),
         };
-        slipway_jobs::nix::check_provider(&config.provider).map_err(|e| anyhow::anyhow!("SLIPWAY_PROVIDER: {e}"))?;
+        slipway_jobs::nix::check_provider(&config.sources.provider)
+            .map_err(|e| anyhow::anyhow!("SLIPWAY_PROVIDER: {e}"))?;
         let sources = FleetSources::new(
             policy,
             Checker::new(crate::default_source::outputs())?,
             db.clone(),
-            &config.provider,
-            config.nix_slots,
-            config.nix_timeout,
+            &config.sources.provider,
+            config.sources.nix_slots,
+            config.sources.nix_timeout,
             &config.state_dir,
             config.heartbeat,
         );
@@ -96,21 +97,23 @@ impl AppState {
             .map_err(|e| anyhow::anyhow!("OPENBAO_TOKEN: {e}"))?;
         // The longest a request may take (the top of the latency buckets):
         // a submit or `get_for` may wait on a Nix build.
-        let ceiling = config.request_timeout.max(config.nix_timeout);
+        let ceiling = config.api.request_timeout.max(config.sources.nix_timeout);
         let metrics = slipway_jobs::metrics::Metrics::with_http_ceiling(ceiling);
         metrics.register_refusals();
         metrics.register_key_reloads();
         // The api's longest job with the token is a submit, bounded by its
         // names eval (NIX_TIMEOUT).
-        let openbao_token = secrets
-            .clone()
-            .filter(|_| tokio::runtime::Handle::try_current().is_ok())
-            .map(|bao| slipway_jobs::openbao_token::TokenWatch::start(bao, config.nix_timeout, Some(metrics.clone())));
-        let streams =
-            crate::stream_caps::StreamCaps::new(config.streams_per_subject, config.streams_per_api, metrics.clone());
-        let wal = config
-            .sqlite_path()
-            .map(|path| slipway_jobs::sqlite_wal::WalKeeper::new(&path, config.sqlite_wal_limit, metrics.clone()));
+        let openbao_token = secrets.clone().filter(|_| tokio::runtime::Handle::try_current().is_ok()).map(|bao| {
+            slipway_jobs::openbao_token::TokenWatch::start(bao, config.sources.nix_timeout, Some(metrics.clone()))
+        });
+        let streams = crate::stream_caps::StreamCaps::new(
+            config.api.streams_per_subject,
+            config.api.streams_per_api,
+            metrics.clone(),
+        );
+        let wal = config.database.sqlite_path().map(|path| {
+            slipway_jobs::sqlite_wal::WalKeeper::new(&path, config.database.sqlite_wal_limit, metrics.clone())
+        });
         let storage = crate::storage_health::StorageHealth::new(metrics.clone());
         let clock = slipway_jobs::clock::ClockWatch::new(config.clock_skew_limit, metrics.clone());
         Ok(AppState(Arc::new(App {

@@ -320,7 +320,7 @@ pub async fn submit(
         deployment: id.clone(),
         configuration: body.configuration,
         module_source: body.module_source,
-        queueing: Queueing { kind: BuildKind::Deploy, limit: Some(app.config.queue_size) },
+        queueing: Queueing { kind: BuildKind::Deploy, limit: Some(app.config.api.queue_size) },
         dry_run: query.dry_run,
     };
     let accepted = submit::submit(&app.db, &app.sources, app.secrets.as_ref(), request)

@@ -161,7 +161,7 @@ async fn lookup(app: &AppState, source: &str) -> Result<Result<Arc<SourceSchema>
         }
         Lookup::Busy => Err(ApiError::nix_busy(format!(
             "every nix slot (NIX_SLOTS {}) is busy building or evaluating module sources; try again shortly",
-            app.config.nix_slots
+            app.config.sources.nix_slots
         ))
         .into_response()),
         Lookup::Failed(f) => Err(ApiError::from(f).into_response()),

@@ -313,7 +313,7 @@ async fn record_once(
             // A dry run changes nothing (§11).
             BuildKind::Deploy if build.dry_run => {}
             BuildKind::Deploy => {
-                let deadline = now + ctx.config.ready_timeout.as_millis() as i64;
+                let deadline = now + ctx.config.worker.ready_timeout.as_millis() as i64;
                 readiness::begin(&mut tx, &build.deployment_id, &build.id, &build.instances, now, deadline).await?;
                 if !build.instances.is_empty() {
                     let job = queue::ReadinessJob {
@@ -389,10 +389,10 @@ pub(crate) fn claim_lost(report: Report) -> Report {
 /// every [`crate::fetch::fetch`] does.
 pub(crate) async fn resolve_source(build: &BuildRow, ctx: &Ctx) -> Result<PathBuf, String> {
     let dir = match build.module_source.as_deref() {
-        None => ctx.config.default_source_dir.clone(),
+        None => ctx.config.sources.default_source_dir.clone(),
         Some(s) => {
             let source = ModuleSource::parse(s).map_err(|e| e.to_string())?;
-            let fetched = crate::fetch::fetch(&ctx.config, &source, ctx.config.nix_timeout).await;
+            let fetched = crate::fetch::fetch(&ctx.config, &source, ctx.config.sources.nix_timeout).await;
             fetched
                 .map_err(|e| {
                     // Logged once as "build failed" where the build ends;

@@ -222,10 +222,10 @@ pub const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// Opens the database of `config` and runs pending migrations once.
 pub async fn open(config: &Config) -> Result<Db, StoreError> {
-    if let Some(path) = config.sqlite_path() {
-        return open_sqlite_bounded(&path, config.sqlite_wal_limit).await;
+    if let Some(path) = config.database.sqlite_path() {
+        return open_sqlite_bounded(&path, config.database.sqlite_wal_limit).await;
     }
-    let url = &config.database_url;
+    let url = &config.database.url;
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return open_postgres(url).await;
     }
