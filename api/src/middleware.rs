@@ -136,15 +136,10 @@ fn header_size(headers: &HeaderMap) -> (usize, usize) {
         .fold((0, 0), |(bytes, fields), (name, value)| (bytes + name.as_str().len() + value.len() + 4, fields + 1))
 }
 
-/// The access log: one INFO line per request, under [`ACCESS_LOG_TARGET`],
-/// in the request's span ([`crate::observe::request_span`]: `http.method`,
-/// `http.route`, the route template (`/deployments/{id}`, never the query
-/// string; `-` when no route matched), and the `deployment.id` or `build.id`
-/// the path names), with the status and the latency to the response head in
-/// milliseconds. Headers
-/// (tokens) are never logged. A `5xx` is an answer like any other here: an
-/// unexpected failure is logged where it is handled ([`ApiError::internal`]),
-/// a database outage once by [`crate::database_health`].
+/// The access log: one INFO line per request under [`ACCESS_LOG_TARGET`],
+/// in the request's span ([`crate::observe::request_span`]), with the status
+/// and the latency to the response head in ms. Headers (tokens) are never
+/// logged; a `5xx` is logged where it is handled, not here.
 pub(crate) fn access_log<S>(router: Router<S>) -> Router<S>
 where
     S: Clone + Send + Sync + 'static,
@@ -177,17 +172,10 @@ where
 /// cap it lower: Chromium at two hours, so this is honoured as given).
 pub const CORS_MAX_AGE: Duration = Duration::from_secs(3600);
 
-/// CORS (PRODUCT.md §12) for the browsers of `SLIPWAY_ALLOWED_ORIGINS`, the
-/// allowlist callbacks use too ([`slipway_jobs::callback::Origins`]): an
-/// `Origin` is compared as a browser serialises it, so an entry configured
-/// as `https://Panel.example:443` allows `https://panel.example`. Methods
-/// `GET`, `PUT`, `POST`, `DELETE`; request headers `Authorization`,
-/// `Content-Type` and `Last-Event-ID` (an `EventSource` resuming a stream,
-/// DL-3); a preflight (`OPTIONS`) is answered here, for every route and
-/// without a token, and kept [`CORS_MAX_AGE`]. Another origin gets no
-/// `Access-Control-Allow-Origin`. Every answer says `Vary: Origin` (and the
-/// preflight's request headers), so a cache never hands one origin's
-/// answer to another. No credentials: tokens travel as bearer headers.
+/// CORS (PRODUCT.md §12) for the origins of `SLIPWAY_ALLOWED_ORIGINS`,
+/// compared as a browser serialises them ([`slipway_jobs::callback::Origins`]);
+/// preflights answered here for every route, without a token. No
+/// credentials: tokens travel as bearer headers.
 pub(crate) fn cors(origins: &slipway_jobs::callback::Origins) -> CorsLayer {
     let origins = origins.clone();
     CorsLayer::new()
