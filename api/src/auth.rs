@@ -23,6 +23,9 @@
 
 use crate::error::ApiError;
 use crate::keys::{Key, KeySet, KeysError, KeysFile};
+use crate::state::AppState;
+use axum::extract::{FromRef, FromRequestParts};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
 use base64::Engine as _;
 use jsonwebtoken::errors::ErrorKind;
@@ -210,8 +213,8 @@ impl Verifier {
         Ok(Self {
             keys: RwLock::new(Arc::new(keys)),
             file,
-            audience: config.jwt_audience.clone(),
-            issuer: config.jwt_issuer.clone(),
+            audience: config.api.jwt_audience.clone(),
+            issuer: config.api.jwt_issuer.clone(),
         })
     }
 
@@ -425,10 +428,10 @@ impl Mint {
         let mut claims = json!({
             "sub": self.subject,
             "exp": now + self.ttl_secs,
-            "aud": config.jwt_audience,
+            "aud": config.api.jwt_audience,
             "deployments": self.deployments,
         });
-        if let Some(iss) = &config.jwt_issuer {
+        if let Some(iss) = &config.api.jwt_issuer {
             claims["iss"] = json!(iss);
         }
         if self.operator {
@@ -437,6 +440,45 @@ impl Mint {
         let mut header = Header::new(Algorithm::HS256);
         header.kid = key.kid().map(str::to_owned);
         Ok(jsonwebtoken::encode(&header, &claims, &EncodingKey::from_secret(secret))?)
+    }
+}
+
+/// A verified bearer token (SEC-1). Extracting it answers `401` on any problem.
+#[derive(Debug, Clone)]
+pub struct Auth(pub Claims);
+
+impl<S> FromRequestParts<S> for Auth
+where
+    AppState: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        AppState::from_ref(state).verifier.verify_headers(&parts.headers).map(Auth)
+    }
+}
+
+impl Auth {
+    /// `403` unless the token may touch deployment `id`.
+    pub fn require(&self, id: &str) -> Result<(), ApiError> {
+        if self.0.allows(id) {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(format!("this token may not touch deployment {id}")))
+        }
+    }
+
+    /// `403` unless the token carries the operator claim (the fleet routes:
+    /// `GET /queues`, `GET /workers`).
+    pub fn require_operator(&self) -> Result<(), ApiError> {
+        if self.0.operator {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(
+                "this route is for operators: it needs a token with the operator claim (slipway-api token --operator)",
+            ))
+        }
     }
 }
 

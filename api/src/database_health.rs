@@ -8,8 +8,8 @@
 //! by a probe that runs only during an outage, every [`PROBE_EVERY`], so it
 //! is logged even when no request comes.
 
-use crate::app::AppState;
 use crate::error::DatabaseAway;
+use crate::state::AppState;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;

@@ -7,7 +7,7 @@
 //!
 //! An error answer no handler wrote (a rejection of axum or tower-http, a
 //! plain-text `413`, …) is put in the same shape by the router's safety net
-//! (`crate::app`), its code taken from [`status_code`]; an [`ApiError`]'s
+//! (`crate::middleware`), its code taken from [`status_code`]; an [`ApiError`]'s
 //! answer carries the [`ErrorShape`] mark, so the net lets it through.
 
 use axum::http::StatusCode;
@@ -230,7 +230,7 @@ pub struct ErrorShape;
 
 /// The stable code and a sentence for an error status when nothing better
 /// is known: the one status → code map of the router's safety net
-/// (`crate::app`), which answers every error that is not in the §3 shape
+/// (`crate::middleware`), which answers every error that is not in the §3 shape
 /// with these. A `4xx` not listed is `invalid_request`, a `5xx` not listed
 /// `internal`. Codes are those of PRODUCT.md §3 where it names one.
 pub fn status_code(status: StatusCode) -> (&'static str, &'static str) {
@@ -362,11 +362,11 @@ impl ApiError {
         Self::new(status, code, message)
     }
 
-    /// 413 `payload_too_large`: a body over [`crate::app::BODY_LIMIT`]
+    /// 413 `payload_too_large`: a body over [`crate::limits::BODY_LIMIT`]
     /// bytes, whether or not it came with a `Content-Length`; `details`:
     /// `{"limit_bytes": 1048576}`.
     pub fn payload_too_large() -> Self {
-        let limit = crate::app::BODY_LIMIT;
+        let limit = crate::limits::BODY_LIMIT;
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",

@@ -7,7 +7,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 
 /// `axum::Json` with §3 errors: a body without `Content-Type:
 /// application/json` is `415 unsupported_media_type`; a body over
-/// [`crate::app::BODY_LIMIT`] (with or without a `Content-Length`) `413
+/// [`crate::limits::BODY_LIMIT`] (with or without a `Content-Length`) `413
 /// payload_too_large`; a malformed body `400 malformed_json` naming where it
 /// broke, not axum's plain-text rejection; a body that is not a JSON object,
 /// or not of `T`'s shape, `400 invalid_request` (serde alone would read a
@@ -43,7 +43,7 @@ impl<T: serde::Serialize> axum::response::IntoResponse for Json<T> {
 /// An optional JSON body (`DELETE /deployments/{id}`, DL-2): `None` when
 /// the body is empty or only whitespace, whatever its `Content-Type`;
 /// otherwise read as [`Json`] reads one, with the same §3 errors: `413
-/// payload_too_large` past [`crate::app::BODY_LIMIT`] (also for a chunked
+/// payload_too_large` past [`crate::limits::BODY_LIMIT`] (also for a chunked
 /// body without `Content-Length`, and before the media type is looked at),
 /// `415 unsupported_media_type` for a body that is not sent as JSON, `400
 /// malformed_json`, `400 invalid_request` for a body that is not a JSON
@@ -94,7 +94,7 @@ fn unsupported_media_type() -> ApiError {
     )
 }
 
-/// The whole body, at most [`crate::app::BODY_LIMIT`] bytes (the router's
+/// The whole body, at most [`crate::limits::BODY_LIMIT`] bytes (the router's
 /// `DefaultBodyLimit`): past it `413 payload_too_large`, whether the body
 /// announced its length or came in chunks; a body that paused longer than
 /// `SLIPWAY_REQUEST_TIMEOUT` between two pieces, or still arriving
@@ -440,7 +440,7 @@ mod tests {
     fn router() -> Router {
         Router::new()
             .route("/", delete(|OptionalJson(body): OptionalJson<Value>| async move { Json(json!({ "got": body })) }))
-            .layer(DefaultBodyLimit::max(crate::app::BODY_LIMIT))
+            .layer(DefaultBodyLimit::max(crate::limits::BODY_LIMIT))
     }
 
     async fn call(content_type: Option<&str>, body: Body) -> (StatusCode, Value) {
@@ -493,7 +493,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_optional_json_body_over_the_limit_is_413_in_the_json_shape_even_in_chunks() {
-        let limit = crate::app::BODY_LIMIT;
+        let limit = crate::limits::BODY_LIMIT;
         let chunks: Vec<Result<Bytes, std::io::Error>> =
             (0..(2 * limit / 65536)).map(|_| Ok(Bytes::from(vec![b' '; 65536]))).collect();
         for (what, body) in [

@@ -109,7 +109,7 @@ impl KeySet {
     /// that is not an Ed25519 public key or a keys file that is not a key
     /// set is an error naming the setting, never its value.
     pub fn from_config(config: &Config) -> anyhow::Result<(Self, Option<KeysFile>)> {
-        let (secret, pem, file) = (&config.jwt_secret, &config.jwt_public_key, &config.jwt_keys_file);
+        let (secret, pem, file) = (&config.api.jwt_secret, &config.api.jwt_public_key, &config.api.jwt_keys_file);
         if let Some(path) = file {
             if secret.is_some() || pem.is_some() {
                 anyhow::bail!(

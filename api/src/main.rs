@@ -93,9 +93,9 @@ fn token(config: &Config, ttl: &str, mint: Mint) -> anyhow::Result<()> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     slipway_jobs::sandbox::private_dir(&config.state_dir)
         .with_context(|| format!("making the state folder {} private", config.state_dir.display()))?;
-    let bind = config.bind.clone();
-    let read_timeout = config.request_timeout;
-    let grace = config.shutdown_grace;
+    let bind = config.api.bind.clone();
+    let read_timeout = config.api.request_timeout;
+    let grace = config.api.shutdown_grace;
     // Before the api listens, so that no signal meets its default action
     // (ending the process): SIGHUP reads the token keys again, SIGTERM and
     // SIGINT stop it.
@@ -166,7 +166,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let wal = state
         .wal
         .clone()
-        .map(|keeper| tokio::spawn(keeper.run(state.db.clone(), state.config.sqlite_checkpoint_every)));
+        .map(|keeper| tokio::spawn(keeper.run(state.db.clone(), state.config.database.sqlite_checkpoint_every)));
     let _ = opened.set(state.clone());
     ready.set(app(state));
     tracing::info!(address = %address, version = env!("CARGO_PKG_VERSION"), "slipway-api serving");

@@ -1,14 +1,15 @@
 //! What an operator observes of the api (docs/METRICS.md): `GET /metrics`
 //! ([`scrape`]), the HTTP families recorded for every request ([`track`]),
-//! the admission refusals ([`count_refusal`]), and the fields of each
-//! request's span ([`request_span`]).
+//! the admission refusals ([`count_refusal`]), the fields of each
+//! request's span ([`request_span`]), and the queues no live worker serves
+//! ([`queue_states`], [`unserved_warnings`]: `/readyz` and `get_for`, Q-8).
 //!
 //! Labels come only from fixed sets: the route's template (never the path),
 //! a method of [`method_label`]'s list, the status; ids go to the request's
 //! log span, never to a metric.
 
-use crate::app::AppState;
 use crate::error::ApiError;
+use crate::state::AppState;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderValue, Method};
 use axum::middleware::Next;
@@ -73,7 +74,7 @@ pub fn count_refusal(app: &AppState, e: &SubmitError) {
 /// fleet's gauges out of that scrape (never stale values): the api's own
 /// families are still answered.
 pub async fn scrape(State(app): State<AppState>, request: Request) -> Response {
-    if let Some(token) = &app.config.metrics_token {
+    if let Some(token) = &app.config.metrics.token {
         let sent = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         if !slipway_jobs::metrics::bearer_matches(sent, token.expose_secret()) {
             return ApiError::unauthorized("send the metrics token: Authorization: Bearer <SLIPWAY_METRICS_TOKEN>")
@@ -86,7 +87,7 @@ pub async fn scrape(State(app): State<AppState>, request: Request) -> Response {
     let fleet = async {
         let mut conn = app.db.acquire().await?;
         let now = slipway_jobs::store::now_ms();
-        slipway_jobs::store::workers::fleet(&mut conn, window.as_secs() as i64, app.config.nix_slots, now).await
+        slipway_jobs::store::fleet::fleet(&mut conn, window.as_secs() as i64, app.config.sources.nix_slots, now).await
     };
     match fleet.await {
         Ok(fleet) => text.push_str(&slipway_jobs::metrics::fleet_text(&fleet)),
@@ -97,7 +98,7 @@ pub async fn scrape(State(app): State<AppState>, request: Request) -> Response {
     ([(header::CONTENT_TYPE, HeaderValue::from_static(PROMETHEUS_TEXT))], text).into_response()
 }
 
-/// The span of one request (target [`crate::app::ACCESS_LOG_TARGET`]):
+/// The span of one request (target [`crate::middleware::ACCESS_LOG_TARGET`]):
 /// `http.method`, `http.route` (the template, `-` when no route matched),
 /// and `deployment.id` or `build.id` when the route names one and the path
 /// holds a well-formed one (a malformed id is left out: it is the client's
@@ -105,7 +106,7 @@ pub async fn scrape(State(app): State<AppState>, request: Request) -> Response {
 pub fn request_span(request: &Request) -> tracing::Span {
     let template = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
     let span = tracing::info_span!(
-        target: crate::app::ACCESS_LOG_TARGET,
+        target: crate::middleware::ACCESS_LOG_TARGET,
         "request",
         http.method = %request.method(),
         http.route = %template.unwrap_or("-"),
@@ -146,6 +147,41 @@ fn is_build_id(id: &str) -> bool {
         && at.len() == 16
         && at.bytes().all(|b| b.is_ascii_digit() || b == b'T' || b == b'Z')
         && slipway_jobs::id::DeploymentId::parse(deployment).is_ok()
+}
+
+/// The queues whose jobs live in the database (`builds`, `nix`): jobs
+/// waiting and live workers serving each.
+pub async fn queue_states(
+    app: &AppState,
+    conn: &mut slipway_jobs::store::Conn,
+) -> Result<Vec<slipway_jobs::store::fleet::QueueState>, slipway_jobs::store::StoreError> {
+    use slipway_jobs::store::queue::{BUILDS_QUEUE, CALLBACKS_QUEUE, MISSED_HEARTBEATS, NIX_QUEUE, READINESS_QUEUE};
+    let window = (app.config.heartbeat * MISSED_HEARTBEATS).as_secs() as i64 + 1;
+    let queues = [BUILDS_QUEUE, NIX_QUEUE, CALLBACKS_QUEUE, READINESS_QUEUE];
+    slipway_jobs::store::fleet::queue_states(conn, &queues, window).await
+}
+
+/// One sentence per queue whose jobs wait with no live worker serving it
+/// (Q-8), logged as a warning when the queue first turns so.
+pub fn unserved_warnings(app: &AppState, queues: &[slipway_jobs::store::fleet::QueueState]) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for q in queues {
+        let unserved = q.waiting > 0 && q.workers == 0;
+        let was = app.unserved.lock().expect("unserved queues lock").insert(q.queue.clone(), unserved);
+        if unserved {
+            let jobs = if q.waiting == 1 { "1 job waits".to_owned() } else { format!("{} jobs wait", q.waiting) };
+            let warning = format!(
+                "{jobs} on the {} queue, which no live worker serves: start a worker that serves it \
+                 (slipway-worker work serves every queue unless --queues or SLIPWAY_QUEUES says otherwise)",
+                q.queue
+            );
+            if was != Some(true) {
+                tracing::warn!(queue = %q.queue, waiting = q.waiting, "jobs wait on a queue that no live worker serves");
+            }
+            warnings.push(warning);
+        }
+    }
+    warnings
 }
 
 #[cfg(test)]

@@ -12,8 +12,8 @@
 //! (docs/METRICS.md). Without a keys file there is nothing to reload: a
 //! `SIGHUP` is logged as such at `WARN`, and no longer ends the process.
 
-use crate::app::AppState;
 use crate::keys::{KeySet, KeysError};
+use crate::state::AppState;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::signal::unix::Signal;

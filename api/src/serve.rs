@@ -4,7 +4,7 @@
 //! request head over about 400 KiB with an empty `431` of its own before
 //! axum sees it. Here hyper may buffer a head up to [`HEAD_BUFFER_BYTES`] and
 //! [`HYPER_MAX_HEADERS`] fields, so the router's header limit
-//! ([`crate::app::HEADER_LIMIT_BYTES`], [`crate::app::HEADER_FIELDS_LIMIT`])
+//! ([`crate::limits::HEADER_LIMIT_BYTES`], [`crate::limits::HEADER_FIELDS_LIMIT`])
 //! answers in the JSON error shape of PRODUCT.md §3. Only a head past hyper's
 //! own bounds still gets hyper's bare `431` (and a URI over 64 KiB its bare
 //! `414`); those bounds keep the memory one connection can take fixed.
@@ -13,7 +13,7 @@
 //! request head, and an idle keep-alive connection is closed after as long:
 //! a connection that never finishes its head cannot be held open. A body's
 //! pauses, and its whole arrival, are timed by the router
-//! ([`crate::app::app`], [`crate::body_deadline`], `408`).
+//! ([`crate::router::app`], [`crate::body_deadline`], `408`).
 //!
 //! On shutdown it stops accepting and drains the open connections for a
 //! bounded time ([`serve_draining`]: `SLIPWAY_SHUTDOWN_GRACE` in the api,
@@ -42,7 +42,7 @@ use tokio::net::TcpListener;
 pub const HEAD_BUFFER_BYTES: usize = 2 * 1024 * 1024;
 
 /// The most header fields hyper parses in one request (hyper's default is
-/// 100); the router refuses more than [`crate::app::HEADER_FIELDS_LIMIT`].
+/// 100); the router refuses more than [`crate::limits::HEADER_FIELDS_LIMIT`].
 pub const HYPER_MAX_HEADERS: usize = 1024;
 
 /// Serves `router` on `listener` until `shutdown` completes, then stops

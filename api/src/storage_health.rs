@@ -5,8 +5,8 @@
 //! on), counted in `slipway_storage_faults_total{storage}`, and given as a
 //! `/readyz` warning for [`WARN_FOR`] after the last one.
 
-use crate::app::AppState;
 use crate::error::StorageFault;
+use crate::state::AppState;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;

@@ -15,6 +15,8 @@
 //!   metadata addresses, and the IPv6 forms that embed them) unless
 //!   `SLIPWAY_CALLBACK_ALLOW_PRIVATE` is set; `SLIPWAY_NIX_ALLOWED_URIS`
 //!   is checked against the same table;
+//! - [`check_delete_callback`]: a delete's body (`callback_url`,
+//!   `callback_token`) checked when the delete is accepted;
 //! - [`push`]: the one POST, to the addresses that were checked, with no
 //!   second resolution, no proxy, no redirect and no retry.
 //!
@@ -28,6 +30,7 @@ pub use push::{
     install_crypto_provider, push, Lookup, PushError, PushOutcome, PushRequest, Resolve, SystemResolver, PUSH_DEADLINE,
 };
 
+use serde_json::{Map, Value};
 use url::Url;
 
 /// The origins of `SLIPWAY_ALLOWED_ORIGINS` (PRODUCT.md §12): the browsers
@@ -272,6 +275,97 @@ fn parsers_agree(raw: &str, url: &Url) -> bool {
         _ => 80,
     };
     same_host && uri.port_u16().unwrap_or(default_port) == url.port_or_known_default().unwrap_or(default_port)
+}
+
+/// The fields of the optional body of a delete (`DELETE /deployments/{id}`, DL-2):
+/// where and with which token to push when the destroy reaches `idle`.
+pub const DELETE_FIELDS: [&str; 2] = ["callback_url", "callback_token"];
+
+/// The longest callback token accepted, in bytes.
+pub const MAX_CALLBACK_TOKEN: usize = 4096;
+
+/// Why a delete's callback will not be pushed ([`check_delete_callback`]).
+/// The `Display` form is the reason sentence of the delete's answer
+/// (`callback.reason`); it never repeats the token. The delete itself goes
+/// ahead (DL-2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CallbackRefused(String);
+
+impl CallbackRefused {
+    fn new(reason: impl Into<String>) -> Self {
+        Self(reason.into())
+    }
+}
+
+/// Checks the optional body of a delete (`{"callback_url",
+/// "callback_token"}`, DL-2): `Ok` the callback to store, `Err` why none
+/// will be pushed (unknown fields, a field that is not a string, half a
+/// pair, a token that is not 1 to [`MAX_CALLBACK_TOKEN`] visible ASCII
+/// characters, a URL [`check_url`] refuses, or a host written as an address
+/// of a [`forbidden_address`] kind without `allow_private`,
+/// `SLIPWAY_CALLBACK_ALLOW_PRIVATE`). Reasons never repeat the token.
+///
+/// The body is read as any JSON object and checked here, so that nothing in
+/// it blocks the delete (an unknown field, a token of the wrong type) and no
+/// refusal repeats a value (serde's messages would).
+pub fn check_delete_callback(
+    body: &Map<String, Value>,
+    origins: &Origins,
+    allow_private: bool,
+) -> Result<crate::submit::Callback, CallbackRefused> {
+    let unknown: Vec<&str> = body.keys().map(String::as_str).filter(|k| !DELETE_FIELDS.contains(k)).collect();
+    if !unknown.is_empty() {
+        return Err(CallbackRefused::new(format!(
+            "the body has fields this service does not know ({}); it takes callback_url and callback_token",
+            unknown.iter().take(5).map(|k| format!("{:?}", truncate(k, 64))).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    // Each field's type first, so a field of the wrong type is named as
+    // such, not as missing its other half.
+    let text = |name: &str| match body.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(CallbackRefused::new(format!("{name} must be a string"))),
+    };
+    let (url, token) = match (text("callback_url")?, text("callback_token")?) {
+        (Some(url), Some(token)) => (url, token),
+        (Some(_), None) => {
+            return Err(CallbackRefused::new("callback_url needs a callback_token to send with the push"))
+        }
+        _ => return Err(CallbackRefused::new("callback_token was given without a callback_url")),
+    };
+    if token.is_empty() || token.len() > MAX_CALLBACK_TOKEN || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(CallbackRefused::new(format!(
+            "callback_token must be 1 to {MAX_CALLBACK_TOKEN} visible ASCII characters (it is sent as a bearer token)"
+        )));
+    }
+    let parsed = check_url(url, origins).map_err(|refusal| CallbackRefused::new(refusal.to_string()))?;
+    // A host written as an address can be judged now; a name is resolved
+    // and judged by the worker right before the push.
+    let ip = match parsed.host() {
+        Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
+        Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
+        _ => None,
+    };
+    if let Some(why) = ip.and_then(forbidden_address) {
+        if !allow_private {
+            return Err(CallbackRefused::new(format!(
+                "the callback host is an address of a refused kind ({why}); pushes go there only with \
+                 SLIPWAY_CALLBACK_ALLOW_PRIVATE=true"
+            )));
+        }
+    }
+    Ok(crate::submit::Callback { url: url.clone(), token: secrecy::SecretString::from(token.clone()) })
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 #[cfg(test)]

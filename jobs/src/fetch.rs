@@ -203,7 +203,7 @@ async fn fetch_once(config: &Config, source: &ModuleSource, deadline: Duration) 
     let state_dir = &config.state_dir;
     let limit = config.sandbox.source_limit;
     let source_ref = source.to_string();
-    source.check_transport(config.allow_path_sources)?;
+    source.check_transport(config.sources.allow_path_sources)?;
     let (url, pin) = match source {
         ModuleSource::Path(dir) => {
             // Nix takes absolute paths only.
@@ -309,7 +309,7 @@ fn start<'a>(
 ) -> Result<Git<'a>, FetchError> {
     let local = |reason: String| FetchError::Local { source_ref: source_ref.to_owned(), reason };
     let keys = Keys::copy(&config.git, policy, &config.state_dir.join("sources")).map_err(local)?;
-    let options = git::options(keys.as_ref(), config.allow_path_sources).map_err(local)?;
+    let options = git::options(keys.as_ref(), config.sources.allow_path_sources).map_err(local)?;
     let env = git::environment(&config.git, keys.as_ref()).map_err(local)?;
     Ok(Git {
         source_ref,

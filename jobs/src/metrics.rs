@@ -6,7 +6,7 @@
 //! What each process records: the api its HTTP requests and its submits'
 //! admission refusals ([`Metrics::http_request`],
 //! [`Metrics::admission_refused`]), and at each scrape the fleet read from
-//! the database ([`fleet_text`] of a [`crate::store::workers::Fleet`]); a
+//! the database ([`fleet_text`] of a [`crate::store::fleet::Fleet`]); a
 //! worker the builds it ran ([`Metrics::build_finished`]). Label values are
 //! only ever taken from fixed sets (route templates, methods, statuses,
 //! build kinds and outcomes, queue and pool names, refusal codes): never an
@@ -434,7 +434,7 @@ fn status_label(status: u16) -> Label {
 /// and [`WORKERS_ALIVE`]. Rendered by a recorder of its own, made for the
 /// scrape, so a scrape that cannot read the fleet shows none of it rather
 /// than stale values.
-pub fn fleet_text(fleet: &crate::store::workers::Fleet) -> String {
+pub fn fleet_text(fleet: &crate::store::fleet::Fleet) -> String {
     let recorder = PrometheusBuilder::new().build_recorder();
     let gauge = |name: &'static str, help: &'static str| {
         recorder.describe_gauge(KeyName::from_const_str(name), None, SharedString::const_str(help));
@@ -514,8 +514,8 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want} missing from:\n{text}");
         }
-        let fleet = crate::store::workers::Fleet {
-            queues: vec![crate::store::workers::QueueDepth { queue: "builds", waiting: 3, oldest_waiting_s: 7 }],
+        let fleet = crate::store::fleet::Fleet {
+            queues: vec![crate::store::fleet::QueueDepth { queue: "builds", waiting: 3, oldest_waiting_s: 7 }],
             slots: vec![("builds", 2), ("nix", 0)],
             workers_alive: 1,
         };

@@ -158,7 +158,7 @@ impl Policy {
         }
         system.extend(settings.paths.iter().cloned());
         let mut hidden = vec![config.state_dir.clone()];
-        hidden.extend(config.sqlite_path().map(|p| std::path::absolute(&p).unwrap_or(p)));
+        hidden.extend(config.database.sqlite_path().map(|p| std::path::absolute(&p).unwrap_or(p)));
         hidden.extend(config.file.clone());
         Ok(Self {
             user,

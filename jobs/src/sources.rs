@@ -389,7 +389,7 @@ impl FleetSources {
     async fn nix_state(&self) -> Result<(bool, bool), StoreError> {
         use crate::store::queue::{MISSED_HEARTBEATS, NIX_QUEUE};
         let window = (self.heartbeat * MISSED_HEARTBEATS).as_secs() as i64 + 1;
-        let (workers, held) = crate::store::workers::served_and_slots_held(
+        let (workers, held) = crate::store::heartbeats::served_and_slots_held(
             &mut self.db.acquire().await?,
             NIX_QUEUE,
             window,

@@ -36,14 +36,14 @@ fn refuse(output: Output, msg: impl std::fmt::Display) -> ExitCode {
 /// The outputs validation needs, built from the source folder `dir` the way
 /// the fleet's schema build does (contained, under `NIX_TIMEOUT`).
 async fn build_outputs(config: &Config, dir: &Path) -> Result<slipway_jobs::source::SourceOutputs, String> {
-    slipway_jobs::nix::check_provider(&config.provider).map_err(|e| format!("SLIPWAY_PROVIDER: {e}"))?;
+    slipway_jobs::nix::check_provider(&config.sources.provider).map_err(|e| format!("SLIPWAY_PROVIDER: {e}"))?;
     let work = tempfile::tempdir().map_err(|e| format!("cannot create a work folder: {e}"))?;
     let marker = format!("slipway-nix:run-{}", std::process::id());
-    let until = std::time::Instant::now() + config.nix_timeout;
+    let until = std::time::Instant::now() + config.sources.nix_timeout;
     let policy = slipway_jobs::sandbox::Policy::new(config)?;
     let nix = slipway_jobs::nix::NixRun {
         dir,
-        provider: &config.provider,
+        provider: &config.sources.provider,
         work: work.path(),
         until,
         marker: &marker,
@@ -185,7 +185,9 @@ async fn run_one(
     };
     // SEC-3: the folder is inspected (no link out of it, its size) before
     // Nix reads it, as every fetch is.
-    if let Err(e) = slipway_jobs::fetch::fetch(&config, &ModuleSource::Path(dir.clone()), config.nix_timeout).await {
+    if let Err(e) =
+        slipway_jobs::fetch::fetch(&config, &ModuleSource::Path(dir.clone()), config.sources.nix_timeout).await
+    {
         return refuse(output, e);
     }
     let configuration: serde_json::Value = match std::fs::read_to_string(file)

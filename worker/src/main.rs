@@ -143,7 +143,7 @@ fn main() -> ExitCode {
         }
         Command::Work { name, slots, queues } => with_settings(|config| async move {
             let queues = match queues {
-                None => config.queues.clone(),
+                None => config.worker.queues.clone(),
                 Some(list) => match slipway_jobs::config::parse_queues(Some(&list)) {
                     Ok(q) => q,
                     Err(e) => {

@@ -67,13 +67,13 @@ async fn prepare(
     output: Output,
 ) -> Result<(fetch::Fetched, tempfile::TempDir, u64), ExitCode> {
     let parsed = ModuleSource::parse(source)
-        .and_then(|s| s.check_transport(config.allow_path_sources).map(|()| s))
+        .and_then(|s| s.check_transport(config.sources.allow_path_sources).map(|()| s))
         .map_err(|e| refuse(output, "invalid_module_source", e))?;
-    slipway_jobs::nix::check_provider(&config.provider)
+    slipway_jobs::nix::check_provider(&config.sources.provider)
         .map_err(|e| refuse(output, "invalid_input", format!("SLIPWAY_PROVIDER: {e}")))?;
     slipway_jobs::sandbox::check(config).await.map_err(|e| refuse(output, "invalid_input", e))?;
     let started = Instant::now();
-    let fetched = fetch::fetch(config, &parsed, config.nix_timeout)
+    let fetched = fetch::fetch(config, &parsed, config.sources.nix_timeout)
         .await
         .map_err(|e| failed(output, &NixFailure::from_fetch(&e), e.log()))?;
     let fetch_ms = started.elapsed().as_millis() as u64;
@@ -87,7 +87,7 @@ async fn prepare(
 /// failures, timings_ms}` (JSON). Exit 0 when every output built, 1 when
 /// one failed, 2 on refused input.
 pub async fn schema(config: Config, args: SchemaArgs) -> ExitCode {
-    let until = Instant::now() + config.nix_timeout;
+    let until = Instant::now() + config.sources.nix_timeout;
     let (fetched, work, fetch_ms) = match prepare(&config, &args.source, args.output).await {
         Ok(p) => p,
         Err(code) => return code,
@@ -100,7 +100,7 @@ pub async fn schema(config: Config, args: SchemaArgs) -> ExitCode {
     };
     let nix = NixRun {
         dir: &fetched.dir,
-        provider: &config.provider,
+        provider: &config.sources.provider,
         work: work.path(),
         until,
         marker: &marker,
@@ -141,7 +141,7 @@ pub async fn schema(config: Config, args: SchemaArgs) -> ExitCode {
 /// `run names`: the `names` eval of a configuration (EV-1), printed as
 /// nodes with their DNS names (text) or `nodes.json` (JSON).
 pub async fn names(config: Config, args: NamesArgs) -> ExitCode {
-    let until = Instant::now() + config.nix_timeout;
+    let until = Instant::now() + config.sources.nix_timeout;
     let configuration: serde_json::Value = match std::fs::read_to_string(&args.config)
         .map_err(|e| e.to_string())
         .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("not JSON: {e}")))
@@ -160,7 +160,7 @@ pub async fn names(config: Config, args: NamesArgs) -> ExitCode {
     };
     let nix = NixRun {
         dir: &fetched.dir,
-        provider: &config.provider,
+        provider: &config.sources.provider,
         work: work.path(),
         until,
         marker: &marker,

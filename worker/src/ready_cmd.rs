@@ -69,7 +69,7 @@ pub async fn run(config: Config, args: WaitReadyArgs) -> ExitCode {
     }
     // It only reads: a SQLite file that is not there is a mistyped
     // DATABASE_URL, not a database to create.
-    if let Some(path) = config.sqlite_path().filter(|p| !p.exists()) {
+    if let Some(path) = config.database.sqlite_path().filter(|p| !p.exists()) {
         return refuse(args.output, format!("no SQLite database at {}: check DATABASE_URL", path.display()));
     }
     let db = match slipway_jobs::store::open(&config).await {
@@ -109,7 +109,7 @@ pub async fn run(config: Config, args: WaitReadyArgs) -> ExitCode {
     loop {
         let round = waiting.iter().filter(|w| w.state != State::Ready).map(|w| {
             let (instance, settings) = (w.instance.clone(), &settings);
-            let allowed = &config.readiness_connect;
+            let allowed = &config.worker.readiness_connect;
             async move { readiness::probe(&instance, settings, allowed).await }
         });
         let probes = futures::future::join_all(round).await;

@@ -219,18 +219,18 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
     slipway_jobs::sandbox::private_dir(&config.state_dir)
         .with_context(|| format!("making the state folder {} private", config.state_dir.display()))?;
     slipway_jobs::sandbox::check(&config).await.map_err(|e| anyhow::anyhow!(e))?;
-    if !config.default_source_dir.join("core/default.nix").is_file() {
+    if !config.sources.default_source_dir.join("core/default.nix").is_file() {
         anyhow::bail!(
             "SLIPWAY_DEFAULT_SOURCE_DIR {} holds no core/default.nix: point it at the built-in module source \
              (the nix/ folder of Slipway's source tree), which deployments without a module source are deployed from",
-            config.default_source_dir.display()
+            config.sources.default_source_dir.display()
         );
     }
     let db = slipway_jobs::store::open(&config).await.context("opening the database")?;
-    let slots = slots.unwrap_or(config.build_slots) as usize;
+    let slots = slots.unwrap_or(config.worker.build_slots) as usize;
     // apalis claims `prefetch` jobs at once and runs as many handlers; the
     // slot semaphore keeps the builds themselves at `slots`.
-    let prefetch = config.build_prefetch.map_or(slots, |p| p as usize);
+    let prefetch = config.worker.build_prefetch.map_or(slots, |p| p as usize);
     let name = unique_name(prefix);
     let ctx = Ctx::new(db.clone(), Arc::new(config), name.clone(), false);
     let build_slots = Slots(Arc::new(tokio::sync::Semaphore::new(slots)));
@@ -238,8 +238,8 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
     let beats = Beats::default();
     let metrics = Metrics::new();
     metrics.register_builds();
-    let listener = match &ctx.config.metrics_addr {
-        Some(addr) => Some(crate::serve_metrics::start(addr, ctx.config.metrics_token.clone(), metrics.clone()).await?),
+    let listener = match &ctx.config.metrics.addr {
+        Some(addr) => Some(crate::serve_metrics::start(addr, ctx.config.metrics.token.clone(), metrics.clone()).await?),
         None => None,
     };
     // The worker's OpenBao token is renewed in the background while the
@@ -248,7 +248,8 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
         Some(openbao) => {
             let bao = slipway_jobs::openbao::OpenBao::new(openbao).context("OPENBAO_TOKEN")?;
             let config = &ctx.config;
-            let longest = config.deploy_timeout.max(config.destroy_timeout).max(config.nix_timeout);
+            let longest =
+                config.worker.deploy_timeout.max(config.worker.destroy_timeout).max(config.sources.nix_timeout);
             Some(slipway_jobs::openbao_token::TokenWatch::start(bao, longest, Some(metrics.clone())))
         }
         None => None,
@@ -260,9 +261,10 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
     }
     let clock = tokio::spawn(clock_watch.run(db.clone()));
     // The SQLite write-ahead log kept bounded (docs/OPERATOR-GUIDE.md).
-    let wal = ctx.config.sqlite_path().map(|path| {
-        let keeper = slipway_jobs::sqlite_wal::WalKeeper::new(&path, ctx.config.sqlite_wal_limit, metrics.clone());
-        tokio::spawn(keeper.run(db.clone(), ctx.config.sqlite_checkpoint_every))
+    let wal = ctx.config.database.sqlite_path().map(|path| {
+        let keeper =
+            slipway_jobs::sqlite_wal::WalKeeper::new(&path, ctx.config.database.sqlite_wal_limit, metrics.clone());
+        tokio::spawn(keeper.run(db.clone(), ctx.config.database.sqlite_checkpoint_every))
     });
     tracing::info!(worker.name = %name, slots, prefetch, queues = %queues.join(","), engine = ?db.engine(), "worker started");
     stop_orphans();
@@ -287,7 +289,7 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
     // One LISTEN for the process, which comes back after an outage: it
     // wakes each queue's apalis workers (PostgreSQL only).
     let feed = match &db {
-        Db::Postgres(pool) => Some(JobFeed::start(pool, ctx.config.postgres_poll)),
+        Db::Postgres(pool) => Some(JobFeed::start(pool, ctx.config.database.postgres_poll)),
         Db::Sqlite(_) => None,
     };
     let monitor =
@@ -430,7 +432,7 @@ fn register_all(
         };
     }
     if serves(NIX_QUEUE) {
-        let concurrency = ctx.config.nix_slots.max(1) as usize;
+        let concurrency = ctx.config.sources.nix_slots.max(1) as usize;
         monitor = register_sibling!(
             monitor,
             ctx,

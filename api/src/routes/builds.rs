@@ -1,9 +1,10 @@
 //! `GET /builds/{id}`: status, timings, log so far, report.
 
 use super::rfc3339;
-use crate::app::{AppState, Auth};
+use crate::auth::Auth;
 use crate::error::ApiError;
 use crate::extract::{BuildIdPath, Json, NoQuery, StrictQuery};
+use crate::state::AppState;
 use axum::extract::State;
 use serde::Serialize;
 use serde_json::Value;

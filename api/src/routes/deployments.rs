@@ -1,13 +1,15 @@
 //! `/deployments`: submit (MG-7), read (ST-1, TF-1), list, delete (DL-1).
 
 use super::rfc3339;
-use crate::app::{AppState, Auth};
+use crate::auth::Auth;
 use crate::error::ApiError;
 use crate::extract::{DeploymentIdPath, Json, NoQuery, OptionalJson, Query, StrictQuery};
+use crate::state::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use slipway_jobs::callback::check_delete_callback;
 use slipway_jobs::id::DeploymentId;
 use slipway_jobs::read::DeploymentRead;
 use slipway_jobs::source::Instance;
@@ -318,7 +320,7 @@ pub async fn submit(
         deployment: id.clone(),
         configuration: body.configuration,
         module_source: body.module_source,
-        queueing: Queueing { kind: BuildKind::Deploy, limit: Some(app.config.queue_size) },
+        queueing: Queueing { kind: BuildKind::Deploy, limit: Some(app.config.api.queue_size) },
         dry_run: query.dry_run,
     };
     let accepted = submit::submit(&app.db, &app.sources, app.secrets.as_ref(), request)
@@ -367,13 +369,6 @@ pub async fn preview(
     Ok(Json(submit::preview(&app.sources, app.secrets.is_some(), request).await?))
 }
 
-/// The fields of the optional body of `DELETE /deployments/{id}` (DL-2):
-/// where and with which token to push when the destroy reaches `idle`.
-pub const DELETE_FIELDS: [&str; 2] = ["callback_url", "callback_token"];
-
-/// The longest callback token accepted, in bytes.
-pub const MAX_CALLBACK_TOKEN: usize = 4096;
-
 /// The `callback` of a delete's answer: whether the callback was stored
 /// for a push, and if not, why.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -414,68 +409,6 @@ impl CallbackAnswer {
     }
 }
 
-/// Checks a delete body's callback (DL-2): `Ok` the callback to store,
-/// `Err` why none will be pushed. Reasons never repeat the token.
-///
-/// The body is read as any JSON object and checked here, so that nothing in
-/// it blocks the delete (an unknown field, a token of the wrong type) and no
-/// refusal repeats a value (serde's messages would).
-fn check_callback(body: &Map<String, Value>, app: &AppState) -> Result<submit::Callback, CallbackAnswer> {
-    let unknown: Vec<&str> = body.keys().map(String::as_str).filter(|k| !DELETE_FIELDS.contains(k)).collect();
-    if !unknown.is_empty() {
-        return Err(CallbackAnswer::refused(format!(
-            "the body has fields this service does not know ({}); it takes callback_url and callback_token",
-            unknown.iter().take(5).map(|k| format!("{:?}", truncate(k, 64))).collect::<Vec<_>>().join(", ")
-        )));
-    }
-    // Each field's type first, so a field of the wrong type is named as
-    // such, not as missing its other half.
-    let text = |name: &str| match body.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(CallbackAnswer::refused(format!("{name} must be a string"))),
-    };
-    let (url, token) = match (text("callback_url")?, text("callback_token")?) {
-        (Some(url), Some(token)) => (url, token),
-        (Some(_), None) => {
-            return Err(CallbackAnswer::refused("callback_url needs a callback_token to send with the push"))
-        }
-        _ => return Err(CallbackAnswer::refused("callback_token was given without a callback_url")),
-    };
-    if token.is_empty() || token.len() > MAX_CALLBACK_TOKEN || !token.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(CallbackAnswer::refused(format!(
-            "callback_token must be 1 to {MAX_CALLBACK_TOKEN} visible ASCII characters (it is sent as a bearer token)"
-        )));
-    }
-    let parsed = slipway_jobs::callback::check_url(url, &app.config.allowed_origins)
-        .map_err(|refusal| CallbackAnswer::refused(refusal.to_string()))?;
-    // A host written as an address can be judged now; a name is resolved
-    // and judged by the worker right before the push.
-    let ip = match parsed.host() {
-        Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
-        Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
-        _ => None,
-    };
-    if let Some(why) = ip.and_then(slipway_jobs::callback::forbidden_address) {
-        if !app.config.callback_allow_private {
-            return Err(CallbackAnswer::refused(format!(
-                "the callback host is an address of a refused kind ({why}); pushes go there only with \
-                 SLIPWAY_CALLBACK_ALLOW_PRIVATE=true"
-            )));
-        }
-    }
-    Ok(submit::Callback { url: url.clone(), token: secrecy::SecretString::from(token.clone()) })
-}
-
-/// At most `max` bytes of `text`, cut at a character boundary.
-fn truncate(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
 /// `DELETE /deployments/{id}` (DL-1, DL-2): queue a destroy and answer
 /// `202 {deployment_id, build_id, state, callback}` at once; unknown id
 /// `404` (a front-end counts that as done). Harmless to repeat. With a
@@ -504,9 +437,9 @@ pub async fn delete(
     let (callback, mut answer) = match body {
         None => (None, None),
         Some(b) if b.values().all(Value::is_null) => (None, None),
-        Some(b) => match check_callback(&b, &app) {
+        Some(b) => match check_delete_callback(&b, &app.config.allowed_origins, app.config.callback_allow_private) {
             Ok(c) => (Some(c), None),
-            Err(refused) => (None, Some(refused)),
+            Err(refused) => (None, Some(CallbackAnswer::refused(refused.to_string()))),
         },
     };
     let deleted = submit::delete(&app.db, &id, callback.as_ref())

@@ -23,10 +23,11 @@
 //! and the api warns once. The access log never writes query strings.
 
 use super::rfc3339;
-use crate::app::{AppState, Auth};
+use crate::auth::Auth;
 use crate::auth::{Audience, Claims, TokenError};
 use crate::error::ApiError;
 use crate::extract::{BuildIdPath, DeploymentIdPath, NoQuery, Query, StrictQuery};
+use crate::state::AppState;
 use crate::stream_caps::StreamSlot;
 use axum::extract::{FromRef, FromRequestParts, State};
 use axum::http::request::Parts;

@@ -3,9 +3,10 @@
 //! front-end's token never sees the fleet, whatever deployments it names.
 
 use super::rfc3339;
-use crate::app::{AppState, Auth};
+use crate::auth::Auth;
 use crate::error::ApiError;
 use crate::extract::Json;
+use crate::state::AppState;
 use axum::extract::State;
 use serde::Serialize;
 use slipway_jobs::store::fleet::{self, QueueLoad};

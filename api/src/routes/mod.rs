@@ -3,9 +3,10 @@
 
 pub mod builds;
 pub mod deployments;
+pub mod drafts;
 pub mod events;
 pub mod fleet;
-pub mod public;
+pub mod health;
 pub mod sbom;
 pub mod sources;
 

@@ -3,9 +3,10 @@
 
 use super::deployments::require_exists;
 use super::rfc3339;
-use crate::app::{AppState, Auth};
+use crate::auth::Auth;
 use crate::error::ApiError;
 use crate::extract::{DeploymentIdPath, Json, Query};
+use crate::state::AppState;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};

@@ -1,5 +1,7 @@
-//! The `get_for` procedures (MS-6): a module source's schema or renames,
-//! authenticated and allowlisted, built on the `nix` queue on a miss.
+//! Module sources' schemas and renames: the built-in source's (`GET
+//! /schema`, `GET /renames`: public, MS-5, no fetch, no build) and the
+//! `get_for` procedures (MS-6) for any source, authenticated and
+//! allowlisted, built on the `nix` queue on a miss.
 //!
 //! Order: the token (`401`), the body, the source parsed (`400
 //! invalid_module_source`) and allowlisted before anything is fetched
@@ -13,18 +15,107 @@
 //! (`504`), naming the output; the build log stays with the job, for
 //! operators.
 
-use crate::app::{AppState, Auth};
+use crate::auth::Auth;
 use crate::error::ApiError;
-use crate::extract::{Json, NoQuery, StrictQuery};
-use crate::routes::public::{pick_application, pick_renames};
+use crate::extract::{Json, NoQuery, Query, StrictQuery};
+use crate::state::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 use slipway_jobs::source::ModuleSource;
 use slipway_jobs::sources::{Lookup, SourceSchema};
 use std::sync::Arc;
+
+/// `?application=` of `GET /schema`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SchemaQuery {
+    /// One application's standalone schema instead of the whole one.
+    application: Option<String>,
+}
+
+/// `GET /schema` (`?application=`): the built-in source's schema, or one
+/// application's standalone schema (MS-2, MS-5). No fetch, no build.
+#[utoipa::path(get, path = "/schema", tag = "public",
+    params(SchemaQuery),
+    responses(
+        (status = 200, description = "A JSON Schema (draft 2020-12) of the configuration", body = Object),
+        (status = 400, description = "`invalid_request`: the query string is not valid", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such application", body = crate::error::ErrorBody),
+    ))]
+pub async fn built_in_schema(
+    State(app): State<AppState>,
+    Query(q): Query<SchemaQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let outputs = app.sources.built_in.outputs();
+    match q.application.as_deref() {
+        None => Ok(Json(outputs.schema.clone())),
+        Some(name) => pick_application(&outputs.applications, name, "the built-in source").map(Json),
+    }
+}
+
+/// One application's schema from `applications` (`404` naming the
+/// applications `source` has).
+pub fn pick_application(
+    applications: &std::collections::BTreeMap<String, Value>,
+    name: &str,
+    source: &str,
+) -> Result<Value, ApiError> {
+    applications.get(name).cloned().ok_or_else(|| {
+        let known: Vec<&str> = applications.keys().map(String::as_str).collect();
+        ApiError::not_found(format!("no application {name:?} in {source}; it has {}", known.join(", ")))
+    })
+}
+
+/// `?section=` of `GET /renames`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RenamesQuery {
+    /// Only the entries inside this section, with paths relative to it.
+    section: Option<String>,
+}
+
+/// `GET /renames` (`?section=`): the built-in source's renames table
+/// (`renames.json`: ordered `{from, to, kind}` entries, MS-2), or only the
+/// entries inside one section, with paths relative to it (MG-4), so a form
+/// that edits one section migrates that value alone. No fetch, no build.
+#[utoipa::path(get, path = "/renames", tag = "public",
+    params(RenamesQuery),
+    responses(
+        (status = 200, description = "The renames table, in order", body = Vec<slipway_jobs::migrate::Rename>),
+        (status = 400, description = "`invalid_request`: the query string is not valid", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such section", body = crate::error::ErrorBody),
+    ))]
+pub async fn built_in_renames(
+    State(app): State<AppState>,
+    Query(q): Query<RenamesQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let outputs = app.sources.built_in.outputs();
+    pick_renames(&outputs.renames, &outputs.meta, q.section.as_deref(), "the built-in source").map(Json)
+}
+
+/// The whole renames table, or only the entries inside `section` with paths
+/// relative to it (MG-4; `404` naming the sections `source` has).
+pub fn pick_renames(
+    renames: &[slipway_jobs::migrate::Rename],
+    meta: &slipway_jobs::source::Meta,
+    section: Option<&str>,
+    source: &str,
+) -> Result<Value, ApiError> {
+    let table = match section {
+        None => renames.to_vec(),
+        Some(id) => {
+            let Some(section) = meta.sections.iter().find(|s| s.id == id) else {
+                let known: Vec<&str> = meta.sections.iter().map(|s| s.id.as_str()).collect();
+                return Err(ApiError::not_found(format!("no section {id:?} in {source}; it has {}", known.join(", "))));
+            };
+            slipway_jobs::migrate::section_renames(renames, &section.path)
+        }
+    };
+    Ok(serde_json::to_value(table).expect("renames serialise"))
+}
 
 /// Body of `POST /schema/get_for`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -61,8 +152,8 @@ async fn lookup(app: &AppState, source: &str) -> Result<Result<Arc<SourceSchema>
                 "status": "computing",
                 "message": "the source's outputs are being built; repeat this request",
             });
-            let queues = crate::routes::public::queue_states(app, &mut app.db.acquire().await?).await?;
-            let warnings = crate::routes::public::unserved_warnings(app, &queues);
+            let queues = crate::observe::queue_states(app, &mut app.db.acquire().await?).await?;
+            let warnings = crate::observe::unserved_warnings(app, &queues);
             if !warnings.is_empty() {
                 answer["warnings"] = json!(warnings);
             }
@@ -70,7 +161,7 @@ async fn lookup(app: &AppState, source: &str) -> Result<Result<Arc<SourceSchema>
         }
         Lookup::Busy => Err(ApiError::nix_busy(format!(
             "every nix slot (NIX_SLOTS {}) is busy building or evaluating module sources; try again shortly",
-            app.config.nix_slots
+            app.config.sources.nix_slots
         ))
         .into_response()),
         Lookup::Failed(f) => Err(ApiError::from(f).into_response()),

@@ -25,10 +25,11 @@
 
 mod views;
 
-use crate::app::{AppState, Auth};
+use crate::auth::Auth;
 use crate::auth::Claims;
 use crate::error::ApiError;
 use crate::extract::{BuildIdPath, DeploymentIdPath};
+use crate::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue};
 use axum::middleware::Next;
@@ -36,7 +37,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use maud::Markup;
-use slipway_jobs::store::{builds, fleet, queue};
+use slipway_jobs::store::{builds, deployments, fleet, queue};
 
 /// The most deployments the list shows.
 pub const LIST_LIMIT: usize = 100;
@@ -50,7 +51,7 @@ pub const BUILDS_SHOWN: i64 = 20;
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// The dashboard's routes, merged into the api's router by [`crate::app::app`].
+/// The dashboard's routes, merged into the api's router by [`crate::router::app`].
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/ui", get(shell))
@@ -84,7 +85,7 @@ const CORS_HEADERS: [header::HeaderName; 6] = [
     header::ACCESS_CONTROL_MAX_AGE,
 ];
 
-/// Middleware, outside CORS in [`crate::app::app`], for every answer whose
+/// Middleware, outside CORS in [`crate::router::app`], for every answer whose
 /// path is the dashboard's ([`is_dashboard`]), whichever route or fallback
 /// gave it (a page, a fragment, a `404`, a `405`, a preflight):
 /// [`CONTENT_SECURITY_POLICY`] with `X-Frame-Options: DENY` beside its
@@ -135,7 +136,7 @@ async fn deployments(State(app): State<AppState>, Auth(claims): Auth) -> Result<
     let everything = claims.deployments.iter().any(|d| d == "*");
     let mut conn = app.db.acquire().await?;
     let ids: Vec<String> = if everything {
-        fleet::recent_deployment_ids(&mut conn, LIST_LIMIT as i64).await?
+        deployments::recent_deployment_ids(&mut conn, LIST_LIMIT as i64).await?
     } else {
         let mut ids: Vec<String> = Vec::new();
         for id in &claims.deployments {

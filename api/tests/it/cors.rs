@@ -76,7 +76,10 @@ async fn a_preflight_from_an_allowed_origin_for_a_submit_with_authorization_and_
     for name in ["authorization", "content-type"] {
         assert!(allowed.contains(&name.to_owned()), "{name} not in {allowed:?}");
     }
-    assert_eq!(value(&headers, header::ACCESS_CONTROL_MAX_AGE), slipway_api::app::CORS_MAX_AGE.as_secs().to_string());
+    assert_eq!(
+        value(&headers, header::ACCESS_CONTROL_MAX_AGE),
+        slipway_api::middleware::CORS_MAX_AGE.as_secs().to_string()
+    );
     assert!(headers.get(header::ACCESS_CONTROL_ALLOW_CREDENTIALS).is_none(), "tokens are bearer headers, not cookies");
     assert_varies_on_origin(&headers, "preflight");
 }

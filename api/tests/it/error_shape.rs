@@ -20,8 +20,8 @@ use tower::ServiceExt;
 const ID: &str = "z";
 const BUILD: &str = "z.20260101T000000Z.abcdef";
 
-/// The router's body limit (`slipway_api::app::BODY_LIMIT`), doubled.
-const OVER_LIMIT: usize = 2 * slipway_api::app::BODY_LIMIT;
+/// The router's body limit (`slipway_api::limits::BODY_LIMIT`), doubled.
+const OVER_LIMIT: usize = 2 * slipway_api::limits::BODY_LIMIT;
 
 /// A JSON object of [`OVER_LIMIT`] bytes, as a submit would send it.
 fn big_json() -> Vec<u8> {
@@ -233,7 +233,7 @@ async fn a_two_mebibyte_delete_body_answers_413_in_the_json_shape(engine: Engine
         assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE, "{fault:?}: {}", answer.body);
         assert_json_and_shaped(&answer, "application/json", &format!("{fault:?}"));
         assert_error_shape(&answer.body, "payload_too_large");
-        assert_eq!(answer.body["details"]["limit_bytes"], slipway_api::app::BODY_LIMIT, "{fault:?}");
+        assert_eq!(answer.body["details"]["limit_bytes"], slipway_api::limits::BODY_LIMIT, "{fault:?}");
     }
 }
 

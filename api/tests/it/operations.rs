@@ -10,7 +10,7 @@ use axum::http::{Method, StatusCode};
 use axum::Router;
 use common::*;
 use serde_json::{json, Value};
-use slipway_api::routes::public::READY_TIMEOUT;
+use slipway_api::routes::health::READY_TIMEOUT;
 use slipway_jobs::store::Engine;
 use slipway_jobs::test_support::{postgres_admin_url, TestDatabase};
 use std::net::SocketAddr;
@@ -295,11 +295,11 @@ fn request_head(extra: &[(String, String)]) -> Vec<u8> {
 async fn a_one_megabyte_header_answers_431_in_the_json_error_shape() {
     let h = harness(Engine::Sqlite).await;
     let served = serve(h.router.clone()).await;
-    for size in [1_000_000, 1024 * 1024, slipway_api::app::HEADER_LIMIT_BYTES] {
+    for size in [1_000_000, 1024 * 1024, slipway_api::limits::HEADER_LIMIT_BYTES] {
         let (status, body) = raw_request(served.addr, request_head(&[("X-Big".into(), "a".repeat(size))])).await;
         assert_eq!(status, 431, "{size} bytes: {body}");
         assert_error_shape(&body, "request_header_fields_too_large");
-        assert_eq!(body["details"]["limit_bytes"], slipway_api::app::HEADER_LIMIT_BYTES, "{body}");
+        assert_eq!(body["details"]["limit_bytes"], slipway_api::limits::HEADER_LIMIT_BYTES, "{body}");
         assert!(!body.to_string().contains("aaaa"), "the header is repeated: {body}");
     }
 }
@@ -312,14 +312,14 @@ async fn too_many_header_fields_answer_431_in_the_json_error_shape() {
     let (status, body) = raw_request(served.addr, request_head(&many)).await;
     assert_eq!(status, 431, "{body}");
     assert_error_shape(&body, "request_header_fields_too_large");
-    assert_eq!(body["details"]["limit_fields"], slipway_api::app::HEADER_FIELDS_LIMIT, "{body}");
+    assert_eq!(body["details"]["limit_fields"], slipway_api::limits::HEADER_FIELDS_LIMIT, "{body}");
 }
 
 #[tokio::test]
 async fn a_header_section_within_the_limits_is_served() {
     let h = harness(Engine::Sqlite).await;
     let served = serve(h.router.clone()).await;
-    let near = slipway_api::app::HEADER_LIMIT_BYTES - 1024;
+    let near = slipway_api::limits::HEADER_LIMIT_BYTES - 1024;
     let (status, body) = raw_request(served.addr, request_head(&[("X-Big".into(), "a".repeat(near))])).await;
     assert_eq!((status, &body), (200, &json!({ "status": "ok" })));
     let fields: Vec<(String, String)> = (0..90).map(|i| (format!("X-Field-{i}"), "v".to_owned())).collect();

@@ -19,7 +19,7 @@ use crate::state::{BuildKind, BuildStatus};
 use crate::store::builds::{self, BuildRow, Finish};
 use crate::store::queue::{self, BuildJob, MISSED_HEARTBEATS};
 use crate::store::sboms::{self, NodeSbom};
-use crate::store::{events, now_ms, readiness, workers, StoreError};
+use crate::store::{events, heartbeats, now_ms, readiness, StoreError};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -128,7 +128,7 @@ async fn live_owner(id: &str, ctx: &Ctx) -> Result<Option<(String, Duration)>, J
     if owner == ctx.worker {
         return Ok(ctx.here.runs(id).then_some((owner, window)));
     }
-    match workers::heartbeat_age_ms(&mut conn, &owner).await? {
+    match heartbeats::heartbeat_age_ms(&mut conn, &owner).await? {
         Some(age) if age < window.as_millis() as i64 => Ok(Some((owner, window))),
         // Stale, but this process has not seen the database long enough to
         // tell a dead worker from one that cannot reach it either.
@@ -313,7 +313,7 @@ async fn record_once(
             // A dry run changes nothing (§11).
             BuildKind::Deploy if build.dry_run => {}
             BuildKind::Deploy => {
-                let deadline = now + ctx.config.ready_timeout.as_millis() as i64;
+                let deadline = now + ctx.config.worker.ready_timeout.as_millis() as i64;
                 readiness::begin(&mut tx, &build.deployment_id, &build.id, &build.instances, now, deadline).await?;
                 if !build.instances.is_empty() {
                     let job = queue::ReadinessJob {
@@ -389,10 +389,10 @@ pub(crate) fn claim_lost(report: Report) -> Report {
 /// every [`crate::fetch::fetch`] does.
 pub(crate) async fn resolve_source(build: &BuildRow, ctx: &Ctx) -> Result<PathBuf, String> {
     let dir = match build.module_source.as_deref() {
-        None => ctx.config.default_source_dir.clone(),
+        None => ctx.config.sources.default_source_dir.clone(),
         Some(s) => {
             let source = ModuleSource::parse(s).map_err(|e| e.to_string())?;
-            let fetched = crate::fetch::fetch(&ctx.config, &source, ctx.config.nix_timeout).await;
+            let fetched = crate::fetch::fetch(&ctx.config, &source, ctx.config.sources.nix_timeout).await;
             fetched
                 .map_err(|e| {
                     // Logged once as "build failed" where the build ends;

@@ -53,7 +53,7 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
         Ok(dir) => dir,
         Err(e) => return no_change(fail(report, Reason::SourceUnavailable, e)),
     };
-    let run = match run_effect(build, ctx, &source, "deploy", ctx.config.deploy_timeout).await {
+    let run = match run_effect(build, ctx, &source, "deploy", ctx.config.worker.deploy_timeout).await {
         Ok(run) => run,
         Err((reason, e)) => return no_change(fail(report, reason, e)),
     };
@@ -91,7 +91,10 @@ fn judge(build: &BuildRow, ctx: &Ctx, report: Report, outcome: EffectOutcome, wo
         EffectOutcome::TimedOut => no_change(fail(
             report,
             Reason::Timeout,
-            format!("the deploy ran past DEPLOY_TIMEOUT ({}s) and was killed", ctx.config.deploy_timeout.as_secs()),
+            format!(
+                "the deploy ran past DEPLOY_TIMEOUT ({}s) and was killed",
+                ctx.config.worker.deploy_timeout.as_secs()
+            ),
         )),
         EffectOutcome::Stopped(Stop::Cancel) => no_change(cancelled(report)),
         EffectOutcome::Stopped(Stop::ClaimLost) => no_change(claim_lost(report)),

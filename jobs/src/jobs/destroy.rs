@@ -25,7 +25,7 @@ pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
         Ok(dir) => dir,
         Err(e) => return no_change(fail(report, Reason::SourceUnavailable, e)),
     };
-    let run = match run_effect(build, ctx, &source, "destroy", ctx.config.destroy_timeout).await {
+    let run = match run_effect(build, ctx, &source, "destroy", ctx.config.worker.destroy_timeout).await {
         Ok(run) => run,
         Err((reason, e)) => return no_change(fail(report, reason, e)),
     };
@@ -77,7 +77,10 @@ fn judge(ctx: &Ctx, report: Report, outcome: EffectOutcome, work: &Path) -> Outc
         EffectOutcome::TimedOut => no_change(fail(
             report,
             Reason::Timeout,
-            format!("the destroy ran past DESTROY_TIMEOUT ({}s) and was killed", ctx.config.destroy_timeout.as_secs()),
+            format!(
+                "the destroy ran past DESTROY_TIMEOUT ({}s) and was killed",
+                ctx.config.worker.destroy_timeout.as_secs()
+            ),
         )),
         EffectOutcome::Stopped(Stop::Cancel) => no_change(cancelled(report)),
         EffectOutcome::Stopped(Stop::ClaimLost) => no_change(claim_lost(report)),

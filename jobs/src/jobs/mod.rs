@@ -182,8 +182,9 @@ impl Ctx {
     /// logged once each way, not on every beat.
     pub async fn beat(&self) {
         let rejoining = self.here.rejoining.lock().expect("rejoining lock").clone();
-        let beat =
-            async { crate::store::workers::keep_alive(&mut self.db.acquire().await?, &self.worker, &rejoining).await };
+        let beat = async {
+            crate::store::heartbeats::keep_alive(&mut self.db.acquire().await?, &self.worker, &rejoining).await
+        };
         let result = beat.await;
         match (self.here.beat(result.is_ok()), result) {
             (Some(false), Err(e)) => tracing::error!(
@@ -200,7 +201,7 @@ impl Ctx {
     /// a sibling) to register again after it failed: heartbeats leave its
     /// row alone until the returned guard drops, and the row is made to
     /// look old enough for apalis to take the name again
-    /// ([`crate::store::workers::make_registrable`]). Without this, on
+    /// ([`crate::store::heartbeats::make_registrable`]). Without this, on
     /// SQLite, a queue worker that failed once (say on `database is
     /// locked`) never came back: apalis refused its name while the
     /// process's beats kept the row fresh. A failure here is logged and
@@ -209,7 +210,7 @@ impl Ctx {
         let guard = self.here.rejoining(name);
         let interval = crate::store::queue::apalis_heartbeat(self.config.heartbeat);
         let aged =
-            async { crate::store::workers::make_registrable(&mut self.db.acquire().await?, name, interval).await };
+            async { crate::store::heartbeats::make_registrable(&mut self.db.acquire().await?, name, interval).await };
         if let Err(e) = aged.await {
             tracing::debug!(error = %e, queue_worker = %name, "could not ready the queue worker's row to register again");
         }
@@ -218,11 +219,11 @@ impl Ctx {
 
     /// Hands back, in one transaction, the builds and claimed jobs of this
     /// worker (stopping at once, after its effects were killed), so another
-    /// worker takes them over at once ([`crate::store::workers::release`]).
+    /// worker takes them over at once ([`crate::store::heartbeats::release`]).
     /// Returns how many jobs were handed back.
     pub async fn hand_back(&self) -> Result<u64, crate::store::StoreError> {
         let mut tx = self.db.begin_write().await?;
-        let jobs = crate::store::workers::release(&mut tx, &self.worker).await?;
+        let jobs = crate::store::heartbeats::release(&mut tx, &self.worker).await?;
         tx.commit().await?;
         Ok(jobs)
     }

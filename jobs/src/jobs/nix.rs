@@ -31,13 +31,13 @@ pub async fn run(job: NixJob, ctx: &Ctx) -> Result<(), StoreError> {
     let Some(row) = row.filter(|r| r.status == NixStatus::Computing) else {
         return Ok(());
     };
-    let timeout = ctx.config.nix_timeout;
+    let timeout = ctx.config.sources.nix_timeout;
     let held = {
         let mut tx = ctx.db.begin_write().await?;
         let now = now_ms();
         let until = now + (timeout + LEASE_MARGIN).as_millis() as i64;
         let held = rows::extend_slot(&mut tx, &row.key, now, until).await?
-            || rows::reserve_slot(&mut tx, &row.key, ctx.config.nix_slots, now, until).await?;
+            || rows::reserve_slot(&mut tx, &row.key, ctx.config.sources.nix_slots, now, until).await?;
         if held {
             rows::mark_started(&mut tx, &row.key, &ctx.worker, now).await?;
         }
@@ -96,7 +96,7 @@ async fn compute(row: &NixRow, ctx: &Ctx, log: &mut String) -> Result<Value, Nix
         output: None,
         message,
     })?;
-    let timeout = ctx.config.nix_timeout;
+    let timeout = ctx.config.sources.nix_timeout;
     let until = Instant::now() + timeout;
     let fetch_started = Instant::now();
     let fetched = source_dir(&row.source, ctx, timeout).await?;
@@ -149,7 +149,7 @@ async fn compute(row: &NixRow, ctx: &Ctx, log: &mut String) -> Result<Value, Nix
 pub(crate) async fn source_dir(source: &str, ctx: &Ctx, deadline: Duration) -> Result<fetch::Fetched, NixFailure> {
     if source.is_empty() {
         return Ok(fetch::Fetched {
-            dir: ctx.config.default_source_dir.clone(),
+            dir: ctx.config.sources.default_source_dir.clone(),
             revision: None,
             pinned: String::new(),
         });

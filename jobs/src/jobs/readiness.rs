@@ -46,7 +46,7 @@ async fn round(job: ReadinessJob, ctx: &Ctx) -> Result<(), StoreError> {
         (waiting, settings)
     };
     let Some(deadline) = waiting.iter().map(|r| r.deadline_at).min() else { return Ok(()) };
-    let probes = probe_all(&waiting, &settings, &ctx.config.readiness_connect).await;
+    let probes = probe_all(&waiting, &settings, &ctx.config.worker.readiness_connect).await;
     let at = now_ms();
     let mut tx = ctx.db.begin_write().await?;
     let mut next_pause = None;

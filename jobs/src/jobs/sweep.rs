@@ -35,7 +35,7 @@ pub const NIX_RESULTS_KEPT: std::time::Duration = std::time::Duration::from_secs
 
 /// Sweeps builds that finished before `now_ms - RETENTION`.
 pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
-    let cutoff = now_ms() - ctx.config.retention.as_millis() as i64;
+    let cutoff = now_ms() - ctx.config.worker.retention.as_millis() as i64;
     let mut conn = ctx.db.acquire().await?;
     let logs = builds::clear_logs_finished_before(&mut conn, cutoff).await?;
     let (mut work_dirs, mut scratch_dirs) = (0, 0);

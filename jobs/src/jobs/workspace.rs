@@ -275,8 +275,8 @@ pub(crate) async fn run_effect(
         ("MODULE_SOURCE_DIR".to_owned(), source_abs.clone()),
         ("STATE_DIR".to_owned(), state_abs.clone()),
         ("SBOM_OUT_DIR".to_owned(), abs(&work.join("sbom"))),
-        ("DEPLOY_SBOM_TIMEOUT".to_owned(), ctx.config.deploy_sbom_timeout.as_secs().to_string()),
-        ("PROVIDER".to_owned(), ctx.config.provider.clone()),
+        ("DEPLOY_SBOM_TIMEOUT".to_owned(), ctx.config.worker.deploy_sbom_timeout.as_secs().to_string()),
+        ("PROVIDER".to_owned(), ctx.config.sources.provider.clone()),
     ];
     env.extend(handed.env.iter().cloned());
     if build.dry_run {

@@ -132,3 +132,12 @@ pub async fn upsert(conn: &mut Conn, s: Snapshot<'_>, now: i64) -> Result<(), St
     }
     Err(StoreError::Conflict("deployment"))
 }
+
+/// The ids of the deployments changed most recently (by their last
+/// submit), newest first, at most `limit`: what a token for every
+/// deployment sees listed.
+pub async fn recent_deployment_ids(conn: &mut Conn, limit: i64) -> Result<Vec<String>, StoreError> {
+    let rows =
+        Q::new("SELECT id FROM deployments ORDER BY updated_at DESC, id LIMIT $1").int(limit).fetch_all(conn).await?;
+    rows.iter().map(|r| r.text("id")).collect()
+}

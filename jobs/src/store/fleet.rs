@@ -1,8 +1,17 @@
-//! The fleet as an operator sees it (`GET /queues`, `GET /workers`): how
-//! many jobs wait on each queue and for how long, and which workers beat,
-//! on which host, serving which queues, with how many builds. Read from
-//! apalis's job and worker tables and from `builds`; nothing here writes.
+//! The fleet, read: how many jobs wait on each queue and for how long, and
+//! which workers beat, on which host, serving which queues, with how many
+//! builds. Read from apalis's job and worker tables, `builds` and
+//! `nix_slots`; nothing here writes (heartbeats are written in
+//! [`super::heartbeats`]). Three readers, three counts:
+//!
+//! - [`queue_loads`] for `GET /queues` and the dashboard ([`QueueLoad`]:
+//!   due, scheduled, running, oldest due in ms),
+//! - [`queue_states`] for `/readyz` and the warnings of `GET /schema/get_for`
+//!   ([`QueueState`]: every pending job, due or not, and the live workers),
+//! - [`fleet`] for `/metrics` ([`Fleet`], [`QueueDepth`]: due jobs and the
+//!   oldest in whole seconds, from one grouped statement).
 
+use super::heartbeats::live_workers;
 use super::queue::SIBLING_SUFFIXES;
 use super::{Conn, Engine, StoreError, Q};
 use serde::Serialize;
@@ -64,6 +73,103 @@ pub async fn queue_loads(conn: &mut Conn, queues: &[&str]) -> Result<Vec<QueueLo
         });
     }
     Ok(out)
+}
+
+/// One queue as the fleet serves it (Q-8).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct QueueState {
+    /// The queue's name.
+    pub queue: String,
+    /// Jobs waiting for a worker.
+    pub waiting: i64,
+    /// Live workers serving it (beat within `window_s` seconds).
+    pub workers: i64,
+}
+
+/// For each of `queues`: the jobs waiting on it and the live workers that
+/// serve it (apalis's worker table, whose `worker_type` is the queue).
+pub async fn queue_states(conn: &mut Conn, queues: &[&str], window_s: i64) -> Result<Vec<QueueState>, StoreError> {
+    let waiting = match conn.engine() {
+        Engine::Sqlite => "SELECT COUNT(*) AS n FROM Jobs WHERE job_type = $1 AND status = 'Pending'",
+        Engine::Postgres => "SELECT COUNT(*) AS n FROM apalis.jobs WHERE job_type = $1 AND status = 'Pending'",
+    };
+    let workers = format!("SELECT ({}) AS n", live_workers(conn.engine()));
+    let mut out = Vec::with_capacity(queues.len());
+    for queue in queues {
+        let w = Q::new(waiting).text(*queue).fetch_one(conn).await?.int("n")?;
+        let live = Q::new(workers.as_str()).text(*queue).int(window_s).fetch_one(conn).await?.int("n")?;
+        out.push(QueueState { queue: queue.to_string(), waiting: w, workers: live });
+    }
+    Ok(out)
+}
+
+/// One queue's waiting jobs, as [`fleet`] reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// The queue (one of [`super::queue::ALL_QUEUES`] that lives in the database).
+    pub queue: &'static str,
+    /// Jobs due (`run_at` passed) that no worker has taken yet; jobs
+    /// delayed into the future are not counted until they are due.
+    pub waiting: i64,
+    /// Seconds since the oldest of them became due; 0 when none waits.
+    pub oldest_waiting_s: i64,
+}
+
+/// The fleet at one moment, for the metrics of docs/METRICS.md.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fleet {
+    /// Every queue kept in the database, in [`super::queue::ALL_QUEUES`] order.
+    pub queues: Vec<QueueDepth>,
+    /// `(pool, slots held)`: `builds` (builds running) and `nix` (nix slot
+    /// leases held and not expired).
+    pub slots: Vec<(&'static str, i64)>,
+    /// Worker processes with a heartbeat within the window (a process
+    /// counts once, whichever queues it serves).
+    pub workers_alive: i64,
+}
+
+/// Reads the [`Fleet`]: apalis's jobs and workers tables, `builds` and
+/// `nix_slots`. `window_s` is the takeover window in seconds (a worker
+/// silent longer is dead), `nix_slots` the fleet's `NIX_SLOTS`, `now` Unix
+/// milliseconds. Four short statements on indexed columns.
+pub async fn fleet(conn: &mut Conn, window_s: i64, nix_slots: u32, now: i64) -> Result<Fleet, StoreError> {
+    use super::queue::{ALL_QUEUES, MAINTENANCE_QUEUE};
+    let (waiting, live) = match conn.engine() {
+        Engine::Sqlite => (
+            "SELECT job_type, COUNT(*) AS n, CAST(strftime('%s', 'now') AS INTEGER) - MIN(run_at) AS oldest_s
+             FROM Jobs WHERE status = 'Pending' AND run_at <= CAST(strftime('%s', 'now') AS INTEGER)
+             GROUP BY job_type",
+            "SELECT id FROM Workers WHERE last_seen >= CAST(strftime('%s', 'now') AS INTEGER) - $1",
+        ),
+        Engine::Postgres => (
+            "SELECT job_type, COUNT(*) AS n, FLOOR(EXTRACT(EPOCH FROM (now() - MIN(run_at))))::bigint AS oldest_s
+             FROM apalis.jobs WHERE status = 'Pending' AND run_at <= now() GROUP BY job_type",
+            "SELECT id FROM apalis.workers WHERE last_seen >= now() - make_interval(secs => $1)",
+        ),
+    };
+    let mut queues: Vec<QueueDepth> = ALL_QUEUES
+        .iter()
+        .filter(|q| **q != MAINTENANCE_QUEUE)
+        .map(|q| QueueDepth { queue: q, waiting: 0, oldest_waiting_s: 0 })
+        .collect();
+    for row in Q::new(waiting).fetch_all(conn).await? {
+        let job_type = row.text("job_type")?;
+        // Only the known queues: a stray job type never becomes a label.
+        if let Some(q) = queues.iter_mut().find(|q| q.queue == job_type) {
+            q.waiting = row.int("n")?;
+            q.oldest_waiting_s = row.opt_int("oldest_s")?.unwrap_or(0).max(0);
+        }
+    }
+    let mut processes = std::collections::BTreeSet::new();
+    for row in Q::new(live).int(window_s).fetch_all(conn).await? {
+        let id = row.text("id")?;
+        let base = SIBLING_SUFFIXES.iter().find_map(|s| id.strip_suffix(s)).unwrap_or(&id).to_owned();
+        processes.insert(base);
+    }
+    let running =
+        Q::new("SELECT COUNT(*) AS n FROM builds WHERE status = 'running'").fetch_one(conn).await?.int("n")?;
+    let nix = super::nix::slots_held(conn, nix_slots, now).await?;
+    Ok(Fleet { queues, slots: vec![("builds", running), ("nix", nix)], workers_alive: processes.len() as i64 })
 }
 
 /// One worker process as the database sees it.
@@ -144,15 +250,6 @@ pub async fn workers(conn: &mut Conn, within_s: i64) -> Result<Vec<WorkerView>, 
     let mut out: Vec<WorkerView> = by_name.into_values().collect();
     out.sort_by(|a, b| b.last_heartbeat_ms.cmp(&a.last_heartbeat_ms).then_with(|| a.name.cmp(&b.name)));
     Ok(out)
-}
-
-/// The ids of the deployments changed most recently (by their last
-/// submit), newest first, at most `limit`: what a token for every
-/// deployment sees listed.
-pub async fn recent_deployment_ids(conn: &mut Conn, limit: i64) -> Result<Vec<String>, StoreError> {
-    let rows =
-        Q::new("SELECT id FROM deployments ORDER BY updated_at DESC, id LIMIT $1").int(limit).fetch_all(conn).await?;
-    rows.iter().map(|r| r.text("id")).collect()
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod db;
 pub mod deployments;
 pub mod events;
 pub mod fleet;
+pub mod heartbeats;
 pub mod listen;
 pub mod nix;
 pub mod nodelay;
@@ -21,7 +22,6 @@ pub mod readiness;
 pub mod sboms;
 pub mod submit;
 pub mod tickets;
-pub mod workers;
 
 #[cfg(any(test, feature = "failpoints"))]
 pub use db::Held;
@@ -224,10 +224,10 @@ pub const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// Opens the database of `config` and runs pending migrations once.
 pub async fn open(config: &Config) -> Result<Db, StoreError> {
-    if let Some(path) = config.sqlite_path() {
-        return open_sqlite_bounded(&path, config.sqlite_wal_limit).await;
+    if let Some(path) = config.database.sqlite_path() {
+        return open_sqlite_bounded(&path, config.database.sqlite_wal_limit).await;
     }
-    let url = &config.database_url;
+    let url = &config.database.url;
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return open_postgres(url).await;
     }

@@ -311,7 +311,7 @@ pub const ALL_QUEUES: [&str; 5] = [BUILDS_QUEUE, NIX_QUEUE, CALLBACKS_QUEUE, REA
 pub const MAINTENANCE_QUEUE: &str = "maintenance";
 
 /// A worker's `nix`-queue worker is named `<worker name>-nix`: it beats
-/// and is handed back with the worker ([`super::workers::keep_alive`]).
+/// and is handed back with the worker ([`super::heartbeats::keep_alive`]).
 pub const NIX_WORKER_SUFFIX: &str = "-nix";
 
 /// A worker's `callbacks`-queue worker is named `<worker name>-callbacks`,

@@ -328,7 +328,7 @@ async fn the_sweep_empties_old_logs_and_work_folders_and_keeps_the_rows(engine: 
     assert_eq!(sweep::run(&w.ctx).await.unwrap(), sweep::Swept::default());
     // With a retention that has already passed, the log and work folder go.
     let mut short = (*w.ctx.config).clone();
-    short.retention = std::time::Duration::from_millis(1);
+    short.worker.retention = std::time::Duration::from_millis(1);
     let ctx = Ctx { config: Arc::new(short), ..w.ctx.clone() };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     let swept = loop {

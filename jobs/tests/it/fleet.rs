@@ -105,7 +105,7 @@ async fn queue_loads_count_due_scheduled_and_claimed_jobs_apart(engine: Engine) 
 /// heartbeat interval (on SQLite, where apalis refuses a name that beat
 /// within it), which is still far from stale.
 async fn a_worker_beats_its_queue_workers_but_one_that_registers_again(engine: Engine) {
-    use slipway_jobs::store::workers::{apalis_names, heartbeat_age_ms, keep_alive, make_registrable};
+    use slipway_jobs::store::heartbeats::{apalis_names, heartbeat_age_ms, keep_alive, make_registrable};
     let w = world(engine, &[]).await;
     let name = "worker@web-1.example-4242-abc123";
     let mut conn = w.ctx.db.acquire().await.unwrap();

@@ -195,7 +195,7 @@ async fn a_preview_neither_reads_nor_writes_openbao() {
     let store = slipway_jobs::store::open(&slipway_jobs::config::Config::from_keys(&keys).unwrap()).await.unwrap();
     wait_for("the worker to serve the nix queue", Duration::from_secs(60), || async {
         let mut conn = store.acquire().await.ok()?;
-        let states = slipway_jobs::store::workers::queue_states(&mut conn, &["nix"], 60).await.ok()?;
+        let states = slipway_jobs::store::fleet::queue_states(&mut conn, &["nix"], 60).await.ok()?;
         (states.first()?.workers > 0).then_some(())
     })
     .await;

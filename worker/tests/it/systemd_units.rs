@@ -85,7 +85,7 @@ fn stopping_the_worker_unit_lets_builds_finish_then_kills_its_effects_with_it() 
     // cgroup, effects and Nix builders included, when the stop times out.
     assert_eq!(service.get("KillMode").map(String::as_str), Some("mixed"), "{service:?}");
     let default_deploy_timeout =
-        slipway_jobs::config::Config::from_keys(&BTreeMap::new()).unwrap().deploy_timeout.as_secs();
+        slipway_jobs::config::Config::from_keys(&BTreeMap::new()).unwrap().worker.deploy_timeout.as_secs();
     let stop = seconds(service.get("TimeoutStopSec").expect("TimeoutStopSec"));
     assert!(stop > default_deploy_timeout, "TimeoutStopSec={stop}s cuts builds short of DEPLOY_TIMEOUT");
     assert_eq!(service.get("User").map(String::as_str), Some("root"), "effects need root for their PID namespace");

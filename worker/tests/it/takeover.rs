@@ -53,7 +53,7 @@ fn runs(db: &TestDatabase) -> String {
 async fn heartbeat_age_s(db: &TestDatabase, name: &str) -> Option<i64> {
     let keys = std::collections::BTreeMap::from([("DATABASE_URL".to_owned(), db.url.clone())]);
     let pool = slipway_jobs::store::open(&slipway_jobs::config::Config::from_keys(&keys).unwrap()).await.ok()?;
-    let age = slipway_jobs::store::workers::heartbeat_age_ms(&mut pool.acquire().await.ok()?, name).await.ok()?;
+    let age = slipway_jobs::store::heartbeats::heartbeat_age_ms(&mut pool.acquire().await.ok()?, name).await.ok()?;
     pool.close().await;
     age.map(|ms| ms / 1000)
 }

@@ -1,4 +1,4 @@
-//! Every (method, route) of the router (`api/src/app.rs`), with what each
+//! Every (method, route) of the router (`api/src/router.rs`), with what each
 //! reads and who may call it: the one table `auth_matrix.rs` and
 //! `error_shape.rs` walk. [`the_table_names_every_route_of`] checks it
 //! against the router, so a route missing here fails those tests.
@@ -174,16 +174,16 @@ pub fn routes() -> Vec<Route> {
     ]
 }
 
-/// The route templates `fn app` of `api/src/app.rs` registers (`.route("…"`),
+/// The route templates `fn app` of `api/src/router.rs` registers (`.route("…"`),
 /// and those of the routers it merges (the dashboard's, `api/src/ui/mod.rs`),
 /// in axum's syntax.
 pub fn registered_paths() -> BTreeSet<String> {
     let read = |file: &str| {
         std::fs::read_to_string(format!("{}/src/{file}", env!("CARGO_MANIFEST_DIR"))).expect("an api source file")
     };
-    let app = read("app.rs");
+    let app = read("router.rs");
     // `fn app` to the unit tests, which build little routers of their own.
-    let start = app.find("pub fn app(").expect("fn app in app.rs");
+    let start = app.find("pub fn app(").expect("fn app in router.rs");
     let end = app[start..].find("#[cfg(test)]").map_or(app.len(), |n| start + n);
     let ui = read("ui/mod.rs");
     let start_ui = ui.find("pub fn router(").expect("fn router in ui/mod.rs");
@@ -206,7 +206,7 @@ fn axum_template(route: &Route) -> String {
 }
 
 /// Checks the table against `router` (called with `bearer`, valid for
-/// everything): every path `app.rs` registers is in the table, and each
+/// everything): every path `router.rs` registers is in the table, and each
 /// path's methods are those the router's `405` names in its `Allow` header.
 pub async fn the_table_names_every_route_of(router: &Router, bearer: &str) {
     let table = routes();
@@ -215,11 +215,11 @@ pub async fn the_table_names_every_route_of(router: &Router, bearer: &str) {
         methods.entry(axum_template(r)).or_default().insert(r.method.to_string());
     }
     let registered = registered_paths();
-    assert!(registered.len() >= 20, "app.rs was not read right: {registered:?}");
+    assert!(registered.len() >= 20, "router.rs was not read right: {registered:?}");
     let missing: Vec<&String> = registered.iter().filter(|p| !methods.contains_key(*p)).collect();
-    assert!(missing.is_empty(), "routes of app.rs missing from tests/route_table: {missing:?}");
+    assert!(missing.is_empty(), "routes of router.rs missing from tests/route_table: {missing:?}");
     for (template, want) in &methods {
-        assert!(registered.contains(template), "{template} is in the table but app.rs does not register it");
+        assert!(registered.contains(template), "{template} is in the table but router.rs does not register it");
         let path = template.replace("{id}", "z");
         let request = Request::builder()
             .method(Method::PATCH)

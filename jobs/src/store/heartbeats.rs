@@ -1,6 +1,8 @@
-//! Workers as the database sees them (Q-1): apalis's table of workers, whose
-//! heartbeat (`last_seen`) tells a live worker from a dead one, and the
-//! claims a worker holds.
+//! Worker heartbeats as the database keeps them (Q-1): apalis's table of
+//! workers, whose `last_seen` tells a live worker from a dead one, the
+//! claims a worker holds and hands back, and the live-worker count a names
+//! eval asks before it queues one. The fleet as a whole is read in
+//! [`super::fleet`].
 
 use super::{placeholders, Conn, Engine, StoreError, Q};
 
@@ -112,37 +114,9 @@ pub async fn release(conn: &mut Conn, name: &str) -> Result<u64, StoreError> {
     })
 }
 
-/// One queue as the fleet serves it (Q-8).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct QueueState {
-    /// The queue's name.
-    pub queue: String,
-    /// Jobs waiting for a worker.
-    pub waiting: i64,
-    /// Live workers serving it (beat within `window_s` seconds).
-    pub workers: i64,
-}
-
-/// For each of `queues`: the jobs waiting on it and the live workers that
-/// serve it (apalis's worker table, whose `worker_type` is the queue).
-pub async fn queue_states(conn: &mut Conn, queues: &[&str], window_s: i64) -> Result<Vec<QueueState>, StoreError> {
-    let waiting = match conn.engine() {
-        Engine::Sqlite => "SELECT COUNT(*) AS n FROM Jobs WHERE job_type = $1 AND status = 'Pending'",
-        Engine::Postgres => "SELECT COUNT(*) AS n FROM apalis.jobs WHERE job_type = $1 AND status = 'Pending'",
-    };
-    let workers = format!("SELECT ({}) AS n", live_workers(conn.engine()));
-    let mut out = Vec::with_capacity(queues.len());
-    for queue in queues {
-        let w = Q::new(waiting).text(*queue).fetch_one(conn).await?.int("n")?;
-        let live = Q::new(workers.as_str()).text(*queue).int(window_s).fetch_one(conn).await?.int("n")?;
-        out.push(QueueState { queue: queue.to_string(), waiting: w, workers: live });
-    }
-    Ok(out)
-}
-
 /// Counts the apalis workers of queue `$1` with a heartbeat within the last
 /// `$2` seconds, on `engine`.
-fn live_workers(engine: Engine) -> &'static str {
+pub(super) fn live_workers(engine: Engine) -> &'static str {
     match engine {
         Engine::Sqlite => {
             "SELECT COUNT(*) FROM Workers WHERE worker_type = $1 AND last_seen >= strftime('%s', 'now') - $2"
@@ -176,73 +150,4 @@ pub async fn served_and_slots_held(
     .fetch_one(conn)
     .await?;
     Ok((row.int("workers")?, row.int("held")?))
-}
-
-/// One queue's waiting jobs, as [`fleet`] reads them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueDepth {
-    /// The queue (one of [`super::queue::ALL_QUEUES`] that lives in the database).
-    pub queue: &'static str,
-    /// Jobs due (`run_at` passed) that no worker has taken yet; jobs
-    /// delayed into the future are not counted until they are due.
-    pub waiting: i64,
-    /// Seconds since the oldest of them became due; 0 when none waits.
-    pub oldest_waiting_s: i64,
-}
-
-/// The fleet at one moment, for the metrics of docs/METRICS.md.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fleet {
-    /// Every queue kept in the database, in [`super::queue::ALL_QUEUES`] order.
-    pub queues: Vec<QueueDepth>,
-    /// `(pool, slots held)`: `builds` (builds running) and `nix` (nix slot
-    /// leases held and not expired).
-    pub slots: Vec<(&'static str, i64)>,
-    /// Worker processes with a heartbeat within the window (a process
-    /// counts once, whichever queues it serves).
-    pub workers_alive: i64,
-}
-
-/// Reads the [`Fleet`]: apalis's jobs and workers tables, `builds` and
-/// `nix_slots`. `window_s` is the takeover window in seconds (a worker
-/// silent longer is dead), `nix_slots` the fleet's `NIX_SLOTS`, `now` Unix
-/// milliseconds. Four short statements on indexed columns.
-pub async fn fleet(conn: &mut Conn, window_s: i64, nix_slots: u32, now: i64) -> Result<Fleet, StoreError> {
-    use super::queue::{ALL_QUEUES, MAINTENANCE_QUEUE, SIBLING_SUFFIXES};
-    let (waiting, live) = match conn.engine() {
-        Engine::Sqlite => (
-            "SELECT job_type, COUNT(*) AS n, CAST(strftime('%s', 'now') AS INTEGER) - MIN(run_at) AS oldest_s
-             FROM Jobs WHERE status = 'Pending' AND run_at <= CAST(strftime('%s', 'now') AS INTEGER)
-             GROUP BY job_type",
-            "SELECT id FROM Workers WHERE last_seen >= CAST(strftime('%s', 'now') AS INTEGER) - $1",
-        ),
-        Engine::Postgres => (
-            "SELECT job_type, COUNT(*) AS n, FLOOR(EXTRACT(EPOCH FROM (now() - MIN(run_at))))::bigint AS oldest_s
-             FROM apalis.jobs WHERE status = 'Pending' AND run_at <= now() GROUP BY job_type",
-            "SELECT id FROM apalis.workers WHERE last_seen >= now() - make_interval(secs => $1)",
-        ),
-    };
-    let mut queues: Vec<QueueDepth> = ALL_QUEUES
-        .iter()
-        .filter(|q| **q != MAINTENANCE_QUEUE)
-        .map(|q| QueueDepth { queue: q, waiting: 0, oldest_waiting_s: 0 })
-        .collect();
-    for row in Q::new(waiting).fetch_all(conn).await? {
-        let job_type = row.text("job_type")?;
-        // Only the known queues: a stray job type never becomes a label.
-        if let Some(q) = queues.iter_mut().find(|q| q.queue == job_type) {
-            q.waiting = row.int("n")?;
-            q.oldest_waiting_s = row.opt_int("oldest_s")?.unwrap_or(0).max(0);
-        }
-    }
-    let mut processes = std::collections::BTreeSet::new();
-    for row in Q::new(live).int(window_s).fetch_all(conn).await? {
-        let id = row.text("id")?;
-        let base = SIBLING_SUFFIXES.iter().find_map(|s| id.strip_suffix(s)).unwrap_or(&id).to_owned();
-        processes.insert(base);
-    }
-    let running =
-        Q::new("SELECT COUNT(*) AS n FROM builds WHERE status = 'running'").fetch_one(conn).await?.int("n")?;
-    let nix = super::nix::slots_held(conn, nix_slots, now).await?;
-    Ok(Fleet { queues, slots: vec![("builds", running), ("nix", nix)], workers_alive: processes.len() as i64 })
 }
