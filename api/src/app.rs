@@ -16,7 +16,7 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use serde_json::json;
 use slipway_jobs::config::Config;
-use slipway_jobs::sources::FleetSources;
+use slipway_jobs::source::fleet::FleetSources;
 use slipway_jobs::store::Db;
 use slipway_jobs::submit::SourcePolicy;
 use slipway_jobs::validate::Checker;

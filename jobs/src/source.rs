@@ -2,7 +2,9 @@
 //! (MS-2): the schema, application schemas, renames and `meta.json`, and the
 //! typed fields derived from them (TF-1). See `docs/MODULE-SOURCE.md`.
 
-use crate::migrate::Rename;
+pub mod fleet;
+
+use crate::renames::Rename;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;

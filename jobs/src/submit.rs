@@ -168,7 +168,7 @@ pub struct Deprecation {
 impl Deprecation {
     /// The deprecation notices of `renamed`, for a configuration checked
     /// with `module_source`.
-    pub fn of(renamed: &[crate::migrate::Applied], module_source: Option<&str>) -> Vec<Self> {
+    pub fn of(renamed: &[crate::renames::Applied], module_source: Option<&str>) -> Vec<Self> {
         renamed
             .iter()
             .map(|a| Deprecation {
@@ -221,7 +221,7 @@ impl SourcePolicy {
 /// The module sources a submit can be checked against: for a requested
 /// source (or none), the checker of its schema and the source to store; and
 /// the names eval of a checked configuration (EV-1). The api's are
-/// [`crate::sources::FleetSources`].
+/// [`crate::source::fleet::FleetSources`].
 pub trait Sources: Send + Sync {
     /// The checker and the stored source for `requested` (MS-1, MS-6,
     /// MS-8), or why the submit cannot use it. The stored source of a git

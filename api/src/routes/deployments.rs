@@ -126,7 +126,7 @@ pub struct DeployedInstance {
 /// before the first probe).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ReadinessView {
-    state: slipway_jobs::readiness::State,
+    state: slipway_jobs::probe::State,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     reason: Option<String>,
@@ -136,8 +136,8 @@ pub struct ReadinessView {
     deadline_at: String,
 }
 
-impl From<&slipway_jobs::store::readiness::ReadinessRow> for ReadinessView {
-    fn from(r: &slipway_jobs::store::readiness::ReadinessRow) -> Self {
+impl From<&slipway_jobs::store::instance_readiness::ReadinessRow> for ReadinessView {
+    fn from(r: &slipway_jobs::store::instance_readiness::ReadinessRow) -> Self {
         Self {
             state: r.state,
             reason: r.reason.clone(),

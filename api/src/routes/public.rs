@@ -244,7 +244,7 @@ pub struct RenamesQuery {
 #[utoipa::path(get, path = "/renames", tag = "public",
     params(RenamesQuery),
     responses(
-        (status = 200, description = "The renames table, in order", body = Vec<slipway_jobs::migrate::Rename>),
+        (status = 200, description = "The renames table, in order", body = Vec<slipway_jobs::renames::Rename>),
         (status = 400, description = "`invalid_request`: the query string is not valid", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: no such section", body = crate::error::ErrorBody),
     ))]
@@ -256,7 +256,7 @@ pub async fn renames(State(app): State<AppState>, Query(q): Query<RenamesQuery>)
 /// The whole renames table, or only the entries inside `section` with paths
 /// relative to it (MG-4; `404` naming the sections `source` has).
 pub fn pick_renames(
-    renames: &[slipway_jobs::migrate::Rename],
+    renames: &[slipway_jobs::renames::Rename],
     meta: &slipway_jobs::source::Meta,
     section: Option<&str>,
     source: &str,
@@ -268,7 +268,7 @@ pub fn pick_renames(
                 let known: Vec<&str> = meta.sections.iter().map(|s| s.id.as_str()).collect();
                 return Err(ApiError::not_found(format!("no section {id:?} in {source}; it has {}", known.join(", "))));
             };
-            slipway_jobs::migrate::section_renames(renames, &section.path)
+            slipway_jobs::renames::section_renames(renames, &section.path)
         }
     };
     Ok(serde_json::to_value(table).expect("renames serialise"))

@@ -22,8 +22,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
+use slipway_jobs::source::fleet::{Lookup, SourceSchema};
 use slipway_jobs::source::ModuleSource;
-use slipway_jobs::sources::{Lookup, SourceSchema};
 use std::sync::Arc;
 
 /// Body of `POST /schema/get_for`.
@@ -130,7 +130,7 @@ pub async fn schema(
     request_body = RenamesFor,
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "The source's renames table, in order", body = Vec<slipway_jobs::migrate::Rename>),
+        (status = 200, description = "The source's renames table, in order", body = Vec<slipway_jobs::renames::Rename>),
         (status = 202, description = "The source's outputs are being built: repeat the same call", body = Computing),
         (status = 400, description = "`invalid_module_source`, `malformed_json` or `invalid_request`", body = crate::error::ErrorBody),
         (status = 403, description = "`source_not_allowed`: the source is not on this service's allowlist", body = crate::error::ErrorBody),

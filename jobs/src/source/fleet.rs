@@ -23,7 +23,7 @@
 
 use crate::nix::{BuiltSchema, FailureCode, Names, NixFailure};
 use crate::source::{GitPin, ModuleSource};
-use crate::store::nix::{self as rows, NewNixJob, NixKind, NixStatus};
+use crate::store::nix_results::{self as rows, NewNixJob, NixKind, NixStatus};
 use crate::store::queue::push_nix_job;
 use crate::store::{now_ms, Db, StoreError};
 use crate::submit::{NamesEval, SourcePolicy, Sources, SubmitError};

@@ -6,7 +6,7 @@
 //! belong to that deploy); a destroy's success removes them ([`clear`]).
 
 use super::{Conn, Row, StoreError, Q};
-use crate::readiness::State;
+use crate::probe::State;
 use crate::source::Instance;
 
 /// One instance's readiness, as stored.

@@ -167,7 +167,7 @@ pub async fn served_and_slots_held(
     let row = Q::new(format!(
         "SELECT ({}) AS workers, ({}) AS held",
         live_workers(conn.engine()),
-        super::nix::slots_held_sql("$3", "$4")
+        super::nix_results::slots_held_sql("$3", "$4")
     ))
     .text(queue)
     .int(window_s)
@@ -243,6 +243,6 @@ pub async fn fleet(conn: &mut Conn, window_s: i64, nix_slots: u32, now: i64) -> 
     }
     let running =
         Q::new("SELECT COUNT(*) AS n FROM builds WHERE status = 'running'").fetch_one(conn).await?.int("n")?;
-    let nix = super::nix::slots_held(conn, nix_slots, now).await?;
+    let nix = super::nix_results::slots_held(conn, nix_slots, now).await?;
     Ok(Fleet { queues, slots: vec![("builds", running), ("nix", nix)], workers_alive: processes.len() as i64 })
 }
