@@ -3,6 +3,7 @@
 //! typed fields derived from them (TF-1). See `docs/MODULE-SOURCE.md`.
 
 pub mod fleet;
+pub mod policy;
 
 use crate::renames::Rename;
 use serde::{Deserialize, Serialize};

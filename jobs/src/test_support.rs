@@ -431,7 +431,7 @@ pub fn checker() -> std::sync::Arc<crate::validate::Checker> {
 /// schema (tests run their own effects with it), or the built-in one.
 pub struct AnySource(pub std::sync::Arc<crate::validate::Checker>);
 
-impl crate::submit::Sources for AnySource {
+impl crate::source::policy::Sources for AnySource {
     fn checker_for<'a>(
         &'a self,
         requested: Option<&'a str>,
@@ -446,8 +446,8 @@ impl crate::submit::Sources for AnySource {
         &'a self,
         _: Option<&'a str>,
         _: &'a serde_json::Value,
-    ) -> futures::future::BoxFuture<'a, Result<crate::submit::NamesEval, crate::submit::SubmitError>> {
-        Box::pin(async { Ok(crate::submit::NamesEval::Skipped("tests run no names eval".into())) })
+    ) -> futures::future::BoxFuture<'a, Result<crate::source::policy::NamesEval, crate::submit::SubmitError>> {
+        Box::pin(async { Ok(crate::source::policy::NamesEval::Skipped("tests run no names eval".into())) })
     }
 }
 
@@ -653,7 +653,7 @@ pub async fn claim_as(db: &crate::store::Db, id: &str, worker: &str) -> crate::s
 /// built-in source, within `queue_size`: what `PUT /deployments/{id}` does.
 pub async fn submit_demo(
     db: &crate::store::Db,
-    sources: &dyn crate::submit::Sources,
+    sources: &dyn crate::source::policy::Sources,
     id: &str,
     queue_size: u32,
 ) -> Result<crate::submit::Accepted, crate::submit::SubmitError> {
