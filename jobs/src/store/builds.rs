@@ -13,7 +13,7 @@
 
 use super::queue::push_build_job;
 use super::{json_col, Conn, Engine, Row, StoreError, Q};
-use crate::source::Instance;
+use crate::source::outputs::Instance;
 use crate::state::{BuildKind, BuildStatus};
 use serde_json::Value;
 
@@ -66,7 +66,7 @@ pub struct BuildRow {
     pub operator_secrets: Option<crate::secrets::SecretPins>,
     /// How its instances are probed once it succeeds (§10), from its module
     /// source's meta; `None` for a destroy.
-    pub readiness: Option<crate::source::ReadinessMeta>,
+    pub readiness: Option<crate::source::outputs::ReadinessMeta>,
     /// A dry run (§11): evaluates and builds, changes nothing, and never
     /// counts for the deployment's state.
     pub dry_run: bool,
@@ -258,31 +258,6 @@ pub async fn newest_of_each(
     rows.iter().map(|r| from_row(r).map(|b| (b.deployment_id.clone(), b))).collect()
 }
 
-/// Marks every queued deploy of `deployment` submitted after its latest
-/// destroy `superseded` by build `by` (Q-7): a newer submit makes them
-/// pointless. Destroys are never superseded, and deploys before a destroy
-/// stay (a deploy never supersedes across a destroy). Call in the
-/// transaction that inserts `by`, holding the deployment's lock, before
-/// the insert's dispatch. Returns how many were superseded.
-pub async fn supersede_queued_deploys(
-    conn: &mut Conn,
-    deployment: &str,
-    by: &str,
-    now: i64,
-) -> Result<u64, StoreError> {
-    Q::new(
-        "UPDATE builds SET status = 'superseded', reason = 'superseded', error = $1, finished_at = $2,
-                version = version + 1
-         WHERE deployment_id = $3 AND kind = 'deploy' AND status = 'queued' AND dry_run = 0
-           AND seq > COALESCE((SELECT MAX(seq) FROM builds WHERE deployment_id = $3 AND kind = 'destroy'), 0)",
-    )
-    .text(format!("superseded by build {by}, submitted before this one ran"))
-    .int(now)
-    .text(deployment)
-    .execute(conn)
-    .await
-}
-
 /// The latest succeeded build of a deployment (TF-1: instances of the last successful build).
 pub async fn latest_succeeded(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow>, StoreError> {
     newest(conn, deployment, Newest::Succeeded).await
@@ -306,7 +281,7 @@ pub struct NewBuild<'a> {
     /// The operator secrets it reads and clears (§8), pinned; `None`: none.
     pub operator_secrets: Option<&'a crate::secrets::SecretPins>,
     /// How its instances are probed (§10); `None` for a destroy.
-    pub readiness: Option<&'a crate::source::ReadinessMeta>,
+    pub readiness: Option<&'a crate::source::outputs::ReadinessMeta>,
     /// A dry run (§11).
     pub dry_run: bool,
 }
@@ -529,13 +504,16 @@ pub async fn list(
 
 /// How many builds wait for a worker, counted up to `cap` (Q-3 admission
 /// only asks whether the queue is full, so a long queue costs no more to
-/// check than `cap` index entries).
+/// check than `cap` index entries). Tests only: the submit counts with
+/// [`queued_up_to_and_unseen`].
+#[cfg(any(test, feature = "test-support"))]
 pub async fn queued_up_to(conn: &mut Conn, cap: i64) -> Result<i64, StoreError> {
     Ok(queued_up_to_and_unseen(conn, cap).await?.0)
 }
 
-/// [`queued_up_to`], and at most how many other transactions may be
-/// writing beside this one, unseen by its count: PostgreSQL's
+/// How many builds wait for a worker, counted up to `cap` (Q-3), and at
+/// most how many other transactions may be writing beside this one, unseen
+/// by its count: PostgreSQL's
 /// `max_connections` (each needs a connection); 0 on SQLite, where
 /// `BEGIN IMMEDIATE` lets one writer in at a time. One statement.
 pub async fn queued_up_to_and_unseen(conn: &mut Conn, cap: i64) -> Result<(i64, i64), StoreError> {

@@ -611,15 +611,6 @@ impl Q {
         })
     }
 
-    /// Runs a statement on the pool (no transaction).
-    pub async fn execute_on(self, db: &Db) -> Result<u64, StoreError> {
-        let sql = sqlx::AssertSqlSafe(self.sql);
-        Ok(match db {
-            Db::Sqlite(p) => bind_all!(sqlx::query(sql), self.args).execute(&**p).await?.rows_affected(),
-            Db::Postgres(p) => bind_all!(sqlx::query(sql), self.args).execute(p).await?.rows_affected(),
-        })
-    }
-
     /// At most one row.
     pub async fn fetch_optional(self, conn: &mut Conn) -> Result<Option<Row>, StoreError> {
         let sql = sqlx::AssertSqlSafe(self.sql);

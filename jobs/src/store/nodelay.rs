@@ -11,8 +11,9 @@
 //! another socket to that port, is harmless. Remove this module once sqlx
 //! sets it again.
 //!
-//! [`tcp_sockets_on`] and [`nodelay`] also let the api's tests check its
-//! accepted connections, which set the option themselves.
+//! `tcp_sockets_on` and `nodelay` (with the `test-support` feature) also let
+//! the api's tests check its accepted connections, which set the option
+//! themselves.
 
 use std::os::fd::RawFd;
 
@@ -42,6 +43,7 @@ pub fn set_on_connections_to(port: u16) -> usize {
 }
 
 /// Whether socket `fd` has `TCP_NODELAY` set (`None`: not a TCP socket).
+#[cfg(any(test, feature = "test-support"))]
 pub fn nodelay(fd: RawFd) -> Option<bool> {
     let mut value: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -61,6 +63,7 @@ pub fn tcp_sockets_to(port: u16) -> Vec<RawFd> {
 /// The descriptors of this process that are connected TCP sockets whose
 /// own (local) port is `port`: the connections a listener on `port` has
 /// accepted (the listener itself has no peer and is left out).
+#[cfg(any(test, feature = "test-support"))]
 pub fn tcp_sockets_on(port: u16) -> Vec<RawFd> {
     own_descriptors().filter(|&fd| peer_port(fd).is_some() && local_port(fd) == Some(port)).collect()
 }
@@ -78,6 +81,7 @@ fn own_descriptors() -> impl Iterator<Item = RawFd> {
 type NameOf = unsafe extern "C" fn(libc::c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> libc::c_int;
 
 /// The local port of TCP socket `fd`, when it is one.
+#[cfg(any(test, feature = "test-support"))]
 fn local_port(fd: RawFd) -> Option<u16> {
     port_by(fd, libc::getsockname)
 }
