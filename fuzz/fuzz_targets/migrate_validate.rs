@@ -27,7 +27,7 @@ use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
 use slipway_jobs::renames::{migrate, Rename, RenameKind, Skipped, WILDCARD};
-use slipway_jobs::source::SourceOutputs;
+use slipway_jobs::source::outputs::SourceOutputs;
 use slipway_jobs::validate::Checker;
 
 /// Keys of tables and configurations: short ones that collide often, the

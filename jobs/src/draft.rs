@@ -12,7 +12,7 @@
 //! a section identifier.
 
 use crate::renames::{self, Rename};
-use crate::source::{get_path, Meta};
+use crate::source::outputs::{get_path, Meta};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -133,7 +133,7 @@ fn migrated(configuration: &Value, renames: &[Rename]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::{AppMeta, SectionMeta};
+    use crate::source::outputs::{AppMeta, SectionMeta};
     use serde_json::json;
 
     fn meta() -> Meta {

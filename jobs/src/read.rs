@@ -2,7 +2,7 @@
 //! the api's `GET /deployments/{id}` and `GET /deployments?ids=`, the local
 //! CLI and the tests share, so the state is derived in one place.
 
-use crate::source::Instance;
+use crate::source::outputs::Instance;
 use crate::state::{BuildKind, DeploymentState};
 use crate::store::builds::{self, BuildRow, Newest};
 use crate::store::deployments::{self, DeploymentRow};

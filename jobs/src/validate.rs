@@ -18,7 +18,7 @@
 
 use crate::renames::{self, Skipped};
 use crate::secrets::AppSecrets;
-use crate::source::{get_path, Instance, OutputError, SourceOutputs};
+use crate::source::outputs::{get_path, Instance, OutputError, SourceOutputs};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -148,7 +148,7 @@ pub struct Checked {
     /// and what a submit needs to place them ([`crate::secrets`]).
     pub secrets: Vec<AppSecrets>,
     /// How its instances are probed once deployed (§10), from the source's meta.
-    pub readiness: crate::source::ReadinessMeta,
+    pub readiness: crate::source::outputs::ReadinessMeta,
     /// The renames the migration applied (MG-7): the sender used names the
     /// source has deprecated.
     pub renamed: Vec<renames::Applied>,

@@ -7,7 +7,7 @@
 
 use slipway_jobs::outbound::Class;
 use slipway_jobs::probe::{probe, State, PROBE_DEADLINE};
-use slipway_jobs::source::{Instance, ReadinessMeta};
+use slipway_jobs::source::outputs::{Instance, ReadinessMeta};
 use slipway_jobs::store::Engine;
 use slipway_jobs::test_support::{Behaviour, Reply, StubServer as Server};
 use std::sync::Arc;

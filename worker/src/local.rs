@@ -36,7 +36,7 @@ fn refuse(output: Output, msg: impl std::fmt::Display) -> ExitCode {
 
 /// The outputs validation needs, built from the source folder `dir` the way
 /// the fleet's schema build does (contained, under `NIX_TIMEOUT`).
-async fn build_outputs(config: &Config, dir: &Path) -> Result<slipway_jobs::source::SourceOutputs, String> {
+async fn build_outputs(config: &Config, dir: &Path) -> Result<slipway_jobs::source::outputs::SourceOutputs, String> {
     slipway_jobs::nix::check_provider(&config.provider).map_err(|e| format!("SLIPWAY_PROVIDER: {e}"))?;
     let work = tempfile::tempdir().map_err(|e| format!("cannot create a work folder: {e}"))?;
     let marker = format!("slipway-nix:run-{}", std::process::id());

@@ -15,7 +15,7 @@ use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use slipway_jobs::config::Config;
 use slipway_jobs::probe::{self, State};
-use slipway_jobs::source::Instance;
+use slipway_jobs::source::outputs::Instance;
 use slipway_jobs::state::BuildKind;
 use slipway_jobs::store::instance_readiness::{self as rows, Found};
 use slipway_jobs::store::{builds, now_ms};

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use slipway_jobs::id::DeploymentId;
 use slipway_jobs::read::DeploymentRead;
-use slipway_jobs::source::Instance;
+use slipway_jobs::source::outputs::Instance;
 use slipway_jobs::state::{BuildKind, DeploymentState};
 use slipway_jobs::store::builds::{self, BuildRow};
 use slipway_jobs::store::deployments;

@@ -257,7 +257,7 @@ pub async fn renames(State(app): State<AppState>, Query(q): Query<RenamesQuery>)
 /// relative to it (MG-4; `404` naming the sections `source` has).
 pub fn pick_renames(
     renames: &[slipway_jobs::renames::Rename],
-    meta: &slipway_jobs::source::Meta,
+    meta: &slipway_jobs::source::outputs::Meta,
     section: Option<&str>,
     source: &str,
 ) -> Result<Value, ApiError> {

@@ -45,7 +45,7 @@ use anyhow::{ensure, Context as _};
 use clap::Parser;
 use serde_json::{json, Map, Value};
 use slipway_jobs::renames::{migrate, Rename, RenameKind};
-use slipway_jobs::source::SourceOutputs;
+use slipway_jobs::source::outputs::SourceOutputs;
 use slipway_jobs::validate::Checker;
 
 #[derive(Parser)]

@@ -11,7 +11,7 @@
 
 use super::Ctx;
 use crate::probe::{self, State};
-use crate::source::{Instance, ReadinessMeta};
+use crate::source::outputs::{Instance, ReadinessMeta};
 use crate::store::builds;
 use crate::store::instance_readiness::{self as rows, Found, ReadinessRow};
 use crate::store::queue::{self, ReadinessJob};

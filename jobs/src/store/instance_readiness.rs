@@ -7,7 +7,7 @@
 
 use super::{Conn, Row, StoreError, Q};
 use crate::probe::State;
-use crate::source::Instance;
+use crate::source::outputs::Instance;
 
 /// One instance's readiness, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]

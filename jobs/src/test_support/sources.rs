@@ -37,7 +37,8 @@ pub fn sleepy_nix_source(dest: &std::path::Path, token: &str) {
 
 /// A checker of the built-in source's baked outputs (`api/default-source`).
 pub fn checker() -> std::sync::Arc<crate::validate::Checker> {
-    let outputs = crate::source::SourceOutputs::read_dir(&repo().join("api/default-source")).expect("baked outputs");
+    let outputs =
+        crate::source::outputs::SourceOutputs::read_dir(&repo().join("api/default-source")).expect("baked outputs");
     std::sync::Arc::new(crate::validate::Checker::new(outputs).expect("the baked schema compiles"))
 }
 
