@@ -130,7 +130,8 @@ impl OpenBao {
         Ok(Self { http, config: config.clone(), timeout: REQUEST_TIMEOUT })
     }
 
-    /// The same client with another deadline per request (tests).
+    /// The same client with another deadline per request (`/readyz` asks
+    /// with a shorter one than [`REQUEST_TIMEOUT`]).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self

@@ -1,8 +1,8 @@
-//! Module sources: a source reference and its checks (MS-1, SEC-3), here;
-//! what Slipway reads from a source's outputs (MS-2, TF-1) in [`outputs`];
-//! which sources a submit may use and how it asks for their outputs
-//! (MS-6, MS-8) in [`policy`]; an api's cache of outputs built on the `nix`
-//! queue (MS-7, EV-1) in [`fleet`]. See `docs/MODULE-SOURCE.md`.
+//! Module sources: a source reference and its checks, here; what Slipway
+//! reads from a source's outputs in [`outputs`]; which sources a submit may
+//! use and how it asks for their outputs in [`policy`]; an api's cache of
+//! outputs built on the `nix` queue in [`fleet`]. See
+//! `docs/MODULE-SOURCE.md` (MS-1).
 
 pub mod fleet;
 pub mod outputs;

@@ -1,8 +1,8 @@
 //! Which module source a submit is checked against, and where its outputs
-//! come from (MS-1, MS-6, MS-8): the policy of allowed sources, a
-//! requested source resolved against it, and the [`Sources`] a submit asks
-//! for a checker and a names eval ([`super::fleet::FleetSources`] in the
-//! api, [`OneSource`] in a local run).
+//! come from: the policy of allowed sources, a requested source resolved
+//! against it, and the [`Sources`] a submit asks for a checker and a names
+//! eval ([`super::fleet::FleetSources`] in the api, [`OneSource`] in a
+//! local run) (MS-6).
 
 use super::{ModuleSource, SourceError};
 use crate::nix::Names;

@@ -165,12 +165,12 @@ impl Checkpoint {
 ///
 /// A transaction that sends `NOTIFY` itself holds PostgreSQL's notification
 /// lock from its commit until its WAL is flushed, so every notifying
-/// transaction commits alone and none shares a WAL flush with another: the
-/// submits' commits ran one at a time (docs/BENCHMARKS.md, issue 14). Sent
-/// after the commit instead, in a statement of their own (a transaction that
-/// writes nothing else flushes no WAL: 16 WAL syncs for 31,783 such
-/// statements here), they hold the lock for microseconds. Listeners also
-/// learn of the change only once it is visible. A notification lost to a
+/// transaction commits alone and none shares a WAL flush with another.
+/// Sent after the commit instead, in a statement of their own (a
+/// transaction that writes nothing else flushes no WAL), they hold the lock
+/// for microseconds (`docs/DECISIONS.md`: "PostgreSQL notifications go
+/// out after the commit"). Listeners also learn of the change only once it
+/// is visible. A notification lost to a
 /// crash right after the commit delays a wake-up until the next poll (idle
 /// workers poll every second; followers of the deployment channel re-read
 /// on their next wake-up or reconnect).

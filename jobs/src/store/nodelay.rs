@@ -1,15 +1,18 @@
 //! `TCP_NODELAY` on every PostgreSQL connection of this process.
 //!
-//! sqlx 0.9.0 connects without `TCP_NODELAY` (its earlier releases set it;
-//! the fix is merged upstream but not released). Without it, a statement
+//! sqlx 0.9.0 connects without `TCP_NODELAY` (its earlier releases set it):
+//! <https://github.com/transact-rs/sqlx/issues/4335>, fixed by
+//! <https://github.com/transact-rs/sqlx/pull/4336>, merged but in no release
+//! yet. Without it, a statement
 //! that does not fit in one segment waits for the server's delayed ACK
 //! (Nagle's algorithm): about 40 ms on Linux for each statement over ~64 kB,
 //! such as a submit of a large configuration. sqlx gives no access to the
 //! socket, so each new pooled connection ([`set_on_connections_to`], run
 //! from the pool's `after_connect`) sets the option on this process's TCP
 //! sockets whose peer is the database's port. Setting it twice, or on
-//! another socket to that port, is harmless. Remove this module once sqlx
-//! sets it again.
+//! another socket to that port, is harmless. Remove this module once the
+//! sqlx in `Cargo.lock` has that fix: `jobs/tests/postgres_tcp.rs` then
+//! fails, saying so.
 //!
 //! `tcp_sockets_on` and `nodelay` (with the `test-support` feature) also let
 //! the api's tests check its accepted connections, which set the option
