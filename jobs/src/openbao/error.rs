@@ -39,7 +39,7 @@ pub enum OpenBaoError {
         value: String,
     },
     /// No answer: the connection was refused or reset, or no answer came
-    /// within [`REQUEST_TIMEOUT`].
+    /// within [`super::REQUEST_TIMEOUT`].
     #[error("OpenBao at {addr} cannot be reached: {reason}")]
     Unavailable {
         /// `OPENBAO_ADDR`.
