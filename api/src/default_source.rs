@@ -4,7 +4,7 @@
 //! `nix/core` with Nix; `api/tests/it/default_source_parity.rs` rebuilds them
 //! and fails on any difference. Public procedures serve only these.
 
-use slipway_jobs::source::SourceOutputs;
+use slipway_jobs::source::outputs::SourceOutputs;
 
 /// `schema.json` of the default provider.
 pub const SCHEMA: &str = include_str!("../default-source/schema.json");

@@ -4,9 +4,9 @@
 use crate::auth::Verifier;
 use crate::database_health::DatabaseHealth;
 use slipway_jobs::config::Config;
-use slipway_jobs::sources::FleetSources;
+use slipway_jobs::source::fleet::FleetSources;
+use slipway_jobs::source::policy::SourcePolicy;
 use slipway_jobs::store::Db;
-use slipway_jobs::submit::SourcePolicy;
 use slipway_jobs::validate::Checker;
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! From the fuzzer's bytes it builds a table (paths of literal keys and `*`,
 //! both kinds) and a JSON configuration whose keys come mostly from a small
 //! alphabet shared with the table, so that paths meet, overlap and collide.
-//! It then checks the rules of `jobs/src/migrate.rs` (MG-1…MG-3):
+//! It then checks the rules of `jobs/src/renames.rs` (MG-1…MG-3):
 //!
 //! - neither [`migrate`] nor [`Checker::check`] (the built-in source's
 //!   schema and renames, from `api/default-source/`) panics, nor does
@@ -26,8 +26,8 @@ use std::sync::OnceLock;
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
-use slipway_jobs::migrate::{migrate, Rename, RenameKind, Skipped, WILDCARD};
-use slipway_jobs::source::SourceOutputs;
+use slipway_jobs::renames::{migrate, Rename, RenameKind, Skipped, WILDCARD};
+use slipway_jobs::source::outputs::SourceOutputs;
 use slipway_jobs::validate::Checker;
 
 /// Keys of tables and configurations: short ones that collide often, the

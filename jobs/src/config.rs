@@ -345,7 +345,7 @@ impl Config {
         let callback_allow_private = boolean(keys, "SLIPWAY_CALLBACK_ALLOW_PRIVATE", false)?;
         let readiness_connect = match keys.get("SLIPWAY_READINESS_CONNECT") {
             Some(_) => list("SLIPWAY_READINESS_CONNECT"),
-            None => vec![crate::readiness::LOCAL_FRONT_DOOR.to_owned()],
+            None => vec![crate::probe::LOCAL_FRONT_DOOR.to_owned()],
         };
         let trusted_sources = match keys.get("SLIPWAY_TRUSTED_SOURCES") {
             Some(_) => list("SLIPWAY_TRUSTED_SOURCES"),

@@ -5,14 +5,14 @@
 //!
 //! A draft may be in an older shape than the module source's current one, so
 //! each configuration is first migrated with the source's renames, as a
-//! submit would migrate it (MG-2; [`crate::migrate::migrate`]). Each side is
+//! submit would migrate it (MG-2; [`crate::renames::migrate`]). Each side is
 //! then read at its own paths (from [`Meta`]), so that a change of shape, such
 //! as a move below another branch, does not mark every application as
 //! changed. The paths come from the source's `meta.json`, never from parsing
 //! a section identifier.
 
-use crate::migrate::{self, Rename};
-use crate::source::{get_path, Meta};
+use crate::renames::{self, Rename};
+use crate::source::outputs::{get_path, Meta};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -126,14 +126,14 @@ pub fn sections(meta: &Meta, renames: &[Rename], configuration: &Value) -> Secti
 /// `configuration` in the source's current shape, as a submit migrates it.
 fn migrated(configuration: &Value, renames: &[Rename]) -> Value {
     let mut value = configuration.clone();
-    migrate::migrate(&mut value, renames);
+    renames::migrate(&mut value, renames);
     value
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::{AppMeta, SectionMeta};
+    use crate::source::outputs::{AppMeta, SectionMeta};
     use serde_json::json;
 
     fn meta() -> Meta {

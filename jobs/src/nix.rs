@@ -17,7 +17,7 @@ pub mod output;
 pub use failure::{human_size, ran_out_of_memory, FailureCode, NixFailure};
 
 use crate::effect::{run_tool, EffectOutcome};
-use crate::source::SourceOutputs;
+use crate::source::outputs::SourceOutputs;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -81,7 +81,7 @@ impl BuiltSchema {
     }
 
     /// One document read as `T` (`renames` as `Vec<Rename>`, `meta` as
-    /// [`crate::source::Meta`], …), or why it cannot be: not built, or not
+    /// [`crate::source::outputs::Meta`], …), or why it cannot be: not built, or not
     /// of its documented shape (`build_failed`).
     pub fn parsed<T: serde::de::DeserializeOwned>(&self, attribute: &str) -> Result<T, NixFailure> {
         serde_json::from_value(self.document(attribute)?.clone()).map_err(|e| {

@@ -21,11 +21,21 @@
 //!
 //! Errors ([`OpenBaoError`]) never hold the token or a secret value.
 
+mod error;
+mod segment;
+mod wire;
+
+pub use error::{OpenBaoError, Part};
+pub use segment::{escape_segment, unescape_segment};
+
 use crate::config::OpenBaoConfig;
 use secrecy::{ExposeSecret, SecretString};
-use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use serde::Serialize;
 use std::time::Duration;
+use wire::{
+    Answer, ListAnswer, LookupAnswer, LookupData, MetadataAnswer, ReadAnswer, RenewAnswer, WriteAnswer, WriteBody,
+    WriteData,
+};
 
 /// The deadline of one request to OpenBao (connection, request and answer):
 /// past it the request is [`OpenBaoError::Unavailable`].
@@ -50,145 +60,6 @@ const MAX_MESSAGE: usize = 300;
 /// application in the configuration's `applications`.
 pub fn instance_of(application: &str) -> String {
     format!("{application}-operator-secrets")
-}
-
-/// Which part of an entry's path a value is, for errors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Part {
-    /// The deployment id.
-    DeploymentId,
-    /// The instance, `<application>-operator-secrets`.
-    Instance,
-    /// The secret field's name.
-    Field,
-}
-
-impl std::fmt::Display for Part {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::DeploymentId => "deployment id",
-            Self::Instance => "instance",
-            Self::Field => "field",
-        })
-    }
-}
-
-/// Why an operation on OpenBao did not happen. The texts are sentences for
-/// an operator; none holds the token or a secret value (what OpenBao says is
-/// kept only from its `errors` list, cut short, with both scrubbed out).
-#[derive(Debug, thiserror::Error)]
-pub enum OpenBaoError {
-    /// A deployment id, instance or field that cannot be a path segment
-    /// (empty, `.` or `..`): nothing was sent.
-    #[error("the {part} {value:?} cannot name an OpenBao entry: an empty name, `.` and `..` are not path segments")]
-    Segment {
-        /// Which part of the path.
-        part: Part,
-        /// The value given (a name, never a secret).
-        value: String,
-    },
-    /// No answer: the connection was refused or reset, or no answer came
-    /// within [`REQUEST_TIMEOUT`].
-    #[error("OpenBao at {addr} cannot be reached: {reason}")]
-    Unavailable {
-        /// `OPENBAO_ADDR`.
-        addr: String,
-        /// What happened.
-        reason: String,
-    },
-    /// OpenBao answered `503` and says it is sealed.
-    #[error("OpenBao at {addr} is sealed; it answers again once an operator unseals it")]
-    Sealed {
-        /// `OPENBAO_ADDR`.
-        addr: String,
-    },
-    /// OpenBao answered that it cannot serve now (`429`, `503` other than
-    /// sealed, `504`, or a `500`/`502` twice in a row): try again later, not
-    /// before `retry_after` when it said so.
-    #[error("OpenBao at {addr} cannot serve now ({status}){}; try again later", .retry_after.map(|a| format!(", asking to be tried again after {} s", a.as_secs())).unwrap_or_default())]
-    Busy {
-        /// `OPENBAO_ADDR`.
-        addr: String,
-        /// The HTTP status.
-        status: u16,
-        /// Its `Retry-After`.
-        retry_after: Option<Duration>,
-    },
-    /// OpenBao answered with another status than the operation expects:
-    /// `403` (the token's policy does not allow it, or the token is not
-    /// valid), another `4xx`, a `5xx`, or a redirect (never followed).
-    #[error("OpenBao refused to {action} {path}: {status}{message}")]
-    Refused {
-        /// The HTTP status.
-        status: u16,
-        /// What was attempted (`write`, `read`, …).
-        action: &'static str,
-        /// The entry or folder, as OpenBao names it.
-        path: String,
-        /// `": "` and what OpenBao said, or empty.
-        message: String,
-    },
-    /// OpenBao refused (`403`) an operation and also refuses to look the
-    /// token up (`auth/token/lookup-self`, which both policies allow): the
-    /// token expired, was revoked, or this OpenBao never knew it (rebuilt).
-    /// Retrying does not help: the process needs a new `OPENBAO_TOKEN`.
-    #[error("OpenBao at {addr} no longer accepts this process's token (expired, revoked or unknown): {action} {path} was refused; give the process a new OPENBAO_TOKEN")]
-    TokenInvalid {
-        /// `OPENBAO_ADDR`.
-        addr: String,
-        /// What was attempted.
-        action: &'static str,
-        /// The entry or folder, as OpenBao names it.
-        path: String,
-    },
-    /// A success whose body is not what KV version 2 answers (an entry
-    /// without a string `value`, a list without `keys`).
-    #[error("OpenBao's answer to {action} {path} is not one Slipway understands: {reason}")]
-    Malformed {
-        /// What was attempted.
-        action: &'static str,
-        /// The entry or folder, as OpenBao names it.
-        path: String,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-}
-
-impl OpenBaoError {
-    /// Why, as one word for machines (the api's `details.openbao.cause`,
-    /// logs): `token_expired` (the token is no longer valid:
-    /// [`OpenBaoError::TokenInvalid`]), `path_denied` (a `403` while the
-    /// token is valid: its policy does not allow the path), `unreachable`,
-    /// `sealed`, `rate_limited` (`429` past [`RATE_LIMIT_BUDGET`]), `busy`
-    /// (another answer that passes with time), `refused` (any other
-    /// status), `malformed`, `invalid_name`.
-    pub fn cause(&self) -> &'static str {
-        match self {
-            Self::Segment { .. } => "invalid_name",
-            Self::Unavailable { .. } => "unreachable",
-            Self::Sealed { .. } => "sealed",
-            Self::Busy { status: 429, .. } => "rate_limited",
-            Self::Busy { .. } => "busy",
-            Self::TokenInvalid { .. } => "token_expired",
-            Self::Refused { status: 401 | 403, .. } => "path_denied",
-            Self::Refused { .. } => "refused",
-            Self::Malformed { .. } => "malformed",
-        }
-    }
-
-    /// Whether asking again later may succeed unchanged: OpenBao could not
-    /// be reached, is sealed, or answered that it cannot serve now.
-    pub fn passes_with_time(&self) -> bool {
-        matches!(self, Self::Unavailable { .. } | Self::Sealed { .. } | Self::Busy { .. })
-    }
-
-    /// OpenBao's `Retry-After`, when it gave one.
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Self::Busy { retry_after, .. } => *retry_after,
-            _ => None,
-        }
-    }
 }
 
 /// What `auth/token/lookup-self` (or `renew-self`) says of a token. Times
@@ -216,94 +87,6 @@ impl TokenInfo {
     }
 }
 
-#[derive(Deserialize)]
-struct LookupAnswer {
-    data: Option<LookupData>,
-}
-
-#[derive(Deserialize)]
-struct LookupData {
-    #[serde(default)]
-    ttl: u64,
-    #[serde(default)]
-    renewable: bool,
-    #[serde(default)]
-    explicit_max_ttl: u64,
-    #[serde(default)]
-    creation_time: u64,
-    #[serde(default)]
-    creation_ttl: u64,
-}
-
-#[derive(Deserialize)]
-struct RenewAnswer {
-    auth: Option<RenewAuth>,
-    #[serde(default)]
-    warnings: Option<Vec<String>>,
-}
-
-#[derive(Deserialize)]
-struct RenewAuth {
-    #[serde(default)]
-    lease_duration: u64,
-    #[serde(default)]
-    renewable: bool,
-}
-
-/// True for the RFC 3986 unreserved characters, kept as they are in a name.
-fn unreserved(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
-}
-
-/// The name OpenBao stores for a path segment holding `value`: the
-/// unreserved characters `A-Z a-z 0-9 - . _ ~` as they are, every other
-/// byte of its UTF-8 as `%XX` (upper-case hex). `None` for `""`, `.` and
-/// `..`, which cannot be a segment. Different values always get different
-/// names, and no name holds `/`.
-pub fn escape_segment(value: &str) -> Option<String> {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    if matches!(value, "" | "." | "..") {
-        return None;
-    }
-    let mut name = String::with_capacity(value.len());
-    for &b in value.as_bytes() {
-        if unreserved(b) {
-            name.push(b as char);
-        } else {
-            name.extend(['%', HEX[usize::from(b >> 4)] as char, HEX[usize::from(b & 15)] as char]);
-        }
-    }
-    Some(name)
-}
-
-/// The value whose [`escape_segment`] name is `name`; `None` when no value
-/// has that name (a name Slipway did not write, such as `a b` or `%41`).
-pub fn unescape_segment(name: &str) -> Option<String> {
-    let bytes = name.as_bytes();
-    let mut value = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = |b: u8| match b {
-                b'0'..=b'9' => Some(b - b'0'),
-                b'A'..=b'F' => Some(b - b'A' + 10),
-                _ => None,
-            };
-            let high = hex(*bytes.get(i + 1)?)?;
-            let low = hex(*bytes.get(i + 2)?)?;
-            value.push(high << 4 | low);
-            i += 3;
-        } else if unreserved(bytes[i]) {
-            value.push(bytes[i]);
-            i += 1;
-        } else {
-            return None;
-        }
-    }
-    let value = String::from_utf8(value).ok()?;
-    (escape_segment(&value)? == name).then_some(value)
-}
-
 /// A client of the KV version 2 mount holding operator secrets, with one
 /// token (the api's or a worker's: `docs/openbao/`). Cheap to clone.
 /// `Debug` never shows the token.
@@ -324,87 +107,6 @@ mod action {
     pub const UNDO: &str = "destroy a version it wrote of";
     pub const LOOKUP: &str = "look up its token at";
     pub const RENEW: &str = "renew its token at";
-}
-
-#[derive(Serialize)]
-struct WriteBody<'a> {
-    data: WriteData<'a>,
-}
-
-#[derive(Serialize)]
-struct WriteData<'a> {
-    value: &'a str,
-}
-
-#[derive(Deserialize)]
-struct ReadAnswer {
-    data: Option<ReadVersion>,
-}
-
-#[derive(Deserialize)]
-struct ReadVersion {
-    data: Option<HashMap<String, serde_json::Value>>,
-}
-
-#[derive(Deserialize)]
-struct WriteAnswer {
-    data: Option<WrittenVersion>,
-}
-
-#[derive(Deserialize)]
-struct WrittenVersion {
-    version: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct MetadataAnswer {
-    data: Option<Metadata>,
-}
-
-#[derive(Deserialize)]
-struct Metadata {
-    current_version: Option<u64>,
-    #[serde(default)]
-    versions: HashMap<String, VersionMetadata>,
-}
-
-#[derive(Deserialize)]
-struct VersionMetadata {
-    #[serde(default)]
-    deletion_time: String,
-    #[serde(default)]
-    destroyed: bool,
-}
-
-#[derive(Deserialize)]
-struct ListAnswer {
-    data: Option<ListKeys>,
-}
-
-#[derive(Deserialize)]
-struct ListKeys {
-    keys: Option<Vec<String>>,
-}
-
-#[derive(Deserialize, Default)]
-struct ErrorAnswer {
-    #[serde(default)]
-    errors: Vec<String>,
-}
-
-/// An answer that came: its status and body.
-struct Answer {
-    status: u16,
-    body: Vec<u8>,
-    /// How the answer classifies ([`crate::outbound::classify`]).
-    class: crate::outbound::Class,
-}
-
-impl Answer {
-    /// OpenBao's `errors` list (empty when the body has none).
-    fn errors(&self) -> Vec<String> {
-        serde_json::from_slice::<ErrorAnswer>(&self.body).unwrap_or_default().errors
-    }
 }
 
 impl OpenBao {
@@ -428,7 +130,8 @@ impl OpenBao {
         Ok(Self { http, config: config.clone(), timeout: REQUEST_TIMEOUT })
     }
 
-    /// The same client with another deadline per request (tests).
+    /// The same client with another deadline per request (`/readyz` asks
+    /// with a shorter one than [`REQUEST_TIMEOUT`]).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -905,110 +608,4 @@ fn segment(part: Part, value: &str) -> Result<String, OpenBaoError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn client() -> OpenBao {
-        OpenBao::new(&OpenBaoConfig {
-            addr: "http://127.0.0.1:1".into(),
-            token: SecretString::from("s.never-shown"),
-            mount: "secret".into(),
-            root: "deployments".into(),
-        })
-        .unwrap()
-    }
-
-    #[test]
-    fn a_plain_name_is_its_own_segment_and_everything_else_is_escaped() {
-        for (value, name) in [
-            ("apiKey", "apiKey"),
-            ("demo-1", "demo-1"),
-            ("pixelfed-operator-secrets", "pixelfed-operator-secrets"),
-            ("a.b_c~d", "a.b_c~d"),
-            ("...", "..."),
-            ("a/b", "a%2Fb"),
-            ("a%2Fb", "a%252Fb"),
-            ("%2e%2e", "%252e%252e"),
-            ("a/", "a%2F"),
-            ("/a", "%2Fa"),
-            ("é", "%C3%A9"),
-            ("ｆｕｌｌ", "%EF%BD%86%EF%BD%95%EF%BD%8C%EF%BD%8C"),
-            ("a?b", "a%3Fb"),
-            ("a#b", "a%23b"),
-            ("a b", "a%20b"),
-            ("a\\b", "a%5Cb"),
-            ("\0", "%00"),
-        ] {
-            assert_eq!(escape_segment(value).as_deref(), Some(name), "{value:?}");
-            assert_eq!(unescape_segment(name).as_deref(), Some(value), "{name:?}");
-        }
-        for refused in ["", ".", ".."] {
-            assert_eq!(escape_segment(refused), None, "{refused:?}");
-        }
-    }
-
-    #[test]
-    fn only_names_slipway_writes_are_read_back() {
-        for name in ["a b", "a/b", "%41", "%2f", "%", "%4", "%ZZ", "%C3", ".", "..", "", "é"] {
-            assert_eq!(unescape_segment(name), None, "{name:?}");
-        }
-    }
-
-    #[test]
-    fn entry_paths_follow_the_layout_and_refuse_what_cannot_be_a_segment() {
-        let bao = client();
-        assert_eq!(
-            bao.entry_path("demo", &instance_of("pixelfed"), "apiKey").unwrap(),
-            "secret/data/deployments/demo/secret/pixelfed-operator-secrets/apiKey"
-        );
-        assert_eq!(
-            bao.entry_path("../x", &instance_of(".."), "a/../b").unwrap(),
-            "secret/data/deployments/..%2Fx/secret/..-operator-secrets/a%2F..%2Fb"
-        );
-        for (id, instance, field, part) in [
-            ("", "i", "f", Part::DeploymentId),
-            ("..", "i", "f", Part::DeploymentId),
-            ("d", ".", "f", Part::Instance),
-            ("d", "i", "", Part::Field),
-            ("d", "i", "..", Part::Field),
-        ] {
-            match bao.entry_path(id, instance, field) {
-                Err(OpenBaoError::Segment { part: p, .. }) => assert_eq!(p, part, "{id:?} {instance:?} {field:?}"),
-                other => panic!("{id:?} {instance:?} {field:?}: {other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn a_request_url_keeps_the_escapes_of_a_name() {
-        // What `send` builds for a name holding `%`: the URL parser must
-        // neither decode it nor take `%252E` for a dot segment.
-        let url = reqwest::Url::parse("http://127.0.0.1:8200/v1/secret/data/r/%252E%252E/%252Fa/x%2520y").unwrap();
-        assert_eq!(url.path(), "/v1/secret/data/r/%252E%252E/%252Fa/x%2520y");
-    }
-
-    #[test]
-    fn the_debug_form_of_a_client_never_shows_the_token() {
-        let debug = format!("{:?} {:#?}", client(), client());
-        assert!(debug.contains("127.0.0.1:1") && !debug.contains("never-shown"), "{debug}");
-    }
-
-    #[test]
-    fn a_refusal_never_repeats_the_token_or_the_value() {
-        let bao = client();
-        let answer = Answer {
-            status: 400,
-            body: br#"{"errors":["bad s.never-shown and hunter2 here"]}"#.to_vec(),
-            class: crate::outbound::Class::Refused,
-        };
-        let err = bao.refusal(action::WRITE, "p", &answer, Some(&SecretString::from("hunter2"))).to_string();
-        assert!(!err.contains("never-shown") && !err.contains("hunter2"), "{err}");
-        assert!(err.starts_with("OpenBao refused to write p: 400: bad [redacted]"), "{err}");
-        let sealed = Answer {
-            status: 503,
-            body: br#"{"errors":["Vault is sealed"]}"#.to_vec(),
-            class: crate::outbound::Class::RetryLater { after: None },
-        };
-        assert!(matches!(bao.refusal(action::READ, "p", &sealed, None), OpenBaoError::Sealed { .. }));
-    }
-}
+mod tests;

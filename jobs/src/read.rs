@@ -2,11 +2,11 @@
 //! the api's `GET /deployments/{id}` and `GET /deployments?ids=`, the local
 //! CLI and the tests share, so the state is derived in one place.
 
-use crate::source::Instance;
+use crate::source::outputs::Instance;
 use crate::state::{BuildKind, DeploymentState};
 use crate::store::builds::{self, BuildRow, Newest};
 use crate::store::deployments::{self, DeploymentRow};
-use crate::store::readiness::{self, ReadinessRow};
+use crate::store::instance_readiness::{self, ReadinessRow};
 use crate::store::{Conn, StoreError};
 
 /// A deployment as a front-end reads it.
@@ -35,7 +35,7 @@ pub async fn deployment(conn: &mut Conn, id: &str) -> Result<Option<DeploymentRe
     let last_build = builds::latest(conn, id).await?;
     let state_build = builds::deciding(conn, id).await?;
     let succeeded = builds::latest_succeeded(conn, id).await?;
-    let readiness = readiness::of_deployment(conn, id).await?;
+    let readiness = instance_readiness::of_deployment(conn, id).await?;
     Ok(Some(assemble(deployment, last_build, state_build, succeeded, readiness)))
 }
 
@@ -51,7 +51,7 @@ pub async fn deployments(conn: &mut Conn, ids: &[String]) -> Result<Vec<Deployme
     let latest = builds::newest_of_each(conn, &stored, Newest::Any).await?;
     let deciding = builds::newest_of_each(conn, &stored, Newest::Deciding).await?;
     let succeeded = builds::newest_of_each(conn, &stored, Newest::Succeeded).await?;
-    let readiness = readiness::of_deployments(conn, &stored).await?;
+    let readiness = instance_readiness::of_deployments(conn, &stored).await?;
     Ok(ids
         .iter()
         .filter_map(|id| {

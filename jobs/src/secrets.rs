@@ -24,9 +24,16 @@
 //! 6. Names that are not secret fields leave `secretsClear`.
 //! 7. Nothing is ever deleted here (the deploy deletes cleared entries once
 //!    the nodes no longer name them).
+//!
+//! `place_secrets` applies the plan to OpenBao for a submit, and
+//! `take_back` destroys what a refused submit wrote.
 
+use crate::id::DeploymentId;
+use crate::openbao::{OpenBao, OpenBaoError};
+use crate::validate::{pointer_of, Checked, Checker, SECRETS_CLEAR, SECRETS_SET};
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::collections::BTreeSet;
 
 /// The operator secrets a build's deploy gives its nodes, pinned at its
@@ -165,6 +172,155 @@ pub fn plan(app: &AppSecrets, existing: &[String]) -> Plan {
     set.extend(copy.iter().map(|(_, new)| new.clone()));
     set.retain(|f| !cleared(f));
     Plan { write, copy, secrets_set: set.into_iter().collect(), secrets_clear }
+}
+
+// The placement of a submit's secrets in OpenBao (`submit::submit` calls
+// these after every check passed and the names eval ran).
+
+/// A version a submit wrote to OpenBao (a value given, or a copy).
+pub(crate) struct Written {
+    instance: String,
+    field: String,
+    version: u64,
+}
+
+/// Takes back the versions a refused submit wrote (`docs/OPENBAO.md`):
+/// destroys each, so no build can read it and the entry's latest live
+/// version is what it was (the entry's version counter stays advanced, and
+/// an entry this submit created stays, with no live version). A version
+/// that cannot be destroyed (OpenBao away, the token expired) is logged:
+/// no build pins it, so none deploys it.
+pub(crate) async fn take_back(bao: &OpenBao, id: &DeploymentId, written: &[Written]) {
+    for w in written {
+        match bao.destroy_version(id.as_str(), &w.instance, &w.field, w.version).await {
+            Ok(()) => tracing::info!(
+                deployment = %id, instance = %w.instance, field = %w.field, version = w.version,
+                "a refused submit's operator secret version was destroyed"
+            ),
+            Err(e) => tracing::warn!(
+                deployment = %id, instance = %w.instance, field = %w.field, version = w.version, error = %e,
+                "a refused submit's operator secret version could not be destroyed; no build pins it"
+            ),
+        }
+    }
+}
+
+/// A dry run's `secretsSet` and `secretsClear` (§11): what a real submit
+/// would store, from the fields the deployment's latest build set and the
+/// values given now ([`plan`]), without asking OpenBao.
+pub(crate) fn plan_secrets_without_store(previous: &SecretPins, checked: &mut Checked) {
+    for app in &checked.secrets {
+        let existing: Vec<String> =
+            previous.set.iter().filter(|p| p.application == app.application).map(|p| p.field.clone()).collect();
+        let plan = plan(app, &existing);
+        write_secret_lists(&mut checked.configuration, &app.path, plan.secrets_set, plan.secrets_clear);
+    }
+}
+
+/// Sets the application at `path`'s `secretsSet` and `secretsClear` to
+/// what a submit stores: each list when it is not empty or the key is
+/// there already (an absent empty list stays absent).
+fn write_secret_lists(configuration: &mut Value, path: &[String], set: Vec<String>, clear: Vec<String>) {
+    let settings = path.iter().try_fold(configuration, |v, seg| v.get_mut(seg.as_str()));
+    let settings = settings.and_then(Value::as_object_mut).expect("the checks found the application's settings here");
+    for (key, list) in [(SECRETS_SET, set), (SECRETS_CLEAR, clear)] {
+        if !list.is_empty() || settings.contains_key(key) {
+            settings.insert(key.into(), Value::from(list));
+        }
+    }
+}
+
+/// §8, after every check passed and the names eval ran: for each
+/// application with secret fields, lists which entries OpenBao has, writes
+/// the values given (and the values an old stored configuration still
+/// holds in fields that became secret), copies renamed fields
+/// ([`plan`]), and sets the stored configuration's `secretsSet` and
+/// `secretsClear`. `previous` is what the deployment's latest build pinned,
+/// `stored` its stored configuration (if any). Gives the versions the build
+/// reads: the version written or copied, else, for an entry kept, the
+/// version the deployment's latest build pinned (while that version still
+/// exists), else the entry's current version. Deletes nothing; each version
+/// written is added to `written` as soon as it is (the caller takes them
+/// back when the submit is refused after). Also gives a warning for each
+/// field the previous build pinned that OpenBao no longer has (and that is
+/// not cleared): its nodes lose it. An error is OpenBao's refusal or
+/// absence.
+pub(crate) async fn place_secrets(
+    bao: &OpenBao,
+    checker: &Checker,
+    id: &DeploymentId,
+    previous: &SecretPins,
+    stored: Option<Value>,
+    checked: &mut Checked,
+    written: &mut Vec<Written>,
+) -> Result<(SecretPins, Vec<String>), OpenBaoError> {
+    let mut pins = SecretPins::default();
+    let mut warnings = Vec::new();
+    if checked.secrets.is_empty() {
+        return Ok((pins, warnings));
+    }
+    let old_values = stored.map(|c| checker.stored_secret_values(c)).unwrap_or_default();
+    for app in &mut checked.secrets {
+        // Old stored values move now, unless the submit gives or clears the field.
+        for (application, field, value) in &old_values {
+            if *application == app.application
+                && app.is_secret(field)
+                && !app.gives(field)
+                && !app.clear.contains(field)
+            {
+                app.given.push((field.clone(), value.clone()));
+            }
+        }
+        let instance = app.instance();
+        let existing = bao.list(id.as_str(), &instance).await?;
+        let plan = plan(app, &existing);
+        let mut versions: Vec<(String, u64)> = Vec::new();
+        for field in &plan.write {
+            let (_, value) = app.given.iter().find(|(f, _)| f == field).expect("plan writes given fields");
+            let version = bao.write(id.as_str(), &instance, field, value).await?;
+            written.push(Written { instance: instance.clone(), field: field.clone(), version });
+            versions.push((field.clone(), version));
+        }
+        for (old, new) in &plan.copy {
+            if let Some(version) = bao.copy(id.as_str(), &instance, old, new).await? {
+                written.push(Written { instance: instance.clone(), field: new.clone(), version });
+                versions.push((new.clone(), version));
+            }
+        }
+        let mut secrets_set = Vec::new();
+        for field in &plan.secrets_set {
+            let version = match versions.iter().find(|(f, _)| f == field) {
+                Some((_, v)) => Some(*v),
+                None => {
+                    let current = bao.current_version(id.as_str(), &instance, field).await?;
+                    match (current, previous.version_of(&app.application, field)) {
+                        (Some(current), Some(pinned)) if pinned <= current => Some(pinned),
+                        (current, _) => current,
+                    }
+                }
+            };
+            // An entry deleted since it was listed is no longer set.
+            if let Some(version) = version {
+                pins.set.push(Pin { application: app.application.clone(), field: field.clone(), version });
+                secrets_set.push(field.clone());
+            }
+        }
+        for lost in previous.set.iter().filter(|p| p.application == app.application) {
+            if !secrets_set.contains(&lost.field) && !plan.secrets_clear.contains(&lost.field) {
+                warnings.push(format!(
+                    "{}/{}: an earlier submit set this secret, but OpenBao no longer has its entry; its nodes lose it \
+                     at this deploy (give the value again to restore it)",
+                    pointer_of(&app.path),
+                    lost.field
+                ));
+            }
+        }
+        pins.clear.extend(
+            plan.secrets_clear.iter().map(|f| Cleared { application: app.application.clone(), field: f.clone() }),
+        );
+        write_secret_lists(&mut checked.configuration, &app.path, secrets_set, plan.secrets_clear);
+    }
+    Ok((pins, warnings))
 }
 
 #[cfg(test)]

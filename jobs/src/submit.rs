@@ -17,38 +17,15 @@
 use crate::id::{new_build_id, DeploymentId};
 use crate::nix::Names;
 use crate::openbao::{OpenBao, OpenBaoError};
-use crate::secrets::{Cleared, Pin, SecretPins};
-use crate::source::{ModuleSource, SourceError};
+use crate::secrets::{plan_secrets_without_store, take_back, SecretPins, Written};
+use crate::source::policy::{NamesEval, Sources};
+use crate::source::SourceError;
 use crate::state::{BuildKind, BuildStatus, DeploymentState};
 use crate::store::builds::{self, BuildRow};
 use crate::store::{deployments, events, now_ms, Conn, Db, StoreError};
-use crate::validate::{Checker, Listing};
-use futures::future::BoxFuture;
+use crate::validate::Listing;
 use serde::Serialize;
 use serde_json::Value;
-use std::sync::Arc;
-
-/// Where module sources may come from (MS-1, MS-6, MS-8).
-#[derive(Debug, Clone, Default)]
-pub struct SourcePolicy {
-    /// Trusted URL prefixes; empty allows every git source.
-    pub trusted: Vec<String>,
-    /// Accept `path:` sources and `file://` repositories (local runs and tests only).
-    pub allow_path: bool,
-    /// The self-pin stored for a submit without a source (MS-8).
-    pub self_source: Option<String>,
-}
-
-impl SourcePolicy {
-    /// MS-8: a well-formed git self-pin, or `None` (a malformed pin counts as none).
-    pub fn self_pin(&self) -> Option<String> {
-        let pin = self.self_source.as_deref()?;
-        match ModuleSource::parse(pin) {
-            Ok(ModuleSource::Git { .. }) => Some(pin.to_owned()),
-            _ => None,
-        }
-    }
-}
 
 /// Why a submit was refused. Nothing was written.
 #[derive(Debug, thiserror::Error)]
@@ -168,7 +145,7 @@ pub struct Deprecation {
 impl Deprecation {
     /// The deprecation notices of `renamed`, for a configuration checked
     /// with `module_source`.
-    pub fn of(renamed: &[crate::migrate::Applied], module_source: Option<&str>) -> Vec<Self> {
+    pub fn of(renamed: &[crate::renames::Applied], module_source: Option<&str>) -> Vec<Self> {
         renamed
             .iter()
             .map(|a| Deprecation {
@@ -187,96 +164,6 @@ impl Deprecation {
              name, send {} from now on",
             self.from, self.to, self.to
         )
-    }
-}
-
-/// A submit's module source after MS-1/MS-6/MS-8 checks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resolved {
-    /// No source was given: validate with the built-in source and store the
-    /// self-pin, if any (MS-8).
-    BuiltIn {
-        /// The self-pin to store; `None` floats.
-        pin: Option<String>,
-    },
-    /// An explicit, allowed source: validate with its own schema (no fallback).
-    Explicit(String),
-}
-
-impl SourcePolicy {
-    /// Parses and allowlists a requested source (MS-1, MS-6), or resolves an
-    /// absent one to the self-pin (MS-8). Nothing is fetched.
-    pub fn resolve(&self, requested: Option<&str>) -> Result<Resolved, SubmitError> {
-        match requested {
-            None => Ok(Resolved::BuiltIn { pin: self.self_pin() }),
-            Some(s) if self.self_pin().as_deref() == Some(s) => Ok(Resolved::BuiltIn { pin: Some(s.to_owned()) }),
-            Some(s) => {
-                ModuleSource::parse(s)?.check_allowed(&self.trusted, self.allow_path)?;
-                Ok(Resolved::Explicit(s.to_owned()))
-            }
-        }
-    }
-}
-
-/// The module sources a submit can be checked against: for a requested
-/// source (or none), the checker of its schema and the source to store; and
-/// the names eval of a checked configuration (EV-1). The api's are
-/// [`crate::sources::FleetSources`].
-pub trait Sources: Send + Sync {
-    /// The checker and the stored source for `requested` (MS-1, MS-6,
-    /// MS-8), or why the submit cannot use it. The stored source of a git
-    /// source is pinned to the revision its outputs were built from.
-    fn checker_for<'a>(&'a self, requested: Option<&'a str>) -> BoxFuture<'a, Result<CheckerFor, SubmitError>>;
-
-    /// EV-1: the names eval of `configuration` (checked, without secret
-    /// values) on `stored_source`, or why it was skipped.
-    fn names<'a>(
-        &'a self,
-        stored_source: Option<&'a str>,
-        configuration: &'a Value,
-    ) -> BoxFuture<'a, Result<NamesEval, SubmitError>>;
-}
-
-/// The checker of a source's outputs and the module source to store with
-/// the submit (pinned), as [`Sources::checker_for`] answers.
-pub type CheckerFor = (Arc<Checker>, Option<String>);
-
-/// A names eval at submit (EV-1): done, or skipped and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NamesEval {
-    /// The nodes, their DNS names and the disabled applications.
-    Evaluated(Names),
-    /// Not run because every nix slot is busy (MS-7): the deploy evaluates
-    /// the configuration itself.
-    Busy(String),
-    /// Not run for another reason (no live worker of the `nix` queue, a
-    /// failure on the worker's side, a local run): the deploy evaluates the
-    /// configuration itself.
-    Skipped(String),
-}
-
-/// One source its caller built itself (`slipway-worker run` builds the
-/// outputs of the source it was given): only that reference is served.
-#[derive(Debug)]
-pub struct OneSource {
-    /// The source's reference, as stored with the build (`path:<dir>`).
-    pub reference: String,
-    /// Its outputs, schema compiled.
-    pub checker: Arc<Checker>,
-}
-
-impl Sources for OneSource {
-    fn checker_for<'a>(&'a self, requested: Option<&'a str>) -> BoxFuture<'a, Result<CheckerFor, SubmitError>> {
-        Box::pin(async move {
-            match requested {
-                Some(r) if r == self.reference => Ok((Arc::clone(&self.checker), Some(r.to_owned()))),
-                other => Err(SubmitError::NotServed(other.unwrap_or("the built-in source").to_owned())),
-            }
-        })
-    }
-
-    fn names<'a>(&'a self, _: Option<&'a str>, _: &'a Value) -> BoxFuture<'a, Result<NamesEval, SubmitError>> {
-        Box::pin(async { Ok(NamesEval::Skipped("a local run: the deploy evaluates the configuration itself".into())) })
     }
 }
 
@@ -409,34 +296,6 @@ pub async fn submit(
     })
 }
 
-/// A version a submit wrote to OpenBao (a value given, or a copy).
-struct Written {
-    instance: String,
-    field: String,
-    version: u64,
-}
-
-/// Takes back the versions a refused submit wrote (`docs/OPENBAO.md`):
-/// destroys each, so no build can read it and the entry's latest live
-/// version is what it was (the entry's version counter stays advanced, and
-/// an entry this submit created stays, with no live version). A version
-/// that cannot be destroyed (OpenBao away, the token expired) is logged:
-/// no build pins it, so none deploys it.
-async fn take_back(bao: &OpenBao, id: &DeploymentId, written: &[Written]) {
-    for w in written {
-        match bao.destroy_version(id.as_str(), &w.instance, &w.field, w.version).await {
-            Ok(()) => tracing::info!(
-                deployment = %id, instance = %w.instance, field = %w.field, version = w.version,
-                "a refused submit's operator secret version was destroyed"
-            ),
-            Err(e) => tracing::warn!(
-                deployment = %id, instance = %w.instance, field = %w.field, version = w.version, error = %e,
-                "a refused submit's operator secret version could not be destroyed; no build pins it"
-            ),
-        }
-    }
-}
-
 /// The store-and-queue step of [`submit`]: the transaction, run again under
 /// the exclusive admission lock near the Q-3 bound; the build's id.
 #[allow(clippy::too_many_arguments)]
@@ -560,45 +419,10 @@ struct Stored<'a> {
     refuse_kept_secrets: bool,
 }
 
-/// A dry run's `secretsSet` and `secretsClear` (§11): what a real submit
-/// would store, from the fields the deployment's latest build set and the
-/// values given now ([`crate::secrets::plan`]), without asking OpenBao.
-fn plan_secrets_without_store(previous: &SecretPins, checked: &mut crate::validate::Checked) {
-    for app in &checked.secrets {
-        let existing: Vec<String> =
-            previous.set.iter().filter(|p| p.application == app.application).map(|p| p.field.clone()).collect();
-        let plan = crate::secrets::plan(app, &existing);
-        write_secret_lists(&mut checked.configuration, &app.path, plan.secrets_set, plan.secrets_clear);
-    }
-}
-
-/// Sets the application at `path`'s `secretsSet` and `secretsClear` to
-/// what a submit stores: each list when it is not empty or the key is
-/// there already (an absent empty list stays absent).
-fn write_secret_lists(configuration: &mut Value, path: &[String], set: Vec<String>, clear: Vec<String>) {
-    use crate::validate::{SECRETS_CLEAR, SECRETS_SET};
-    let settings = path.iter().try_fold(configuration, |v, seg| v.get_mut(seg.as_str()));
-    let settings = settings.and_then(Value::as_object_mut).expect("the checks found the application's settings here");
-    for (key, list) in [(SECRETS_SET, set), (SECRETS_CLEAR, clear)] {
-        if !list.is_empty() || settings.contains_key(key) {
-            settings.insert(key.into(), Value::from(list));
-        }
-    }
-}
-
-/// §8, after every check passed and the names eval ran: for each
-/// application with secret fields, lists which entries OpenBao has, writes
-/// the values given (and the values an old stored configuration still
-/// holds in fields that became secret), copies renamed fields
-/// ([`crate::secrets::plan`]), and sets the stored configuration's
-/// `secretsSet` and `secretsClear`. Gives the versions the build reads: the
-/// version written or copied, else, for an entry kept, the version the
-/// deployment's latest build pinned (while that version still exists), else
-/// the entry's current version. Deletes nothing; each version written is
-/// added to `written` as soon as it is (the caller takes them back when the
-/// submit is refused after). Also gives a warning for
-/// each field the previous build pinned that OpenBao no longer has (and
-/// that is not cleared): its nodes lose it.
+/// [`crate::secrets::place_secrets`] with what it reads from the store, only
+/// when the submit has secret fields: the versions the deployment's latest
+/// build pinned and its stored configuration. Store errors are
+/// [`SubmitError::Store`], OpenBao's [`SubmitError::SecretStore`].
 async fn place_secrets(
     db: &Db,
     bao: &OpenBao,
@@ -607,10 +431,8 @@ async fn place_secrets(
     checked: &mut crate::validate::Checked,
     written: &mut Vec<Written>,
 ) -> Result<(SecretPins, Vec<String>), SubmitError> {
-    let mut pins = SecretPins::default();
-    let mut warnings = Vec::new();
     if checked.secrets.is_empty() {
-        return Ok((pins, warnings));
+        return Ok((SecretPins::default(), Vec::new()));
     }
     let (previous, stored) = {
         let mut conn = db.acquire().await?;
@@ -618,69 +440,9 @@ async fn place_secrets(
         let stored = deployments::get(&mut conn, id.as_str()).await?.map(|d| d.configuration);
         (previous, stored)
     };
-    let old_values = stored.map(|c| checker.stored_secret_values(c)).unwrap_or_default();
-    let failed = SubmitError::SecretStore;
-    for app in &mut checked.secrets {
-        // Old stored values move now, unless the submit gives or clears the field.
-        for (application, field, value) in &old_values {
-            if *application == app.application
-                && app.is_secret(field)
-                && !app.gives(field)
-                && !app.clear.contains(field)
-            {
-                app.given.push((field.clone(), value.clone()));
-            }
-        }
-        let instance = app.instance();
-        let existing = bao.list(id.as_str(), &instance).await.map_err(failed)?;
-        let plan = crate::secrets::plan(app, &existing);
-        let mut versions: Vec<(String, u64)> = Vec::new();
-        for field in &plan.write {
-            let (_, value) = app.given.iter().find(|(f, _)| f == field).expect("plan writes given fields");
-            let version = bao.write(id.as_str(), &instance, field, value).await.map_err(failed)?;
-            written.push(Written { instance: instance.clone(), field: field.clone(), version });
-            versions.push((field.clone(), version));
-        }
-        for (old, new) in &plan.copy {
-            if let Some(version) = bao.copy(id.as_str(), &instance, old, new).await.map_err(failed)? {
-                written.push(Written { instance: instance.clone(), field: new.clone(), version });
-                versions.push((new.clone(), version));
-            }
-        }
-        let mut secrets_set = Vec::new();
-        for field in &plan.secrets_set {
-            let version = match versions.iter().find(|(f, _)| f == field) {
-                Some((_, v)) => Some(*v),
-                None => {
-                    let current = bao.current_version(id.as_str(), &instance, field).await.map_err(failed)?;
-                    match (current, previous.version_of(&app.application, field)) {
-                        (Some(current), Some(pinned)) if pinned <= current => Some(pinned),
-                        (current, _) => current,
-                    }
-                }
-            };
-            // An entry deleted since it was listed is no longer set.
-            if let Some(version) = version {
-                pins.set.push(Pin { application: app.application.clone(), field: field.clone(), version });
-                secrets_set.push(field.clone());
-            }
-        }
-        for lost in previous.set.iter().filter(|p| p.application == app.application) {
-            if !secrets_set.contains(&lost.field) && !plan.secrets_clear.contains(&lost.field) {
-                warnings.push(format!(
-                    "{}/{}: an earlier submit set this secret, but OpenBao no longer has its entry; its nodes lose it \
-                     at this deploy (give the value again to restore it)",
-                    crate::validate::pointer_of(&app.path),
-                    lost.field
-                ));
-            }
-        }
-        pins.clear.extend(
-            plan.secrets_clear.iter().map(|f| Cleared { application: app.application.clone(), field: f.clone() }),
-        );
-        write_secret_lists(&mut checked.configuration, &app.path, secrets_set, plan.secrets_clear);
-    }
-    Ok((pins, warnings))
+    crate::secrets::place_secrets(bao, checker, id, &previous, stored, checked, written)
+        .await
+        .map_err(SubmitError::SecretStore)
 }
 
 /// One submit transaction (MG-7, Q-1): the deployment row, the build row and

@@ -16,9 +16,9 @@
 //! rest are counted ([`Listing`]), and each problem's path and message are
 //! cut to [`MAX_PROBLEM_TEXT`] bytes.
 
-use crate::migrate::{self, Skipped};
+use crate::renames::{self, Skipped};
 use crate::secrets::AppSecrets;
-use crate::source::{get_path, Instance, OutputError, SourceOutputs};
+use crate::source::outputs::{get_path, Instance, OutputError, SourceOutputs};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -148,10 +148,10 @@ pub struct Checked {
     /// and what a submit needs to place them ([`crate::secrets`]).
     pub secrets: Vec<AppSecrets>,
     /// How its instances are probed once deployed (§10), from the source's meta.
-    pub readiness: crate::source::ReadinessMeta,
+    pub readiness: crate::source::outputs::ReadinessMeta,
     /// The renames the migration applied (MG-7): the sender used names the
     /// source has deprecated.
-    pub renamed: Vec<migrate::Applied>,
+    pub renamed: Vec<renames::Applied>,
 }
 
 /// A module source's outputs with its schema compiled once.
@@ -280,8 +280,8 @@ impl Checker {
     /// text Nix cannot carry to a node, and refused secret values, in that
     /// order; at most [`MAX_PROBLEMS`] are listed and the rest counted.
     pub fn check(&self, mut configuration: Value, secrets_refused: Option<&str>) -> Result<Checked, Listing> {
-        let migrate::Migration { applied: renamed, skipped } =
-            migrate::migrate_reporting(&mut configuration, &self.outputs.renames);
+        let renames::Migration { applied: renamed, skipped } =
+            renames::migrate_reporting(&mut configuration, &self.outputs.renames);
         self.drop_null_secrets(&mut configuration);
         let mut found = Listing::default();
         for s in &skipped {
@@ -394,7 +394,7 @@ impl Checker {
     /// migrated with this source's renames, so a value under an old name is
     /// found under its new one. A submit moves these to OpenBao.
     pub fn stored_secret_values(&self, mut stored: Value) -> Vec<(String, String, secrecy::SecretString)> {
-        migrate::migrate(&mut stored, &self.outputs.renames);
+        renames::migrate(&mut stored, &self.outputs.renames);
         let mut out = Vec::new();
         for (key, app) in &self.outputs.meta.applications {
             let Some(Value::Object(obj)) = get_path(&stored, &app.path) else { continue };
@@ -466,9 +466,9 @@ impl Checker {
 /// The renames of an application's secret fields: `(old name, new name)`
 /// for each entry that moves a field of the application at `path` (its
 /// segments literal or `*`) to one of its `secrets`.
-fn secret_renames(renames: &[migrate::Rename], path: &[String], secrets: &[String]) -> Vec<(String, String)> {
+fn secret_renames(renames: &[renames::Rename], path: &[String], secrets: &[String]) -> Vec<(String, String)> {
     let under =
-        |p: &[String]| p.len() == path.len() + 1 && p.iter().zip(path).all(|(a, b)| a == b || a == migrate::WILDCARD);
+        |p: &[String]| p.len() == path.len() + 1 && p.iter().zip(path).all(|(a, b)| a == b || a == renames::WILDCARD);
     renames
         .iter()
         .filter(|r| under(&r.from) && under(&r.to))

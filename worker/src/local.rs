@@ -11,10 +11,11 @@ use slipway_jobs::config::Config;
 use slipway_jobs::id::DeploymentId;
 use slipway_jobs::jobs::build::{self, Ran};
 use slipway_jobs::jobs::Ctx;
+use slipway_jobs::source::policy::OneSource;
 use slipway_jobs::source::ModuleSource;
 use slipway_jobs::state::{BuildKind, BuildStatus};
 use slipway_jobs::store::queue::BuildJob;
-use slipway_jobs::submit::{self, OneSource, Queueing, SubmitRequest};
+use slipway_jobs::submit::{self, Queueing, SubmitRequest};
 use slipway_jobs::validate::Checker;
 use std::path::Path;
 use std::process::ExitCode;
@@ -35,7 +36,7 @@ fn refuse(output: Output, msg: impl std::fmt::Display) -> ExitCode {
 
 /// The outputs validation needs, built from the source folder `dir` the way
 /// the fleet's schema build does (contained, under `NIX_TIMEOUT`).
-async fn build_outputs(config: &Config, dir: &Path) -> Result<slipway_jobs::source::SourceOutputs, String> {
+async fn build_outputs(config: &Config, dir: &Path) -> Result<slipway_jobs::source::outputs::SourceOutputs, String> {
     slipway_jobs::nix::check_provider(&config.sources.provider).map_err(|e| format!("SLIPWAY_PROVIDER: {e}"))?;
     let work = tempfile::tempdir().map_err(|e| format!("cannot create a work folder: {e}"))?;
     let marker = format!("slipway-nix:run-{}", std::process::id());

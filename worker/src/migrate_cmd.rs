@@ -3,17 +3,17 @@
 //! renames table does to a stored configuration before a submit does it.
 //!
 //! It reads a renames table (a source's `renames.json`) and a configuration,
-//! migrates it as a submit would ([`slipway_jobs::migrate::migrate`]) and
+//! migrates it as a submit would ([`slipway_jobs::renames::migrate`]) and
 //! prints `{"output": <the migrated value>, "skipped": [{"entry", "reason",
 //! "path"?}]}`, the shape of the migration cases in `testdata/cases/migration`.
 //! With `--section <path>` the configuration file holds one section's value
 //! and only the table's entries inside that section apply, relative to it
-//! ([`slipway_jobs::migrate::section_renames`], MG-4); `entry` still indexes
+//! ([`slipway_jobs::renames::section_renames`], MG-4); `entry` still indexes
 //! the table file. Nothing else is read: no settings, no database, no Nix.
 
 use crate::Output;
 use serde_json::{json, Value};
-use slipway_jobs::migrate::{self, Rename, Skipped};
+use slipway_jobs::renames::{self, Rename, Skipped};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -84,10 +84,10 @@ fn migrate_files(args: &MigrateArgs) -> Result<Migrated, String> {
     let (indices, applied): (Vec<usize>, Vec<Rename>) = match &section {
         None => table.iter().cloned().enumerate().collect(),
         Some(path) => (0..table.len())
-            .filter_map(|i| migrate::section_renames(&table[i..=i], path).pop().map(|entry| (i, entry)))
+            .filter_map(|i| renames::section_renames(&table[i..=i], path).pop().map(|entry| (i, entry)))
             .unzip(),
     };
-    let skipped = migrate::migrate(&mut value, &applied)
+    let skipped = renames::migrate(&mut value, &applied)
         .into_iter()
         .map(|skip| Skipped { entry: indices[skip.entry], ..skip })
         .collect();
@@ -141,8 +141,8 @@ fn parse_section(text: &str) -> Result<Vec<String>, String> {
              [\"applications\",\"mastodon\"]); leave --section out to migrate a whole configuration"
         ));
     }
-    if path.iter().any(|key| key == migrate::WILDCARD) {
-        return Err(format!("--section {text:?}: a section path names keys, not {:?}", migrate::WILDCARD));
+    if path.iter().any(|key| key == renames::WILDCARD) {
+        return Err(format!("--section {text:?}: a section path names keys, not {:?}", renames::WILDCARD));
     }
     Ok(path)
 }

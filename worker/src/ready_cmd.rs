@@ -1,7 +1,7 @@
 //! `slipway-worker run wait-ready --deployment <id> [--deadline 5m]`
 //! (PRODUCT.md §10): probes the instances of the deployment's last
 //! successful deploy, as the fleet's `readiness` job does
-//! ([`slipway_jobs::readiness::probe`]), round after round with a growing
+//! ([`slipway_jobs::probe::probe`]), round after round with a growing
 //! pause, until every one is ready or the deadline passes, showing each
 //! instance's state as it goes (indicatif on a terminal; a line per change
 //! otherwise). What it finds is recorded for `GET /deployments/{id}` too.
@@ -14,10 +14,10 @@ use crate::Output;
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use slipway_jobs::config::Config;
-use slipway_jobs::readiness::{self, State};
-use slipway_jobs::source::Instance;
+use slipway_jobs::probe::{self, State};
+use slipway_jobs::source::outputs::Instance;
 use slipway_jobs::state::BuildKind;
-use slipway_jobs::store::readiness::{self as rows, Found};
+use slipway_jobs::store::instance_readiness::{self as rows, Found};
 use slipway_jobs::store::{builds, now_ms};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -110,7 +110,7 @@ pub async fn run(config: Config, args: WaitReadyArgs) -> ExitCode {
         let round = waiting.iter().filter(|w| w.state != State::Ready).map(|w| {
             let (instance, settings) = (w.instance.clone(), &settings);
             let allowed = &config.worker.readiness_connect;
-            async move { readiness::probe(&instance, settings, allowed).await }
+            async move { probe::probe(&instance, settings, allowed).await }
         });
         let probes = futures::future::join_all(round).await;
         let mut pause: Option<Duration> = None;
@@ -131,7 +131,7 @@ pub async fn run(config: Config, args: WaitReadyArgs) -> ExitCode {
                 w.bar.finish_with_message(text);
             } else {
                 w.bar.set_message(text);
-                let next = readiness::pause(w.probes, &probe.class);
+                let next = probe::pause(w.probes, &probe.class);
                 pause = Some(pause.map_or(next, |p| p.min(next)));
             }
             if let Some(conn) = conn.as_mut() {

@@ -8,7 +8,7 @@ use crate::state::AppState;
 use axum::extract::State;
 use serde::Serialize;
 use serde_json::Value;
-use slipway_jobs::source::Instance;
+use slipway_jobs::source::outputs::Instance;
 use slipway_jobs::state::{BuildKind, BuildStatus};
 use slipway_jobs::store::builds;
 

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use slipway_jobs::callback::check_delete_callback;
 use slipway_jobs::id::DeploymentId;
 use slipway_jobs::read::DeploymentRead;
-use slipway_jobs::source::Instance;
+use slipway_jobs::source::outputs::Instance;
 use slipway_jobs::state::{BuildKind, DeploymentState};
 use slipway_jobs::store::builds::{self, BuildRow};
 use slipway_jobs::store::deployments;
@@ -128,7 +128,7 @@ pub struct DeployedInstance {
 /// before the first probe).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ReadinessView {
-    state: slipway_jobs::readiness::State,
+    state: slipway_jobs::probe::State,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     reason: Option<String>,
@@ -138,8 +138,8 @@ pub struct ReadinessView {
     deadline_at: String,
 }
 
-impl From<&slipway_jobs::store::readiness::ReadinessRow> for ReadinessView {
-    fn from(r: &slipway_jobs::store::readiness::ReadinessRow) -> Self {
+impl From<&slipway_jobs::store::instance_readiness::ReadinessRow> for ReadinessView {
+    fn from(r: &slipway_jobs::store::instance_readiness::ReadinessRow) -> Self {
         Self {
             state: r.state,
             reason: r.reason.clone(),

@@ -24,8 +24,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use slipway_jobs::source::fleet::{Lookup, SourceSchema};
 use slipway_jobs::source::ModuleSource;
-use slipway_jobs::sources::{Lookup, SourceSchema};
 use std::sync::Arc;
 
 /// `?application=` of `GET /schema`.
@@ -84,7 +84,7 @@ pub struct RenamesQuery {
 #[utoipa::path(get, path = "/renames", tag = "public",
     params(RenamesQuery),
     responses(
-        (status = 200, description = "The renames table, in order", body = Vec<slipway_jobs::migrate::Rename>),
+        (status = 200, description = "The renames table, in order", body = Vec<slipway_jobs::renames::Rename>),
         (status = 400, description = "`invalid_request`: the query string is not valid", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: no such section", body = crate::error::ErrorBody),
     ))]
@@ -99,8 +99,8 @@ pub async fn built_in_renames(
 /// The whole renames table, or only the entries inside `section` with paths
 /// relative to it (MG-4; `404` naming the sections `source` has).
 pub fn pick_renames(
-    renames: &[slipway_jobs::migrate::Rename],
-    meta: &slipway_jobs::source::Meta,
+    renames: &[slipway_jobs::renames::Rename],
+    meta: &slipway_jobs::source::outputs::Meta,
     section: Option<&str>,
     source: &str,
 ) -> Result<Value, ApiError> {
@@ -111,7 +111,7 @@ pub fn pick_renames(
                 let known: Vec<&str> = meta.sections.iter().map(|s| s.id.as_str()).collect();
                 return Err(ApiError::not_found(format!("no section {id:?} in {source}; it has {}", known.join(", "))));
             };
-            slipway_jobs::migrate::section_renames(renames, &section.path)
+            slipway_jobs::renames::section_renames(renames, &section.path)
         }
     };
     Ok(serde_json::to_value(table).expect("renames serialise"))
@@ -221,7 +221,7 @@ pub async fn schema(
     request_body = RenamesFor,
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "The source's renames table, in order", body = Vec<slipway_jobs::migrate::Rename>),
+        (status = 200, description = "The source's renames table, in order", body = Vec<slipway_jobs::renames::Rename>),
         (status = 202, description = "The source's outputs are being built: repeat the same call", body = Computing),
         (status = 400, description = "`invalid_module_source`, `malformed_json` or `invalid_request`", body = crate::error::ErrorBody),
         (status = 403, description = "`source_not_allowed`: the source is not on this service's allowlist", body = crate::error::ErrorBody),

@@ -9,7 +9,7 @@ use slipway_jobs::jobs::report::Report;
 use slipway_jobs::read::DeploymentRead;
 use slipway_jobs::store::builds::BuildRow;
 use slipway_jobs::store::fleet::{QueueLoad, WorkerView};
-use slipway_jobs::store::readiness::ReadinessRow;
+use slipway_jobs::store::instance_readiness::ReadinessRow;
 
 /// The shell at `/ui`: the token form, the navigation and the element the
 /// fragments are swapped into. It shows no data of its own; everything
@@ -101,7 +101,7 @@ pub fn duration(ms: i64) -> String {
 
 /// Readiness of deployed instances as `2/3 ready`.
 fn readiness_summary(read: &DeploymentRead) -> String {
-    let ready = read.readiness.iter().filter(|r| r.state == slipway_jobs::readiness::State::Ready).count();
+    let ready = read.readiness.iter().filter(|r| r.state == slipway_jobs::probe::State::Ready).count();
     format!("{ready}/{} ready", read.deployed_instances.len())
 }
 

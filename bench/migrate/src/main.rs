@@ -44,8 +44,8 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context as _};
 use clap::Parser;
 use serde_json::{json, Map, Value};
-use slipway_jobs::migrate::{migrate, Rename, RenameKind};
-use slipway_jobs::source::SourceOutputs;
+use slipway_jobs::renames::{migrate, Rename, RenameKind};
+use slipway_jobs::source::outputs::SourceOutputs;
 use slipway_jobs::validate::Checker;
 
 #[derive(Parser)]

@@ -8,7 +8,7 @@ use crate::seed;
 use anyhow::{ensure, Context as _};
 use serde_json::{json, Value};
 use slipway_jobs::store::builds::{self, Newest};
-use slipway_jobs::store::{self, deployments, readiness, Db, Engine};
+use slipway_jobs::store::{self, deployments, instance_readiness, Db, Engine};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Row as _};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -102,7 +102,7 @@ fn statements(s: &Samples) -> Vec<(&'static str, &'static str, String, Vec<Strin
         ("GET /deployments/{id}", "builds::latest_succeeded", builds::newest_sql(Newest::Succeeded), one(&d)),
         (
             "GET /deployments/{id}",
-            "readiness::of_deployment",
+            "instance_readiness::of_deployment",
             "SELECT deployment_id, instance, build_id, url, state, reason, probes, since, checked_at, deadline_at \
              FROM instance_readiness WHERE deployment_id = $1 ORDER BY instance"
                 .to_owned(),
@@ -127,7 +127,12 @@ fn statements(s: &Samples) -> Vec<(&'static str, &'static str, String, Vec<Strin
             builds::newest_of_each_sql(Newest::Succeeded, many.len()),
             many.clone(),
         ),
-        ("GET /deployments?ids=", "readiness::of_deployments", readiness::of_deployments_sql(many.len()), many.clone()),
+        (
+            "GET /deployments?ids=",
+            "instance_readiness::of_deployments",
+            instance_readiness::of_deployments_sql(many.len()),
+            many.clone(),
+        ),
         ("GET /deployments/{id}/builds", "deployments::get (require_exists)", deployment_get.clone(), one(&hot)),
         (
             "GET /deployments/{id}/builds",

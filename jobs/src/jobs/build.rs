@@ -19,7 +19,7 @@ use crate::state::{BuildKind, BuildStatus};
 use crate::store::builds::{self, BuildRow, Finish};
 use crate::store::queue::{self, BuildJob, MISSED_HEARTBEATS};
 use crate::store::sboms::{self, NodeSbom};
-use crate::store::{events, heartbeats, now_ms, readiness, StoreError};
+use crate::store::{events, heartbeats, instance_readiness, now_ms, StoreError};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -314,7 +314,8 @@ async fn record_once(
             BuildKind::Deploy if build.dry_run => {}
             BuildKind::Deploy => {
                 let deadline = now + ctx.config.worker.ready_timeout.as_millis() as i64;
-                readiness::begin(&mut tx, &build.deployment_id, &build.id, &build.instances, now, deadline).await?;
+                instance_readiness::begin(&mut tx, &build.deployment_id, &build.id, &build.instances, now, deadline)
+                    .await?;
                 if !build.instances.is_empty() {
                     let job = queue::ReadinessJob {
                         deployment_id: build.deployment_id.clone(),
@@ -324,7 +325,7 @@ async fn record_once(
                     queue::push_readiness_job(&mut tx, &job, None).await?;
                 }
             }
-            BuildKind::Destroy => readiness::clear(&mut tx, &build.deployment_id).await?,
+            BuildKind::Destroy => instance_readiness::clear(&mut tx, &build.deployment_id).await?,
         }
     }
     if build.kind == BuildKind::Destroy {

@@ -14,7 +14,7 @@ use super::Ctx;
 use crate::fetch;
 use crate::nix::{BuiltSchema, FailureCode, Limits, NixFailure, NixRun};
 use crate::source::ModuleSource;
-use crate::store::nix::{self as rows, NixKind, NixRow, NixStatus};
+use crate::store::nix_results::{self as rows, NixKind, NixRow, NixStatus};
 use crate::store::queue::NixJob;
 use crate::store::{now_ms, StoreError};
 use serde_json::Value;

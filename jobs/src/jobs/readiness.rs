@@ -1,20 +1,20 @@
 //! The `readiness` job (PRODUCT.md §10): after a deploy succeeded, probe
-//! its instances ([`crate::readiness::probe`], all at once, 5 s each), and
+//! its instances ([`crate::probe::probe`], all at once, 5 s each), and
 //! record what each answered, as long as the rows still belong to that
 //! deploy. While some are not ready and the deployment's deadline has not
 //! passed, the job pushes itself again after a pause that grows with the
-//! probes made ([`crate::readiness::pause`]: 1 s doubling to 30 s, with
+//! probes made ([`crate::probe::pause`]: 1 s doubling to 30 s, with
 //! jitter, never less than a `Retry-After`), or at the deadline if that
 //! comes first; the job carries the end of its pause (`not_before_ms`) and,
 //! handed out earlier, puts itself back unprobed. Once the deadline passed,
 //! the instances not ready become `not_ready`, keeping their last reason.
 
 use super::Ctx;
-use crate::readiness::{self, State};
-use crate::source::{Instance, ReadinessMeta};
+use crate::probe::{self, State};
+use crate::source::outputs::{Instance, ReadinessMeta};
 use crate::store::builds;
+use crate::store::instance_readiness::{self as rows, Found, ReadinessRow};
 use crate::store::queue::{self, ReadinessJob};
-use crate::store::readiness::{self as rows, Found, ReadinessRow};
 use crate::store::{now_ms, StoreError};
 use tracing::Instrument;
 
@@ -54,7 +54,7 @@ async fn round(job: ReadinessJob, ctx: &Ctx) -> Result<(), StoreError> {
         let found = Found { instance: &row.instance, state: probe.state, reason: probe.reason.as_deref(), at };
         rows::record(&mut tx, &job.deployment_id, &job.build_id, &found).await?;
         if probe.state != State::Ready {
-            let pause = readiness::pause(u32::try_from(row.probes + 1).unwrap_or(u32::MAX), &probe.class);
+            let pause = probe::pause(u32::try_from(row.probes + 1).unwrap_or(u32::MAX), &probe.class);
             next_pause = Some(next_pause.map_or(pause, |p: std::time::Duration| p.min(pause)));
         }
     }
@@ -82,10 +82,10 @@ pub async fn probe_all(
     waiting: &[ReadinessRow],
     settings: &ReadinessMeta,
     allowed_connect: &[String],
-) -> Vec<readiness::Probe> {
+) -> Vec<probe::Probe> {
     let probes = waiting.iter().map(|row| {
         let instance = instance_of(row);
-        async move { readiness::probe(&instance, settings, allowed_connect).await }
+        async move { probe::probe(&instance, settings, allowed_connect).await }
     });
     futures::future::join_all(probes).await
 }

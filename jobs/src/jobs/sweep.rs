@@ -77,6 +77,7 @@ pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
             }
         }
     }
-    let nix_results = crate::store::nix::sweep(&mut conn, now_ms() - NIX_RESULTS_KEPT.as_millis() as i64).await?;
+    let nix_results =
+        crate::store::nix_results::sweep(&mut conn, now_ms() - NIX_RESULTS_KEPT.as_millis() as i64).await?;
     Ok(Swept { logs, work_dirs, scratch_dirs, nix_results })
 }

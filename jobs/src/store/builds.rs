@@ -11,9 +11,15 @@
 //! none of its own; changes that must hold together (a build and its job, a
 //! build's end and the next dispatch) are the caller's transaction.
 
+mod callback_columns;
+
+pub use callback_columns::{
+    callback_outcome, interrupt_callback, record_callback, set_callback, settle_callback, take_callback, CallbackState,
+};
+
 use super::queue::push_build_job;
 use super::{json_col, Conn, Engine, Row, StoreError, Q};
-use crate::source::Instance;
+use crate::source::outputs::Instance;
 use crate::state::{BuildKind, BuildStatus};
 use serde_json::Value;
 
@@ -66,7 +72,7 @@ pub struct BuildRow {
     pub operator_secrets: Option<crate::secrets::SecretPins>,
     /// How its instances are probed once it succeeds (§10), from its module
     /// source's meta; `None` for a destroy.
-    pub readiness: Option<crate::source::ReadinessMeta>,
+    pub readiness: Option<crate::source::outputs::ReadinessMeta>,
     /// A dry run (§11): evaluates and builds, changes nothing, and never
     /// counts for the deployment's state.
     pub dry_run: bool,
@@ -258,31 +264,6 @@ pub async fn newest_of_each(
     rows.iter().map(|r| from_row(r).map(|b| (b.deployment_id.clone(), b))).collect()
 }
 
-/// Marks every queued deploy of `deployment` submitted after its latest
-/// destroy `superseded` by build `by` (Q-7): a newer submit makes them
-/// pointless. Destroys are never superseded, and deploys before a destroy
-/// stay (a deploy never supersedes across a destroy). Call in the
-/// transaction that inserts `by`, holding the deployment's lock, before
-/// the insert's dispatch. Returns how many were superseded.
-pub async fn supersede_queued_deploys(
-    conn: &mut Conn,
-    deployment: &str,
-    by: &str,
-    now: i64,
-) -> Result<u64, StoreError> {
-    Q::new(
-        "UPDATE builds SET status = 'superseded', reason = 'superseded', error = $1, finished_at = $2,
-                version = version + 1
-         WHERE deployment_id = $3 AND kind = 'deploy' AND status = 'queued' AND dry_run = 0
-           AND seq > COALESCE((SELECT MAX(seq) FROM builds WHERE deployment_id = $3 AND kind = 'destroy'), 0)",
-    )
-    .text(format!("superseded by build {by}, submitted before this one ran"))
-    .int(now)
-    .text(deployment)
-    .execute(conn)
-    .await
-}
-
 /// The latest succeeded build of a deployment (TF-1: instances of the last successful build).
 pub async fn latest_succeeded(conn: &mut Conn, deployment: &str) -> Result<Option<BuildRow>, StoreError> {
     newest(conn, deployment, Newest::Succeeded).await
@@ -306,7 +287,7 @@ pub struct NewBuild<'a> {
     /// The operator secrets it reads and clears (§8), pinned; `None`: none.
     pub operator_secrets: Option<&'a crate::secrets::SecretPins>,
     /// How its instances are probed (§10); `None` for a destroy.
-    pub readiness: Option<&'a crate::source::ReadinessMeta>,
+    pub readiness: Option<&'a crate::source::outputs::ReadinessMeta>,
     /// A dry run (§11).
     pub dry_run: bool,
 }
@@ -529,13 +510,16 @@ pub async fn list(
 
 /// How many builds wait for a worker, counted up to `cap` (Q-3 admission
 /// only asks whether the queue is full, so a long queue costs no more to
-/// check than `cap` index entries).
+/// check than `cap` index entries). Tests only: the submit counts with
+/// [`queued_up_to_and_unseen`].
+#[cfg(any(test, feature = "test-support"))]
 pub async fn queued_up_to(conn: &mut Conn, cap: i64) -> Result<i64, StoreError> {
     Ok(queued_up_to_and_unseen(conn, cap).await?.0)
 }
 
-/// [`queued_up_to`], and at most how many other transactions may be
-/// writing beside this one, unseen by its count: PostgreSQL's
+/// How many builds wait for a worker, counted up to `cap` (Q-3), and at
+/// most how many other transactions may be writing beside this one, unseen
+/// by its count: PostgreSQL's
 /// `max_connections` (each needs a connection); 0 on SQLite, where
 /// `BEGIN IMMEDIATE` lets one writer in at a time. One statement.
 pub async fn queued_up_to_and_unseen(conn: &mut Conn, cap: i64) -> Result<(i64, i64), StoreError> {
@@ -621,151 +605,4 @@ pub async fn clear_logs_finished_before(conn: &mut Conn, cutoff: i64) -> Result<
 pub async fn ending(conn: &mut Conn, id: &str) -> Result<Option<(Option<i64>, i64)>, StoreError> {
     let row = Q::new("SELECT finished_at, attempts FROM builds WHERE id = $1").text(id).fetch_optional(conn).await?;
     row.map(|r| Ok((r.opt_int("finished_at")?, r.int("attempts")?))).transpose()
-}
-
-/// Where a destroy's reconcile push is (DL-2), as stored in the outcome's
-/// `state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum CallbackState {
-    /// Accepted with the delete; the destroy has not ended.
-    Waiting,
-    /// The destroy reached `idle`; the push is queued.
-    Queued,
-    /// A worker took the push (and the token) and is sending it; it stays
-    /// so when the worker died meanwhile (the push is never sent twice).
-    Sending,
-    /// The front-end answered 2xx.
-    Delivered,
-    /// Sent or tried, and not delivered (see `status` or `error`).
-    Failed,
-    /// Never sent: the destroy did not reach `idle`.
-    NotSent,
-}
-
-/// A callback outcome to store: `{state, message, at, ...extra}`.
-pub fn callback_outcome(state: CallbackState, message: &str, at: i64, extra: Option<&Value>) -> Value {
-    let mut v = serde_json::json!({ "state": state, "message": message, "at": at });
-    if let Some(Value::Object(extra)) = extra {
-        for (k, x) in extra {
-            v[k] = x.clone();
-        }
-    }
-    v
-}
-
-/// Stores an accepted callback on destroy build `id` (DL-2), replacing one
-/// an earlier delete gave, while the build has not ended. Returns whether
-/// it was stored. Call in the delete's transaction.
-pub async fn set_callback(conn: &mut Conn, id: &str, url: &str, token: &str, now: i64) -> Result<bool, StoreError> {
-    let waiting = callback_outcome(CallbackState::Waiting, "the push is sent when the destroy reaches idle", now, None);
-    let changed = Q::new(
-        "UPDATE builds SET callback_url = $1, callback_token = $2, callback = $3, version = version + 1
-         WHERE id = $4 AND kind = 'destroy' AND status IN ('queued', 'running')",
-    )
-    .text(url)
-    .text(token)
-    .text(waiting.to_string())
-    .text(id)
-    .execute(conn)
-    .await?;
-    Ok(changed == 1)
-}
-
-/// Settles destroy build `id`'s callback when the build ends, in the
-/// transaction that ends it: when it reached `idle` the push is marked
-/// queued and `true` is returned (the caller pushes the job in the same
-/// transaction); otherwise the token is dropped and the outcome says no
-/// push comes. A build without a callback answers `false`.
-pub async fn settle_callback(conn: &mut Conn, id: &str, idle: bool, ended: &str, now: i64) -> Result<bool, StoreError> {
-    if idle {
-        let queued = callback_outcome(CallbackState::Queued, "the destroy reached idle; the push is queued", now, None);
-        let changed = Q::new(
-            "UPDATE builds SET callback = $1 WHERE id = $2 AND callback_token IS NOT NULL AND callback_url IS NOT NULL",
-        )
-        .text(queued.to_string())
-        .text(id)
-        .execute(conn)
-        .await?;
-        return Ok(changed == 1);
-    }
-    let message = format!("the destroy ended {ended} without reaching idle; no push is sent");
-    let not_sent = callback_outcome(CallbackState::NotSent, &message, now, None);
-    Q::new("UPDATE builds SET callback_token = NULL, callback = $1 WHERE id = $2 AND callback_token IS NOT NULL")
-        .text(not_sent.to_string())
-        .text(id)
-        .execute(conn)
-        .await?;
-    Ok(false)
-}
-
-/// Takes build `id`'s queued push: returns `(deployment, url, token)` and,
-/// in the same statement's transaction, drops the token and marks the push
-/// `sending`, so it is sent at most once whatever happens next. `None`:
-/// no push is queued (already taken, or none).
-pub async fn take_callback(
-    conn: &mut Conn,
-    id: &str,
-    now: i64,
-) -> Result<Option<(String, String, String)>, StoreError> {
-    let Some(row) = Q::new(
-        "SELECT deployment_id, callback_url, callback_token, callback FROM builds
-         WHERE id = $1 AND callback_token IS NOT NULL AND callback_url IS NOT NULL",
-    )
-    .text(id)
-    .fetch_optional(conn)
-    .await?
-    else {
-        return Ok(None);
-    };
-    let outcome: Value = json_col(&row.opt_text("callback")?.unwrap_or_else(|| "null".into()), "builds.callback")?;
-    if outcome.get("state").and_then(Value::as_str) != Some("queued") {
-        return Ok(None);
-    }
-    let sending = callback_outcome(CallbackState::Sending, "a worker is sending the push", now, None);
-    // Conditional on the token still being there: of two workers handed
-    // the same job, one takes it.
-    let taken =
-        Q::new("UPDATE builds SET callback_token = NULL, callback = $1 WHERE id = $2 AND callback_token IS NOT NULL")
-            .text(sending.to_string())
-            .text(id)
-            .execute(conn)
-            .await?;
-    if taken != 1 {
-        return Ok(None);
-    }
-    Ok(Some((row.text("deployment_id")?, row.text("callback_url")?, row.text("callback_token")?)))
-}
-
-/// Ends build `id`'s push that a worker took and never recorded (it died
-/// while sending): the outcome becomes `failed` with error `interrupted`,
-/// since the push may or may not have arrived and is not sent again.
-/// Conditional on the outcome read still being `sending`; returns whether
-/// it changed.
-pub async fn interrupt_callback(conn: &mut Conn, id: &str, now: i64) -> Result<bool, StoreError> {
-    let Some(row) = Q::new("SELECT callback FROM builds WHERE id = $1").text(id).fetch_optional(conn).await? else {
-        return Ok(false);
-    };
-    let Some(text) = row.opt_text("callback")? else { return Ok(false) };
-    let outcome: Value = json_col(&text, "builds.callback")?;
-    if outcome.get("state").and_then(Value::as_str) != Some("sending") {
-        return Ok(false);
-    }
-    let message = "the worker sending the push stopped before it recorded the answer; the push may or may not have \
-                   arrived, and it is not sent again";
-    let interrupted =
-        callback_outcome(CallbackState::Failed, message, now, Some(&serde_json::json!({ "error": "interrupted" })));
-    let changed = Q::new("UPDATE builds SET callback = $1 WHERE id = $2 AND callback = $3")
-        .text(interrupted.to_string())
-        .text(id)
-        .text(text)
-        .execute(conn)
-        .await?;
-    Ok(changed == 1)
-}
-
-/// Records the push's outcome on build `id`.
-pub async fn record_callback(conn: &mut Conn, id: &str, outcome: &Value) -> Result<(), StoreError> {
-    Q::new("UPDATE builds SET callback = $1 WHERE id = $2").text(outcome.to_string()).text(id).execute(conn).await?;
-    Ok(())
 }

@@ -1,7 +1,7 @@
 //! Deployment rows (ID-1, ST-3, TF-1).
 
 use super::{json_col, Conn, Row, StoreError, Q};
-use crate::source::Instance;
+use crate::source::outputs::Instance;
 use serde_json::Value;
 
 /// A stored deployment: the snapshot of the last submit (seed 000 "Two-store model").

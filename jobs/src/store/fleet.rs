@@ -168,7 +168,7 @@ pub async fn fleet(conn: &mut Conn, window_s: i64, nix_slots: u32, now: i64) -> 
     }
     let running =
         Q::new("SELECT COUNT(*) AS n FROM builds WHERE status = 'running'").fetch_one(conn).await?.int("n")?;
-    let nix = super::nix::slots_held(conn, nix_slots, now).await?;
+    let nix = super::nix_results::slots_held(conn, nix_slots, now).await?;
     Ok(Fleet { queues, slots: vec![("builds", running), ("nix", nix)], workers_alive: processes.len() as i64 })
 }
 

@@ -141,7 +141,7 @@ pub async fn served_and_slots_held(
     let row = Q::new(format!(
         "SELECT ({}) AS workers, ({}) AS held",
         live_workers(conn.engine()),
-        super::nix::slots_held_sql("$3", "$4")
+        super::nix_results::slots_held_sql("$3", "$4")
     ))
     .text(queue)
     .int(window_s)

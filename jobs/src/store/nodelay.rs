@@ -1,18 +1,22 @@
 //! `TCP_NODELAY` on every PostgreSQL connection of this process.
 //!
-//! sqlx 0.9.0 connects without `TCP_NODELAY` (its earlier releases set it;
-//! the fix is merged upstream but not released). Without it, a statement
+//! sqlx 0.9.0 connects without `TCP_NODELAY` (its earlier releases set it):
+//! <https://github.com/transact-rs/sqlx/issues/4335>, fixed by
+//! <https://github.com/transact-rs/sqlx/pull/4336>, merged but in no release
+//! yet. Without it, a statement
 //! that does not fit in one segment waits for the server's delayed ACK
 //! (Nagle's algorithm): about 40 ms on Linux for each statement over ~64 kB,
 //! such as a submit of a large configuration. sqlx gives no access to the
 //! socket, so each new pooled connection ([`set_on_connections_to`], run
 //! from the pool's `after_connect`) sets the option on this process's TCP
 //! sockets whose peer is the database's port. Setting it twice, or on
-//! another socket to that port, is harmless. Remove this module once sqlx
-//! sets it again.
+//! another socket to that port, is harmless. Remove this module once the
+//! sqlx in `Cargo.lock` has that fix: `jobs/tests/postgres_tcp.rs` then
+//! fails, saying so.
 //!
-//! [`tcp_sockets_on`] and [`nodelay`] also let the api's tests check its
-//! accepted connections, which set the option themselves.
+//! `tcp_sockets_on` and `nodelay` (with the `test-support` feature) also let
+//! the api's tests check its accepted connections, which set the option
+//! themselves.
 
 use std::os::fd::RawFd;
 
@@ -42,6 +46,7 @@ pub fn set_on_connections_to(port: u16) -> usize {
 }
 
 /// Whether socket `fd` has `TCP_NODELAY` set (`None`: not a TCP socket).
+#[cfg(any(test, feature = "test-support"))]
 pub fn nodelay(fd: RawFd) -> Option<bool> {
     let mut value: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -61,6 +66,7 @@ pub fn tcp_sockets_to(port: u16) -> Vec<RawFd> {
 /// The descriptors of this process that are connected TCP sockets whose
 /// own (local) port is `port`: the connections a listener on `port` has
 /// accepted (the listener itself has no peer and is left out).
+#[cfg(any(test, feature = "test-support"))]
 pub fn tcp_sockets_on(port: u16) -> Vec<RawFd> {
     own_descriptors().filter(|&fd| peer_port(fd).is_some() && local_port(fd) == Some(port)).collect()
 }
@@ -78,6 +84,7 @@ fn own_descriptors() -> impl Iterator<Item = RawFd> {
 type NameOf = unsafe extern "C" fn(libc::c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> libc::c_int;
 
 /// The local port of TCP socket `fd`, when it is one.
+#[cfg(any(test, feature = "test-support"))]
 fn local_port(fd: RawFd) -> Option<u16> {
     port_by(fd, libc::getsockname)
 }

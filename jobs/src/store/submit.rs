@@ -195,8 +195,8 @@ fn secrets_kept(row: &super::Row) -> Result<bool, StoreError> {
 /// takes the aggregate when its statistics say about one build is queued
 /// (a fresh database, or a queue that was drained when it last analysed).
 /// Every pooled connection keeps that plan, so a burst of submits then
-/// read the whole queue each: 4.1 ms a statement at 3,000 queued builds,
-/// most of the database's time in the submit bench (issue 14).
+/// read the whole queue each (`docs/DECISIONS.md`: "The oldest queued
+/// build is read as `ORDER BY seq LIMIT 1`").
 const SPAN: &str = "(SELECT COALESCE((SELECT MAX(seq) FROM builds)
                                    - (SELECT seq FROM builds WHERE status = 'queued' ORDER BY seq LIMIT 1) + 1, 0)
                    AS b) AS span";

@@ -288,7 +288,7 @@ slipway_jobs::on_both_engines!(
 /// built outputs (the cache) and recent rows stay; so do the nix folders of
 /// dead workers.
 async fn the_sweep_deletes_old_names_evals_and_failed_builds_and_keeps_built_outputs(engine: Engine) {
-    use slipway_jobs::store::nix::{self as rows, NewNixJob, NixKind};
+    use slipway_jobs::store::nix_results::{self as rows, NewNixJob, NixKind};
     let w = world(engine, &[]).await;
     let old = slipway_jobs::store::now_ms() - 2 * sweep::NIX_RESULTS_KEPT.as_millis() as i64;
     let mut conn = w.ctx.db.acquire().await.unwrap();

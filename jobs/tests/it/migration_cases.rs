@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::Value;
-use slipway_jobs::migrate::{migrate, section_renames, Rename};
+use slipway_jobs::renames::{migrate, section_renames, Rename};
 
 /// One case file.
 #[derive(Debug, Deserialize)]

@@ -6,8 +6,8 @@
 //! real database of each engine. Never sleeps to synchronise.
 
 use slipway_jobs::outbound::Class;
-use slipway_jobs::readiness::{probe, State, PROBE_DEADLINE};
-use slipway_jobs::source::{Instance, ReadinessMeta};
+use slipway_jobs::probe::{probe, State, PROBE_DEADLINE};
+use slipway_jobs::source::outputs::{Instance, ReadinessMeta};
 use slipway_jobs::store::Engine;
 use slipway_jobs::test_support::{Behaviour, Reply, StubServer as Server};
 use std::sync::Arc;
@@ -135,7 +135,7 @@ async fn a_429_carries_its_retry_after_and_a_500_is_asked_once_more() {
     let busy = Server::start(answering(|_, _| Reply::Answer(429, vec![("Retry-After", "7".into())]))).await;
     let p = probe(&instance(), &through(&busy), &[]).await;
     assert_eq!(p.class, Class::RetryLater { after: Some(Duration::from_secs(7)) });
-    assert!(slipway_jobs::readiness::pause(1, &p.class) >= Duration::from_secs(7));
+    assert!(slipway_jobs::probe::pause(1, &p.class) >= Duration::from_secs(7));
     assert_eq!(busy.requests(), 1, "a 429 is not asked again at once");
     let flaky = Server::start(answering(|n, host| {
         if n == 0 {
@@ -192,7 +192,7 @@ async fn the_probe_path_and_header_come_from_the_settings() {
 async fn the_readiness_job_probes_until_ready_or_the_deadline(engine: Engine) {
     use slipway_jobs::jobs::readiness::run;
     use slipway_jobs::store::queue::ReadinessJob;
-    use slipway_jobs::store::{now_ms, readiness as rows, Q};
+    use slipway_jobs::store::{instance_readiness as rows, now_ms, Q};
     // The test's server listens on a port of its own: any connect is allowed.
     let world = slipway_jobs::test_support::world(engine, &[("SLIPWAY_READINESS_CONNECT", "")]).await;
     let id = "ready-job";
@@ -287,7 +287,7 @@ async fn the_readiness_backoff_holds_until_the_deadline(engine: Engine) {
     use slipway_jobs::store::queue::{
         push_readiness_job, JobFeed, QueueSettings, ReadinessJob, POSTGRES_POLL, READINESS_QUEUE,
     };
-    use slipway_jobs::store::{now_ms, readiness as rows, Db, Q};
+    use slipway_jobs::store::{instance_readiness as rows, now_ms, Db, Q};
     async fn handle(job: ReadinessJob, ctx: Data<Ctx>) -> Result<(), BoxDynError> {
         run(job, &ctx).await.map_err(Into::into)
     }

@@ -5,7 +5,7 @@
 //! annotation, and any string passes it.
 
 use serde_json::{json, Value};
-use slipway_jobs::source::SourceOutputs;
+use slipway_jobs::source::outputs::SourceOutputs;
 use slipway_jobs::test_support::{demo, repo};
 use slipway_jobs::validate::Checker;
 

@@ -6,8 +6,8 @@
 //! belong to that deploy); a destroy's success removes them ([`clear`]).
 
 use super::{Conn, Row, StoreError, Q};
-use crate::readiness::State;
-use crate::source::Instance;
+use crate::probe::State;
+use crate::source::outputs::Instance;
 
 /// One instance's readiness, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]

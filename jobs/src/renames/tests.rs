@@ -2,7 +2,7 @@
 //! the shared case tables through it too.
 
 use super::*;
-use serde_json::json;
+use serde_json::{json, Map};
 
 /// An entry from dotted paths: `r("a.*.b", "a.*.c")`.
 fn r(from: &str, to: &str) -> Rename {

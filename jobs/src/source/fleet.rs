@@ -21,12 +21,13 @@
 //! `computing` row older than twice `NIX_TIMEOUT` plus a minute (its job was
 //! lost) is started over.
 
+use super::policy::{CheckerFor, NamesEval, Resolved, SourcePolicy, Sources};
 use crate::nix::{BuiltSchema, FailureCode, Names, NixFailure};
 use crate::source::{GitPin, ModuleSource};
-use crate::store::nix::{self as rows, NewNixJob, NixKind, NixStatus};
+use crate::store::nix_results::{self as rows, NewNixJob, NixKind, NixStatus};
 use crate::store::queue::push_nix_job;
 use crate::store::{now_ms, Db, StoreError};
-use crate::submit::{NamesEval, SourcePolicy, Sources, SubmitError};
+use crate::submit::SubmitError;
 use crate::validate::Checker;
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -406,9 +407,9 @@ impl FleetSources {
     /// be had; an explicit source's outputs, waited for, without fallback.
     pub async fn checker_for(&self, requested: Option<&str>) -> Result<(Arc<Checker>, Option<String>), SubmitError> {
         let (source, fallback) = match self.policy.resolve(requested)? {
-            crate::submit::Resolved::BuiltIn { pin: None } => return Ok((Arc::clone(&self.built_in), None)),
-            crate::submit::Resolved::BuiltIn { pin: Some(pin) } => (pin, true),
-            crate::submit::Resolved::Explicit(source) => (source, false),
+            Resolved::BuiltIn { pin: None } => return Ok((Arc::clone(&self.built_in), None)),
+            Resolved::BuiltIn { pin: Some(pin) } => (pin, true),
+            Resolved::Explicit(source) => (source, false),
         };
         let parsed = ModuleSource::parse(&source)?;
         let found = match self.schema(&parsed, true).await? {
@@ -550,10 +551,7 @@ fn parse_failure(text: Option<&str>) -> NixFailure {
 }
 
 impl Sources for FleetSources {
-    fn checker_for<'a>(
-        &'a self,
-        requested: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<crate::submit::CheckerFor, SubmitError>> {
+    fn checker_for<'a>(&'a self, requested: Option<&'a str>) -> BoxFuture<'a, Result<CheckerFor, SubmitError>> {
         Box::pin(FleetSources::checker_for(self, requested))
     }
 

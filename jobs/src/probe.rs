@@ -20,7 +20,7 @@
 //! `run wait-ready` uses the same probe.
 
 use crate::outbound::{self, Class};
-use crate::source::{Instance, ReadinessMeta};
+use crate::source::outputs::{Instance, ReadinessMeta};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 

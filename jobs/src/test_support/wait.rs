@@ -1,0 +1,20 @@
+//! Waiting on a condition with a deadline, instead of sleeping.
+
+/// Polls `check` until it yields, backing off from 20 ms to 250 ms; panics
+/// naming `what` past `deadline`. What tests wait with instead of sleeping.
+pub async fn wait_for<F, Fut, T>(what: &str, deadline: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = std::time::Instant::now();
+    let mut every = std::time::Duration::from_millis(20);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        tokio::time::sleep(every).await;
+        every = (every * 2).min(std::time::Duration::from_millis(250));
+    }
+}
