@@ -12,7 +12,7 @@ use common::*;
 use serde_json::{json, Value};
 use slipway_api::routes::health::READY_TIMEOUT;
 use slipway_jobs::store::Engine;
-use slipway_jobs::test_support::{postgres_admin_url, TestDatabase};
+use slipway_jobs::test_support::{postgres_admin_url, wait_for, TestDatabase};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,15 +27,6 @@ const BUDGET: Duration = Duration::from_secs(2);
 /// How much later than the budget an answer may come (scheduling on a busy
 /// test machine), far below the 10 s the pool used to wait.
 const SLACK: Duration = Duration::from_secs(1);
-
-/// Polls `done` until it holds, failing the test after `within`.
-async fn eventually(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what} did not happen within {within:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// Log lines written while a [`Captured::install`] guard lives (this
 /// thread only: `#[tokio::test]` runs every task of the test on it).
@@ -227,8 +218,11 @@ async fn a_database_outage_is_logged_once_when_it_begins_and_once_when_it_ends()
         assert!(loud.iter().all(|l| l.contains(" ERROR ") && l.contains("the database is away")), "{loud:?}");
         assert_eq!(logs.count("the database answers again"), outage - 1);
         h.database.accept_connections(true).await;
-        eventually("the recovery line", Duration::from_secs(15), || logs.count("the database answers again") == outage)
-            .await;
+        wait_for("the recovery line", Duration::from_secs(15), || {
+            let done = logs.count("the database answers again") == outage;
+            async move { done.then_some(()) }
+        })
+        .await;
         assert_eq!(h.call(Method::GET, "/readyz", None, None).await.0, StatusCode::OK);
         assert_eq!(logs.count("the database answers again"), outage, "{:#?}", logs.lines());
     }

@@ -4,7 +4,6 @@
 //! /reconcile`, answered `204`), recording every request it got. One
 //! request per connection (`Connection: close`); enough for a browser and
 //! for the worker's push.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

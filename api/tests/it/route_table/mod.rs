@@ -4,7 +4,6 @@
 //! against the router, so a route missing here fails those tests.
 //!
 //! A NEW ROUTE MUST BE ADDED TO [`routes`], with its access and inputs.
-#![allow(dead_code)]
 
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};

@@ -2,13 +2,11 @@
 //! binaries on a fresh database and a free loopback port, tokens minted by
 //! `slipway-api token`, and runs of the built `slipway` binary with a
 //! deadline. Processes are killed when the test ends, however it ends.
-#![allow(dead_code)]
 
 pub mod pty;
 
 use serde_json::Value;
 use slipway_jobs::store::Engine;
-#[allow(unused_imports)]
 pub use slipway_jobs::test_support::{free_port, newest, repo, start, wait_for, Running};
 use slipway_jobs::test_support::{slipway_command, TestDatabase};
 use std::path::{Path, PathBuf};
@@ -139,11 +137,6 @@ impl Fleet {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_slipway"));
         cmd.args(args).env("SLIPWAY_URL", &self.url).env("SLIPWAY_TOKEN", token).stdin(Stdio::null());
         cmd
-    }
-
-    /// Kills the api (SIGKILL) and leaves it down.
-    pub fn stop_api(&mut self) {
-        self._api.kill();
     }
 }
 

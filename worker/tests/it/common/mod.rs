@@ -1,25 +1,15 @@
 //! Helpers for tests that run the real binaries: processes killed when the
 //! test ends, a free loopback port, polling with a deadline, and a small
 //! HTTP client for the api.
-#![allow(dead_code)]
 
 use serde_json::{json, Value};
-#[allow(unused_imports)]
-pub use slipway_jobs::test_support::{free_port, newest, start, Running};
+pub use slipway_jobs::test_support::{demo, free_port, newest, poll, repo, start, wait_for, Running};
 use slipway_jobs::test_support::{slipway_command, TestDatabase};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const SECRET: &str = "end-to-end-secret-at-least-32-bytes";
-
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-pub fn demo() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(repo().join("examples/demo.json")).unwrap()).unwrap()
-}
 
 /// A binary of the workspace. `cargo test -p slipway-worker` builds only the
 /// worker, so the api binary is checked for being older than its sources.
@@ -49,35 +39,6 @@ pub fn binary(name: &str) -> PathBuf {
 /// A command for `bin` on the test's database, with the api on `port`.
 pub fn command(bin: &Path, db: &TestDatabase, port: u16) -> Command {
     slipway_command(bin, db, port, SECRET)
-}
-
-/// Polls `check` until it yields, backing off from 20 ms to 250 ms; `None` past `deadline`.
-pub async fn poll<F, Fut, T>(deadline: Duration, mut check: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    let mut every = Duration::from_millis(20);
-    loop {
-        if let Some(v) = check().await {
-            return Some(v);
-        }
-        if start.elapsed() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(every).await;
-        every = (every * 2).min(Duration::from_millis(250));
-    }
-}
-
-/// [`poll`]s `check` until it yields; panics naming `what` past `deadline`.
-pub async fn wait_for<F, Fut, T>(what: &str, deadline: Duration, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    poll(deadline, check).await.unwrap_or_else(|| panic!("timed out after {deadline:?} waiting for {what}"))
 }
 
 /// An error and its sources, `: `-separated (reqwest's own message omits the cause).
