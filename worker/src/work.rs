@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use apalis::prelude::*;
 use apalis_cron::{timezone::Utc, CronScheduler, Schedule, Tick};
 use slipway_jobs::config::Config;
-use slipway_jobs::jobs::{build, callback, nix, readiness, retry_backoff, sweep, Ctx};
+use slipway_jobs::jobs::{build_job, callback, nix, readiness, retry_backoff, sweep, Ctx};
 use slipway_jobs::metrics::Metrics;
 use slipway_jobs::store::queue::{
     BuildJob, CallbackJob, JobFeed, NixJob, QueueSettings, ReadinessJob, BUILDS_QUEUE, CALLBACKS_CONCURRENCY,
@@ -75,7 +75,7 @@ impl Gate {
     }
 }
 
-/// The apalis handler: adapts a queued [`BuildJob`] to [`build::run`].
+/// The apalis handler: adapts a queued [`BuildJob`] to [`build_job::run`].
 ///
 /// The build runs in a task of its own, holding one of the process's
 /// slots: when the database drops its connections (a restart, a failover)
@@ -103,7 +103,7 @@ async fn handle(
     };
     let ctx = (*ctx).clone();
     let task = tokio::spawn(async move {
-        let result = build::run(job, &ctx).await;
+        let result = build_job::run(job, &ctx).await;
         drop(permit);
         drop(share);
         result
@@ -111,8 +111,8 @@ async fn handle(
     match task.await {
         // The process exits at once: the job must not be acknowledged, so
         // that another worker takes the build over.
-        Ok(Ok(build::Ran::Abandoned)) => std::future::pending().await,
-        Ok(Ok(build::Ran::Finished(report))) => {
+        Ok(Ok(build_job::Ran::Abandoned)) => std::future::pending().await,
+        Ok(Ok(build_job::Ran::Finished(report))) => {
             let ran = Duration::from_millis(report.duration_ms.max(0) as u64);
             metrics.build_finished(report.kind, report.status, ran);
             Ok(())
@@ -488,13 +488,13 @@ fn register_all(
 /// Beats for this worker every half heartbeat, also while all its slots are
 /// busy and apalis does not poll (otherwise its long builds would be taken
 /// over by another worker while it still runs them), and tells the job
-/// bodies whether the database answers ([`slipway_jobs::jobs::Here::beat`]).
+/// bodies whether the database answers ([`slipway_jobs::jobs::WorkerProcess::beat`]).
 async fn keep_alive(ctx: Ctx, beats: Beats) {
     let mut tick = tokio::time::interval(ctx.config.heartbeat / 2);
     loop {
         tick.tick().await;
         let _beat = beats.0.lock().await;
-        if ctx.here.abandoned() {
+        if ctx.process.abandoned() {
             return;
         }
         ctx.beat().await;
@@ -580,15 +580,15 @@ async fn stop(ctx: Ctx, gate: Gate, beats: Beats) -> std::io::Result<Stopped> {
     }
     tracing::info!("shutting down: running builds finish first; a second SIGTERM or Ctrl-C stops them now");
     let (at_once, mut stopped_at_once) = tokio::sync::oneshot::channel();
-    let here = Arc::clone(&ctx.here);
+    let process = Arc::clone(&ctx.process);
     tokio::spawn(async move {
         tokio::select! {
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
         let _no_more_beats = beats.0.lock().await;
-        ctx.here.abandon();
-        let builds = ctx.here.running().len();
+        ctx.process.abandon();
+        let builds = ctx.process.running().len();
         let killing = ctx.clone();
         let processes = tokio::task::spawn_blocking(move || {
             let processes = slipway_jobs::effect::kill_own();
@@ -611,7 +611,7 @@ async fn stop(ctx: Ctx, gate: Gate, beats: Beats) -> std::io::Result<Stopped> {
     }
     // The bodies also end when a second signal abandoned them: its task
     // tells how once it has killed the effects.
-    if here.abandoned() {
+    if process.abandoned() {
         if let Ok(stopped) = stopped_at_once.await {
             return Ok(stopped);
         }
