@@ -24,7 +24,7 @@
 use crate::nix::{BuiltSchema, FailureCode, Names, NixFailure};
 use crate::source::{GitPin, ModuleSource};
 use crate::store::nix::{self as rows, NewNixJob, NixKind, NixStatus};
-use crate::store::queue::push_nix_job;
+use crate::store::queue::{push, NixJob};
 use crate::store::{now_ms, Db, StoreError};
 use crate::submit::{NamesEval, SourcePolicy, Sources, SubmitError};
 use crate::validate::Checker;
@@ -278,7 +278,7 @@ impl FleetSources {
             return Ok(Lookup::Busy);
         }
         rows::start_over(&mut tx, job, now).await?;
-        push_nix_job(&mut tx, job.key).await?;
+        push(&mut tx, &NixJob { key: job.key.to_owned() }, None).await?;
         tx.commit().await?;
         Ok(Lookup::Computing)
     }

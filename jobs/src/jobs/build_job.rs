@@ -7,18 +7,18 @@
 //!    attempt (a conditional update, ST-3).
 //! 2. `run_claimed` hands it to [`deploy::run`] or [`destroy::run`], which
 //!    run the effect in the attempt's workspace
-//!    ([`super::workspace::run_kind`]) and give back the run report and the
+//!    (`workspace::run_kind`) and give back the run report and the
 //!    SBOM change it implies ([`Outcome`]).
 //! 3. `record` opens one transaction holding the deployment's lock:
 //!    the SBOM change → the build's end with its report and `timings`
 //!    (conditional on the claim; rolled back whole when it no longer holds)
-//!    → what the kind adds ([`deploy::record_end`], [`destroy::record_end`])
+//!    → what the kind adds (`deploy::record_end`, `destroy::record_end`)
 //!    → the dispatch of the deployment's next build (ST-2) → commit.
 
 use super::outcome::{blank_report, cancelled, Outcome, SbomChange};
 use super::report::{Reason, Report};
 use super::timing::{now_us, Marks};
-use super::{deploy, destroy, Ctx, JobError, RECORD_PATIENCE};
+use super::{deploy, destroy, Ctx, Job, JobError, RECORD_PATIENCE};
 use crate::state::{BuildKind, BuildStatus};
 use crate::store::builds::{self, BuildRow, Finish};
 use crate::store::queue::{BuildJob, MISSED_HEARTBEATS};
@@ -42,6 +42,21 @@ pub enum Ran {
     /// This process is stopping at once ([`super::WorkerProcess::abandon`]): the
     /// outcome was not recorded and another worker runs the build again.
     Abandoned,
+}
+
+/// A `builds` job runs in the span [`run`] opens once the build is claimed
+/// (it names the deployment and the kind, read from the row).
+impl Job for BuildJob {
+    type Output = Ran;
+    const NAME: &'static str = "build";
+
+    fn run(self, ctx: &Ctx) -> impl std::future::Future<Output = Result<Ran, JobError>> + Send {
+        run(self, ctx)
+    }
+
+    fn span(&self, _worker: &str) -> tracing::Span {
+        tracing::Span::none()
+    }
 }
 
 /// Runs one `builds` job.

@@ -24,7 +24,7 @@ use crate::store::{readiness, Conn, StoreError};
 use std::path::Path;
 use std::time::Duration;
 
-/// Runs a claimed deploy build ([`run_kind`] with what a deploy adds).
+/// Runs a claimed deploy build (`workspace::run_kind` with what a deploy adds).
 pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
     run_kind::<Deploy>(build, ctx).await
 }
@@ -130,7 +130,7 @@ pub(crate) async fn record_end(
             build_id: build.id.clone(),
             not_before_ms: None,
         };
-        queue::push_readiness_job(tx, &job, None).await?;
+        queue::push(tx, &job, None).await?;
     }
     Ok(())
 }

@@ -15,12 +15,12 @@ use super::Ctx;
 use crate::config::Config;
 use crate::state::BuildStatus;
 use crate::store::builds::{self, BuildRow};
-use crate::store::queue;
+use crate::store::queue::{self, CallbackJob};
 use crate::store::{readiness, Conn, StoreError};
 use std::path::Path;
 use std::time::Duration;
 
-/// Runs a claimed destroy build ([`run_kind`] with what a destroy adds).
+/// Runs a claimed destroy build (`workspace::run_kind` with what a destroy adds).
 pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
     run_kind::<Destroy>(build, ctx).await
 }
@@ -103,7 +103,7 @@ pub(crate) async fn record_end(
         readiness::clear(tx, &build.deployment_id).await?;
     }
     if builds::settle_callback(tx, &build.id, idle, status.as_str(), now).await? {
-        queue::push_callback_job(tx, &build.id).await?;
+        queue::push(tx, &CallbackJob { build_id: build.id.clone() }, None).await?;
     }
     Ok(())
 }

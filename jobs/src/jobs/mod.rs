@@ -6,7 +6,7 @@
 //! A build, top to bottom: [`build_job`] is the frame of every build (claim
 //! → run the kind → record); [`deploy`] is what a deploy adds and
 //! [`destroy`] what a destroy adds, each run by
-//! [`workspace::run_kind`] in the attempt's [`workspace`], with its log in
+//! `workspace::run_kind` in the attempt's [`workspace`], with its log in
 //! the database ([`build_log`]) and, for a deploy, its operator secrets
 //! ([`operator_secrets`]); [`outcome`] is what a run gives the frame to
 //! record, [`effect_output`] what an effect leaves behind. A deploy's
@@ -34,6 +34,7 @@ pub mod timing;
 pub mod workspace;
 
 use crate::config::Config;
+use crate::store::queue::JobKind;
 use crate::store::Db;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -229,9 +230,9 @@ impl Ctx {
     /// locked`) never came back: apalis refused its name while the
     /// process's beats kept the row fresh. A failure here is logged and
     /// left to the registration, which fails and is tried again.
-    pub async fn rejoin(&self, name: &str) -> Rejoining {
+    /// `interval` is apalis's heartbeat interval.
+    pub async fn rejoin(&self, name: &str, interval: std::time::Duration) -> Rejoining {
         let guard = self.process.rejoining(name);
-        let interval = crate::store::queue::apalis_heartbeat(self.config.heartbeat);
         let aged =
             async { crate::store::workers::make_registrable(&mut self.db.acquire().await?, name, interval).await };
         if let Err(e) = aged.await {
@@ -304,6 +305,21 @@ pub enum JobError {
     /// Storage failed.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+}
+
+/// A job kind's body, implemented next to it: what the apalis handler in
+/// `worker/` runs for each job of the kind's queue (crates.io's
+/// `BackgroundJob`).
+pub trait Job: JobKind {
+    /// What a run that ended says (`()` but for builds: [`build_job::Ran`]).
+    type Output: Send + 'static;
+    /// The job's name in the worker's log (`<NAME> job could not record its end`).
+    const NAME: &'static str;
+    /// Runs the job to its recorded end. An error is a failure of the
+    /// machinery (the database): the job goes back to the queue.
+    fn run(self, ctx: &Ctx) -> impl std::future::Future<Output = Result<Self::Output, JobError>> + Send;
+    /// The span the job runs in, on worker `worker`.
+    fn span(&self, worker: &str) -> tracing::Span;
 }
 
 #[cfg(test)]

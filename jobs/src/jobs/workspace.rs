@@ -1,8 +1,8 @@
 //! The workspace of one build attempt: its module source, its work
 //! folder, the environment its effect gets, and the watch on its claim and
-//! on cancel requests. Deploy and destroy run through [`run_kind`], which
+//! on cancel requests. Deploy and destroy run through `run_kind`, which
 //! runs the effect (`run_effect`) and judges how it ended with what the
-//! kind adds ([`Kind`]).
+//! kind adds (`Kind`).
 
 use super::build_log::DbLog;
 use super::effect_output::{read_nodes, read_times};

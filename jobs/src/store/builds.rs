@@ -11,7 +11,7 @@
 //! none of its own; changes that must hold together (a build and its job, a
 //! build's end and the next dispatch) are the caller's transaction.
 
-use super::queue::push_build_job;
+use super::queue::{push, BuildJob};
 use super::{json_col, Conn, Engine, Row, StoreError, Q};
 use crate::source::Instance;
 use crate::state::{BuildKind, BuildStatus};
@@ -419,7 +419,7 @@ pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), Stor
     .await?;
     let Some(next) = next else { return Ok(()) };
     let build_id = next.text("id")?;
-    push_build_job(conn, &build_id, None).await?;
+    push(conn, &BuildJob { build_id: build_id.clone() }, None).await?;
     crate::failpoint::hit("job_pushed");
     Q::new("UPDATE builds SET dispatched = 1, version = version + 1 WHERE id = $1")
         .text(&build_id)
@@ -432,7 +432,7 @@ pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), Stor
 /// worker found the build held by a live worker and looks again later
 /// (the job it holds is then acknowledged).
 pub async fn push_recheck(conn: &mut Conn, id: &str, delay: std::time::Duration) -> Result<(), StoreError> {
-    push_build_job(conn, id, Some(delay)).await
+    push(conn, &BuildJob { build_id: id.to_owned() }, Some(delay)).await
 }
 
 /// Marks build `row` (as read) `running` for `worker` as its next attempt:
