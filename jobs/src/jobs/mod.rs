@@ -15,8 +15,8 @@
 //! [`sweep`] is the periodic retention sweep.
 //!
 //! Imports go one way: `build_job` → `deploy`, `destroy` → `workspace` →
-//! `build_log`, `operator_secrets`, `outcome`, `effect_output`, and every
-//! file to this one; this file imports none of them.
+//! `build_log`, `operator_secrets` → `outcome`, `effect_output` → `report`
+//! → `timing`; any file may import this one, which imports none of them.
 
 pub mod build_job;
 pub mod build_log;
