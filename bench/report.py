@@ -244,7 +244,7 @@ w(f"""- **Same PostgreSQL, same steps for every queue.** Each drain gets a new d
   connection, after 20 warm-up jobs and a 1 s pause; the figure is handler start − the instant just
   before the insert was sent.
 - **Slipway's queue** is built by the same constructor slipway-worker builds its `builds` queue
-  with (`QueueSettings::postgres` in `jobs/src/store/queue.rs`, called by `slipway_queue_worker`
+  with (`QueueSettings::postgres` in `worker/src/storage.rs`, called by `slipway_queue_worker`
   in `bench/queue/src/main.rs`): explicit queue name, batch size, apalis's heartbeat at half of
   Slipway's 5 s with the same missed-beat window, LISTEN/NOTIFY plus a 1 s poll; a unique name per
   worker and a `WorkerBuilder` with `.concurrency(n)`. `--batch-size` is slipway-worker's `BUILD_PREFETCH` (apalis `batch_size`;

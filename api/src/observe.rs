@@ -149,16 +149,16 @@ fn is_build_id(id: &str) -> bool {
         && slipway_jobs::id::DeploymentId::parse(deployment).is_ok()
 }
 
-/// The queues whose jobs live in the database (`builds`, `nix`): jobs
-/// waiting and live workers serving each.
+/// The queues whose jobs live in the database
+/// ([`slipway_jobs::store::queue::DATABASE_QUEUES`]): jobs waiting and live
+/// workers serving each.
 pub async fn queue_states(
     app: &AppState,
     conn: &mut slipway_jobs::store::Conn,
 ) -> Result<Vec<slipway_jobs::store::fleet::QueueState>, slipway_jobs::store::StoreError> {
-    use slipway_jobs::store::queue::{BUILDS_QUEUE, CALLBACKS_QUEUE, MISSED_HEARTBEATS, NIX_QUEUE, READINESS_QUEUE};
+    use slipway_jobs::store::queue::{DATABASE_QUEUES, MISSED_HEARTBEATS};
     let window = (app.config.heartbeat * MISSED_HEARTBEATS).as_secs() as i64 + 1;
-    let queues = [BUILDS_QUEUE, NIX_QUEUE, CALLBACKS_QUEUE, READINESS_QUEUE];
-    slipway_jobs::store::fleet::queue_states(conn, &queues, window).await
+    slipway_jobs::store::fleet::queue_states(conn, &DATABASE_QUEUES, window).await
 }
 
 /// One sentence per queue whose jobs wait with no live worker serving it

@@ -141,7 +141,7 @@ pub struct Config {
 }
 
 /// Parses a list of queues (`SLIPWAY_QUEUES`, `--queues`): comma separated
-/// names of `builds`, `nix` and `maintenance`; unset or empty: all of them.
+/// names of [`crate::store::queue::ALL_QUEUES`]; unset or empty: all of them.
 pub fn parse_queues(value: Option<&str>) -> Result<Vec<String>, ConfigError> {
     let all = crate::store::queue::ALL_QUEUES;
     let Some(value) = value.filter(|v| !v.trim().is_empty()) else {
@@ -153,7 +153,7 @@ pub fn parse_queues(value: Option<&str>) -> Result<Vec<String>, ConfigError> {
             return Err(ConfigError::Invalid {
                 key: "SLIPWAY_QUEUES",
                 value: value.to_owned(),
-                reason: "a comma-separated list of the queues builds, nix, callbacks and maintenance",
+                reason: queues_expected(),
             });
         }
         if !queues.iter().any(|q| q == name) {
@@ -161,13 +161,19 @@ pub fn parse_queues(value: Option<&str>) -> Result<Vec<String>, ConfigError> {
         }
     }
     if queues.is_empty() {
-        return Err(ConfigError::Invalid {
-            key: "SLIPWAY_QUEUES",
-            value: value.to_owned(),
-            reason: "a comma-separated list of the queues builds, nix, callbacks and maintenance",
-        });
+        return Err(ConfigError::Invalid { key: "SLIPWAY_QUEUES", value: value.to_owned(), reason: queues_expected() });
     }
     Ok(queues)
+}
+
+/// What [`parse_queues`] expects, as its error says: `a comma-separated
+/// list of the queues builds, nix, …` (every one of
+/// [`crate::store::queue::KINDS`]).
+fn queues_expected() -> &'static str {
+    static TEXT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!("a comma-separated list of the queues {}", crate::store::queue::queue_names())
+    });
+    TEXT.as_str()
 }
 
 /// The built-in source shipped next to the binaries: `$SLIPWAY_DEFAULT_SOURCE_DIR`,

@@ -2,14 +2,14 @@
 //!
 //! The source's outputs are built with Nix, the configuration is checked the
 //! way a submit checks it, and the build is stored in a throw-away database
-//! and run by the same job body as the fleet (`slipway_jobs::jobs::build::run`).
+//! and run by the same job body as the fleet (`slipway_jobs::jobs::build_job::run`).
 //! Provider state stays under `SLIPWAY_STATE_DIR`, so a later `run destroy`
 //! of the same deployment id removes what `run deploy` made.
 
 use crate::{LocalJob, Output};
 use slipway_jobs::config::Config;
 use slipway_jobs::id::DeploymentId;
-use slipway_jobs::jobs::build::{self, Ran};
+use slipway_jobs::jobs::build_job::{self, Ran};
 use slipway_jobs::jobs::Ctx;
 use slipway_jobs::source::policy::OneSource;
 use slipway_jobs::source::ModuleSource;
@@ -284,7 +284,7 @@ async fn run_one(
         trace.build(&build_id);
     }
     let ctx = Ctx::new(db, Arc::new(config), format!("local-{}", std::process::id()), true);
-    let report = match build::run(BuildJob { build_id }, &ctx).await {
+    let report = match build_job::run(BuildJob { build_id }, &ctx).await {
         Ok(Ran::Finished(report)) => report,
         Ok(other) => return refuse(output, format!("the build did not run: {other:?}")),
         Err(e) => return refuse(output, e),

@@ -5,9 +5,8 @@ mod local;
 mod migrate_cmd;
 mod nix_cmd;
 mod ready_cmd;
-mod serve_metrics;
-mod supervise;
-mod work;
+
+use slipway_worker::work;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use slipway_jobs::config::Config;
@@ -27,9 +26,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serves the fleet's queues (builds, nix, callbacks, readiness, maintenance) until stopped. The first SIGTERM
-    /// or Ctrl-C drains: no new job, running builds finish, exit 0; a second one kills the running effects, hands
-    /// their builds to another worker and exits 1.
+    // Serves the fleet's queues until stopped: its help is `work_about`.
+    #[command(about = work_about())]
     Work {
         /// Name prefix of this worker; the host, process id and a random suffix are appended so every process is unique
         /// (`<prefix>@<host>-<pid>-<random>`; `GET /workers` reads the host from it).
@@ -38,9 +36,8 @@ enum Command {
         /// Concurrent builds (default: BUILD_SLOTS).
         #[arg(long)]
         slots: Option<u32>,
-        /// The queues this worker serves, comma separated, of builds, nix, callbacks, readiness and maintenance
-        /// (default: SLIPWAY_QUEUES, else all). For example `--queues nix` for an evaluation worker.
-        #[arg(long)]
+        // The queues this worker serves: its help is `queues_help`.
+        #[arg(long, help = queues_help())]
         queues: Option<String>,
     },
     /// Runs one job in-process, without the queue, through the same job body as the fleet, and prints its run report;
@@ -49,6 +46,25 @@ enum Command {
         #[command(subcommand)]
         job: RunCommand,
     },
+}
+
+/// `work`'s description in `--help`, naming every queue of
+/// [`slipway_jobs::store::queue::KINDS`].
+fn work_about() -> String {
+    format!(
+        "Serves the fleet's queues ({}) until stopped. The first SIGTERM or Ctrl-C drains: no new job, running builds \
+         finish, exit 0; a second one kills the running effects, hands their builds to another worker and exits 1.",
+        slipway_jobs::store::queue::ALL_QUEUES.join(", ")
+    )
+}
+
+/// `work --queues`'s help, naming every queue of [`slipway_jobs::store::queue::KINDS`].
+fn queues_help() -> String {
+    format!(
+        "The queues this worker serves, comma separated, of {} (default: SLIPWAY_QUEUES, else all). For example \
+         `--queues nix` for an evaluation worker.",
+        slipway_jobs::store::queue::queue_names()
+    )
 }
 
 /// What `run` does.

@@ -99,7 +99,8 @@ impl Supervisor {
         let mut held = Supervised::new(backend, pause);
         if !pause.is_zero() {
             let (ctx, name) = (ctx.clone(), name.to_owned());
-            held.rejoin = Some(Box::pin(async move { ctx.rejoin(&name).await }));
+            let interval = crate::storage::apalis_heartbeat(ctx.config.heartbeat);
+            held.rejoin = Some(Box::pin(async move { ctx.rejoin(&name, interval).await }));
         }
         held
     }

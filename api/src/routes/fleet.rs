@@ -10,7 +10,7 @@ use crate::state::AppState;
 use axum::extract::State;
 use serde::Serialize;
 use slipway_jobs::store::fleet::{self, QueueLoad};
-use slipway_jobs::store::queue::{ALL_QUEUES, MAINTENANCE_QUEUE, MISSED_HEARTBEATS};
+use slipway_jobs::store::queue::{DATABASE_QUEUES, MISSED_HEARTBEATS};
 
 /// How far back `GET /workers` looks: workers that beat within the last hour.
 pub const WORKERS_WINDOW_S: i64 = 3600;
@@ -64,9 +64,8 @@ pub struct WorkersAnswer {
     ))]
 pub async fn queues(State(app): State<AppState>, auth: Auth) -> Result<Json<QueuesAnswer>, ApiError> {
     auth.require_operator()?;
-    let names: Vec<&str> = ALL_QUEUES.iter().copied().filter(|q| *q != MAINTENANCE_QUEUE).collect();
     let mut conn = app.db.acquire().await?;
-    let queues = fleet::queue_loads(&mut conn, &names).await?;
+    let queues = fleet::queue_loads(&mut conn, &DATABASE_QUEUES).await?;
     Ok(Json(QueuesAnswer { queues }))
 }
 

@@ -190,7 +190,7 @@ async fn fleet_view(State(app): State<AppState>, Auth(claims): Auth) -> Result<M
         ));
     }
     let alive_ms = crate::routes::fleet::alive_window_ms(&app);
-    let queues: Vec<&str> = queue::ALL_QUEUES.iter().copied().filter(|q| *q != queue::MAINTENANCE_QUEUE).collect();
+    let queues = queue::DATABASE_QUEUES;
     // One snapshot for both reads: read apart, a claim landing between
     // them showed a build's slot in use while its job still waited.
     let mut read = app.db.begin_read().await?;

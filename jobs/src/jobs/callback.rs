@@ -16,7 +16,7 @@
 //! 3. Record the outcome on the build (`GET /builds/{id}` shows it): the
 //!    status, or the class of error, never the token.
 
-use super::Ctx;
+use super::{Ctx, Job, JobError};
 use crate::callback::{push, PushRequest, Resolve, SystemResolver, PUSH_DEADLINE};
 use crate::store::builds::{self, callback_outcome, CallbackState};
 use crate::store::queue::CallbackJob;
@@ -28,6 +28,19 @@ use tracing::Instrument;
 
 /// How long the outcome is tried to be recorded while the database is away.
 const RECORD_PATIENCE: Duration = Duration::from_secs(60);
+
+impl Job for CallbackJob {
+    type Output = ();
+    const NAME: &'static str = "callback";
+
+    async fn run(self, ctx: &Ctx) -> Result<(), JobError> {
+        Ok(run(self, ctx).await?)
+    }
+
+    fn span(&self, worker: &str) -> tracing::Span {
+        tracing::info_span!("job", job.kind = "reconcile_push", build.id = %self.build_id, worker.name = %worker)
+    }
+}
 
 /// Runs one `reconcile_push` with the system's resolver.
 pub async fn run(job: CallbackJob, ctx: &Ctx) -> Result<(), StoreError> {

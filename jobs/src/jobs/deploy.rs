@@ -10,144 +10,129 @@
 //!    the build succeeded). A failed build changes no SBOM, and its error
 //!    names each failed node.
 
-use super::build::{blank_report, cancelled, claim_lost, fail, resolve_source, Outcome, SbomChange};
+use super::effect_output::{read_effect_file, read_nodes};
+use super::outcome::{fail, Outcome, SbomChange};
 use super::report::{NodeOutcome, NodeReport, Reason, Report};
-use super::workspace::run_effect;
+use super::workspace::{run_kind, EffectRun, Kind};
 use super::Ctx;
-use crate::effect::{EffectOutcome, Stop};
+use crate::config::Config;
 use crate::state::BuildStatus;
 use crate::store::builds::BuildRow;
+use crate::store::queue::{self, ReadinessJob};
 use crate::store::sboms::NodeSbom;
-use serde::Deserialize;
+use crate::store::{instance_readiness, Conn, StoreError};
 use std::path::Path;
+use std::time::Duration;
 
-/// `$SBOM_OUT_DIR/nodes.json` as the deploy effect writes it (docs/MODULE-SOURCE.md).
-#[derive(Debug, Deserialize)]
-struct NodesFile {
-    nodes: Vec<NodeEntry>,
-}
-
-/// One node of `nodes.json`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct NodeEntry {
-    pub(crate) name: String,
-    #[serde(default)]
-    pub(crate) dns_names: Vec<String>,
-    #[serde(default)]
-    pub(crate) system: Option<String>,
-    #[serde(default)]
-    pub(crate) outcome: Option<String>,
-    #[serde(default)]
-    pub(crate) error: Option<String>,
-    /// A dry run's plan for the node (§11).
-    #[serde(default)]
-    pub(crate) change: Option<super::report::NodeChange>,
-}
-
-/// Runs a claimed deploy build.
+/// Runs a claimed deploy build (`workspace::run_kind` with what a deploy adds).
 pub async fn run(build: &BuildRow, ctx: &Ctx) -> Outcome {
-    let report = blank_report(build);
-    let no_change = Outcome::unchanged;
-    let source = match resolve_source(build, ctx).await {
-        Ok(dir) => dir,
-        Err(e) => return no_change(fail(report, Reason::SourceUnavailable, e)),
-    };
-    let run = match run_effect(build, ctx, &source, "deploy", ctx.config.worker.deploy_timeout).await {
-        Ok(run) => run,
-        Err((reason, e)) => return no_change(fail(report, reason, e)),
-    };
-    let mut judged = judge(build, ctx, report, run.outcome, &run.work);
-    if let Some(problem) = run.secrets_problem {
-        if judged.report.status == BuildStatus::Succeeded {
-            judged = no_change(fail(judged.report, Reason::OperatorSecrets, problem));
-        }
-    }
-    judged.effect = Some(run.span);
-    judged
+    run_kind::<Deploy>(build, ctx).await
 }
 
-/// The outcome of the deploy whose effect ended as `outcome`, from what it
-/// left in the attempt's work folder `work`.
-fn judge(build: &BuildRow, ctx: &Ctx, report: Report, outcome: EffectOutcome, work: &Path) -> Outcome {
-    let no_change = Outcome::unchanged;
-    let sbom_dir = work.join("sbom");
-    let mut report = report;
-    report.dry_run = build.dry_run;
-    let (nodes, sboms) = if build.dry_run {
-        (planned_nodes(&sbom_dir, &mut report.warnings), Vec::new())
-    } else {
-        read_sbom_dir(&sbom_dir, &mut report.warnings)
-    };
-    let reported = nodes.len();
-    report.nodes = nodes;
-    let failed: Vec<String> = report
-        .nodes
-        .iter()
-        .filter(|n| n.outcome == NodeOutcome::Failed)
-        .map(|n| format!("{} ({})", n.name, n.error.as_deref().unwrap_or("failed")))
-        .collect();
-    match outcome {
-        EffectOutcome::TimedOut => no_change(fail(
-            report,
-            Reason::Timeout,
-            format!(
-                "the deploy ran past DEPLOY_TIMEOUT ({}s) and was killed",
-                ctx.config.worker.deploy_timeout.as_secs()
-            ),
-        )),
-        EffectOutcome::Stopped(Stop::Cancel) => no_change(cancelled(report)),
-        EffectOutcome::Stopped(Stop::ClaimLost) => no_change(claim_lost(report)),
-        EffectOutcome::Exited(code) => {
-            report.exit_code = Some(code);
-            if !failed.is_empty() {
-                no_change(fail(
-                    report,
-                    Reason::NodesFailed,
-                    format!("{} of {} nodes failed: {}", failed.len(), reported, failed.join("; ")),
-                ))
-            } else if code != 0 {
-                no_change(fail(
-                    report,
-                    Reason::EffectFailed,
-                    format!("the deploy effect exited with code {code}; see the build log"),
-                ))
-            } else if reported == 0 {
-                no_change(fail(
-                    report,
-                    Reason::EffectFailed,
-                    "the deploy effect exited 0 but reported no nodes in nodes.json",
-                ))
-            } else if build.dry_run {
-                // A dry run stores no SBOM and changes nothing.
-                report.status = BuildStatus::Succeeded;
-                no_change(report)
-            } else {
-                report.status = BuildStatus::Succeeded;
-                Outcome { report, sboms: SbomChange::Replace(sboms), effect: None }
+/// What a deploy adds to the run of every build.
+struct Deploy;
+
+impl Kind for Deploy {
+    const EFFECT: &'static str = "deploy";
+    const TIMEOUT_SETTING: &'static str = "DEPLOY_TIMEOUT";
+    /// The nodes' SBOMs (none for a dry run).
+    type Read = Vec<(String, NodeSbom)>;
+
+    fn deadline(config: &Config) -> Duration {
+        config.worker.deploy_timeout
+    }
+
+    /// A dry run's planned nodes, or each deployed node and its SBOM.
+    fn read(build: &BuildRow, report: &mut Report, sbom_dir: &Path) -> Self::Read {
+        report.dry_run = build.dry_run;
+        let (nodes, sboms) = if build.dry_run {
+            (planned_nodes(sbom_dir, &mut report.warnings), Vec::new())
+        } else {
+            read_sbom_dir(sbom_dir, &mut report.warnings)
+        };
+        report.nodes = nodes;
+        sboms
+    }
+
+    /// Succeeded only when the effect exited 0 and every node it reported
+    /// deployed (or, for a dry run, was planned); then the SBOMs replace
+    /// the deployment's, except for a dry run.
+    fn exited(build: &BuildRow, report: Report, code: i32, sboms: Self::Read) -> Outcome {
+        let no_change = Outcome::unchanged;
+        let mut report = report;
+        let reported = report.nodes.len();
+        let failed: Vec<String> = report
+            .nodes
+            .iter()
+            .filter(|n| n.outcome == NodeOutcome::Failed)
+            .map(|n| format!("{} ({})", n.name, n.error.as_deref().unwrap_or("failed")))
+            .collect();
+        report.exit_code = Some(code);
+        if !failed.is_empty() {
+            no_change(fail(
+                report,
+                Reason::NodesFailed,
+                format!("{} of {} nodes failed: {}", failed.len(), reported, failed.join("; ")),
+            ))
+        } else if code != 0 {
+            no_change(fail(
+                report,
+                Reason::EffectFailed,
+                format!("the deploy effect exited with code {code}; see the build log"),
+            ))
+        } else if reported == 0 {
+            no_change(fail(
+                report,
+                Reason::EffectFailed,
+                "the deploy effect exited 0 but reported no nodes in nodes.json",
+            ))
+        } else if build.dry_run {
+            // A dry run stores no SBOM and changes nothing.
+            report.status = BuildStatus::Succeeded;
+            no_change(report)
+        } else {
+            report.status = BuildStatus::Succeeded;
+            Outcome { report, sboms: SbomChange::Replace(sboms), effect: None }
+        }
+    }
+
+    /// §8: a deploy whose cleared operator secrets could not be deleted
+    /// from OpenBao fails with `operator_secrets`.
+    fn after(_: &BuildRow, _: &Ctx, judged: Outcome, run: &EffectRun) -> Outcome {
+        match &run.secrets_problem {
+            Some(problem) if judged.report.status == BuildStatus::Succeeded => {
+                Outcome::unchanged(fail(judged.report, Reason::OperatorSecrets, problem.clone()))
             }
+            _ => judged,
         }
     }
 }
 
-/// Reads `$SBOM_OUT_DIR/nodes.json` (deploy and destroy write it);
-/// `None` when it is missing or malformed (a malformed one is a warning).
-pub(crate) fn read_nodes(dir: &Path, warnings: &mut Vec<String>) -> Option<Vec<NodeEntry>> {
-    let text = match read_effect_file(dir, "nodes.json", NODES_LIMIT) {
-        Ok(Some(text)) => text,
-        Ok(None) => return None,
-        Err(e) => {
-            warnings.push(e);
-            return None;
-        }
-    };
-    match serde_json::from_slice::<NodesFile>(&text) {
-        Ok(n) => Some(n.nodes),
-        Err(e) => {
-            warnings.push(format!("nodes.json is not of the documented shape: {e}"));
-            None
-        }
+/// What a deploy's end adds to the transaction that records it: a
+/// successful deploy's instances are probed until ready or the deadline
+/// (§10: their readiness rows, and the first `readiness` job when it has
+/// any); a dry run changes nothing (§11).
+pub(crate) async fn record_end(
+    tx: &mut Conn,
+    ctx: &Ctx,
+    build: &BuildRow,
+    status: BuildStatus,
+    now: i64,
+) -> Result<(), StoreError> {
+    if status != BuildStatus::Succeeded || build.dry_run {
+        return Ok(());
     }
+    let deadline = now + ctx.config.worker.ready_timeout.as_millis() as i64;
+    instance_readiness::begin(tx, &build.deployment_id, &build.id, &build.instances, now, deadline).await?;
+    if !build.instances.is_empty() {
+        let job = ReadinessJob {
+            deployment_id: build.deployment_id.clone(),
+            build_id: build.id.clone(),
+            not_before_ms: None,
+        };
+        queue::push(tx, &job, None).await?;
+    }
+    Ok(())
 }
 
 /// A dry run's nodes (§11): each node's outcome (`planned`, or `failed`
@@ -229,44 +214,7 @@ fn read_node_sbom(dir: &Path, node: &str) -> NodeSbom {
     }
 }
 
-/// The most `nodes.json` may hold, in bytes.
-const NODES_LIMIT: u64 = 16 * 1024 * 1024;
 /// The most one node's SBOM may hold, in bytes.
 const SBOM_LIMIT: u64 = 64 * 1024 * 1024;
 /// The most one node's `<node>.error` may hold, in bytes.
 const ERROR_LIMIT: u64 = 64 * 1024;
-
-/// The bytes of file `name` the effect left in its output folder `dir`
-/// (SEC-3: the effect runs as the sandbox user and may have left links
-/// anywhere). `Ok(None)` when there is no such file; an error, as a
-/// sentence, when `name` is not a plain file name, when `dir` or the file
-/// is a symbolic link or not what it should be, or when the file holds more
-/// than `limit` bytes. Nothing outside `dir` is ever read.
-pub(crate) fn read_effect_file(dir: &Path, name: &str, limit: u64) -> Result<Option<Vec<u8>>, String> {
-    use crate::nix::output::Refused;
-    let plain = !name.is_empty()
-        && !name.starts_with('.')
-        && !name.contains(['/', '\0'])
-        && name.chars().all(|c| !c.is_control());
-    if !plain {
-        return Err(format!("{name:?} is not a file name the effect may write"));
-    }
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err("the effect's output folder was replaced by something that is not a folder".into()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("the effect's output folder: {e}")),
-    }
-    let path = dir.join(name);
-    if std::fs::symlink_metadata(&path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
-        return Ok(None);
-    }
-    match crate::nix::output::read_file(&path, limit) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(Refused::TooLarge { size }) => {
-            Err(format!("{name} holds {size} bytes, more than the {limit} bytes allowed"))
-        }
-        Err(Refused::Unsafe(why)) => Err(why),
-        Err(Refused::Unreadable(why)) => Err(format!("cannot read {why}")),
-    }
-}

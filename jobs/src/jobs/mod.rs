@@ -1,18 +1,32 @@
 //! Job bodies (PRODUCT.md §6): each job's payload is a small serde type in
 //! [`crate::store::queue`] carrying ids, and its body an
-//! `async fn run(payload, &Ctx)`; the apalis handler in `worker/` only adapts.
-//! [`build::run`] takes a `builds`-queue job, claims the build and hands it to
-//! [`deploy`] or [`destroy`], which run their effect in the attempt's
-//! [`workspace`]; then it records the outcome; a deploy's success queues
-//! [`readiness`], which probes its instances. [`sweep`] is the periodic
-//! retention sweep.
+//! `async fn run(payload, &Ctx)` ([`Job`]); the apalis handler in `worker/`
+//! only adapts.
+//!
+//! A build, top to bottom: [`build_job`] is the frame of every build (claim
+//! → run the kind → record); [`deploy`] is what a deploy adds and
+//! [`destroy`] what a destroy adds, each run by
+//! `workspace::run_kind` in the attempt's [`workspace`], with its log in
+//! the database ([`build_log`]) and, for a deploy, its operator secrets
+//! ([`operator_secrets`]); [`outcome`] is what a run gives the frame to
+//! record, [`effect_output`] what an effect leaves behind. A deploy's
+//! success queues [`readiness`], which probes its instances; a destroy's
+//! end queues its [`callback`]. [`nix`] runs the `nix` queue's jobs and
+//! [`sweep`] is the periodic retention sweep.
+//!
+//! Imports go one way: `build_job` → `deploy`, `destroy` → `workspace` →
+//! `build_log`, `operator_secrets` → `outcome`, `effect_output` → `report`
+//! → `timing`; any file may import this one, which imports none of them.
 
-pub mod build;
+pub mod build_job;
+pub mod build_log;
 pub mod callback;
 pub mod deploy;
 pub mod destroy;
+pub mod effect_output;
 pub mod nix;
 pub mod operator_secrets;
+pub mod outcome;
 pub mod readiness;
 pub mod report;
 pub mod sweep;
@@ -20,6 +34,7 @@ pub mod timing;
 pub mod workspace;
 
 use crate::config::Config;
+use crate::store::queue::JobKind;
 use crate::store::Db;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,12 +60,12 @@ pub struct Ctx {
     /// Also copy effect output to stderr (local runs, §11).
     pub echo_log: bool,
     /// What this worker process knows of itself, shared by its job bodies.
-    pub here: Arc<Here>,
+    pub process: Arc<WorkerProcess>,
 }
 
 /// The state one worker process keeps about itself (never stored).
 #[derive(Debug)]
-pub struct Here {
+pub struct WorkerProcess {
     /// Builds this process runs now (their ids).
     running: std::sync::Mutex<Vec<String>>,
     /// Set when the process stops at once: no build records an outcome any more.
@@ -64,7 +79,7 @@ pub struct Here {
     rejoining: std::sync::Mutex<Vec<String>>,
 }
 
-impl Default for Here {
+impl Default for WorkerProcess {
     fn default() -> Self {
         Self {
             running: Default::default(),
@@ -75,11 +90,11 @@ impl Default for Here {
     }
 }
 
-impl Here {
+impl WorkerProcess {
     /// Records that build `id` runs in this process until the guard drops.
-    pub(crate) fn enter(self: &Arc<Self>, id: &str) -> RunningHere {
+    pub(crate) fn enter(self: &Arc<Self>, id: &str) -> RunningBuild {
         self.running.lock().expect("running builds lock").push(id.to_owned());
-        RunningHere { here: Arc::clone(self), id: id.to_owned() }
+        RunningBuild { process: Arc::clone(self), id: id.to_owned() }
     }
 
     /// Records that this process's apalis worker `name` registers again
@@ -87,7 +102,7 @@ impl Here {
     /// alone meanwhile ([`Ctx::rejoin`]).
     pub fn rejoining(self: &Arc<Self>, name: &str) -> Rejoining {
         self.rejoining.lock().expect("rejoining lock").push(name.to_owned());
-        Rejoining { here: Arc::clone(self), name: name.to_owned() }
+        Rejoining { process: Arc::clone(self), name: name.to_owned() }
     }
 
     /// Whether build `id` runs in this process.
@@ -108,7 +123,7 @@ impl Here {
         self.abandoned.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Whether [`Here::abandon`] was called.
+    /// Whether [`WorkerProcess::abandon`] was called.
     pub fn abandoned(&self) -> bool {
         self.abandoned.load(std::sync::atomic::Ordering::SeqCst)
     }
@@ -137,56 +152,66 @@ impl Here {
     }
 }
 
-/// Removes a build from [`Here`]'s running builds when its run ends, however it ends.
-pub(crate) struct RunningHere {
-    here: Arc<Here>,
+/// Removes a build from [`WorkerProcess`]'s running builds when its run ends, however it ends.
+pub(crate) struct RunningBuild {
+    process: Arc<WorkerProcess>,
     id: String,
 }
 
-/// An apalis worker of this process registering again ([`Here::rejoining`]);
+/// An apalis worker of this process registering again ([`WorkerProcess::rejoining`]);
 /// its heartbeats resume when this drops.
 #[derive(Debug)]
 pub struct Rejoining {
-    here: Arc<Here>,
+    process: Arc<WorkerProcess>,
     name: String,
 }
 
 impl Drop for Rejoining {
     fn drop(&mut self) {
-        let mut rejoining = self.here.rejoining.lock().expect("rejoining lock");
+        let mut rejoining = self.process.rejoining.lock().expect("rejoining lock");
         if let Some(i) = rejoining.iter().position(|n| *n == self.name) {
             rejoining.remove(i);
         }
     }
 }
 
-impl Drop for RunningHere {
+impl Drop for RunningBuild {
     fn drop(&mut self) {
-        self.here.running.lock().expect("running builds lock").retain(|b| *b != self.id);
+        self.process.running.lock().expect("running builds lock").retain(|b| *b != self.id);
     }
 }
+
+/// The folder, in the attempt's work folder, that holds the values handed
+/// to the effect: `secrets/<application>/<instance>/<field>`, each name as
+/// OpenBao's entry names it ([`crate::openbao::escape_segment`];
+/// [`operator_secrets`]).
+pub const SECRETS_DIR: &str = "secrets";
 
 /// The folders of an attempt's work folder that go as soon as the attempt
 /// can no longer run: its effect's scratch folder (`TMPDIR`) and the
 /// operator secrets handed to it.
-pub(crate) const DISPOSABLE: [&str; 2] = ["tmp", operator_secrets::SECRETS_DIR];
+pub(crate) const DISPOSABLE: [&str; 2] = ["tmp", SECRETS_DIR];
+
+/// How long a finished build keeps trying to record its end while the
+/// database is away, before it gives the job back (and the effect re-runs).
+pub(crate) const RECORD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl Ctx {
     /// A context for worker `worker` (a name no other process has).
     pub fn new(db: Db, config: Arc<Config>, worker: impl Into<String>, echo_log: bool) -> Self {
-        Self { db, config, worker: worker.into(), echo_log, here: Arc::default() }
+        Self { db, config, worker: worker.into(), echo_log, process: Arc::default() }
     }
 
-    /// Records this worker's heartbeat and tells [`Here`] whether the
+    /// Records this worker's heartbeat and tells [`WorkerProcess`] whether the
     /// database answered. A database that stops or starts answering is
     /// logged once each way, not on every beat.
     pub async fn beat(&self) {
-        let rejoining = self.here.rejoining.lock().expect("rejoining lock").clone();
+        let rejoining = self.process.rejoining.lock().expect("rejoining lock").clone();
         let beat = async {
             crate::store::heartbeats::keep_alive(&mut self.db.acquire().await?, &self.worker, &rejoining).await
         };
         let result = beat.await;
-        match (self.here.beat(result.is_ok()), result) {
+        match (self.process.beat(result.is_ok()), result) {
             (Some(false), Err(e)) => tracing::error!(
                 error = %e,
                 "the database is away: builds that end meanwhile wait to record their end (logged once per outage)"
@@ -206,9 +231,9 @@ impl Ctx {
     /// locked`) never came back: apalis refused its name while the
     /// process's beats kept the row fresh. A failure here is logged and
     /// left to the registration, which fails and is tried again.
-    pub async fn rejoin(&self, name: &str) -> Rejoining {
-        let guard = self.here.rejoining(name);
-        let interval = crate::store::queue::apalis_heartbeat(self.config.heartbeat);
+    /// `interval` is apalis's heartbeat interval.
+    pub async fn rejoin(&self, name: &str, interval: std::time::Duration) -> Rejoining {
+        let guard = self.process.rejoining(name);
         let aged =
             async { crate::store::heartbeats::make_registrable(&mut self.db.acquire().await?, name, interval).await };
         if let Err(e) = aged.await {
@@ -248,7 +273,7 @@ impl Ctx {
     /// the sweep.
     pub fn remove_running_scratch(&self) -> usize {
         let mut removed = 0;
-        for build_id in self.here.running() {
+        for build_id in self.process.running() {
             for attempt in std::fs::read_dir(self.work_dir(&build_id)).into_iter().flatten().flatten() {
                 for folder in DISPOSABLE {
                     match std::fs::remove_dir_all(attempt.path().join(folder)) {
@@ -281,6 +306,21 @@ pub enum JobError {
     /// Storage failed.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+}
+
+/// A job kind's body, implemented next to it: what the apalis handler in
+/// `worker/` runs for each job of the kind's queue (crates.io's
+/// `BackgroundJob`).
+pub trait Job: JobKind {
+    /// What a run that ended says (`()` but for builds: [`build_job::Ran`]).
+    type Output: Send + 'static;
+    /// The job's name in the worker's log (`<NAME> job could not record its end`).
+    const NAME: &'static str;
+    /// Runs the job to its recorded end. An error is a failure of the
+    /// machinery (the database): the job goes back to the queue.
+    fn run(self, ctx: &Ctx) -> impl std::future::Future<Output = Result<Self::Output, JobError>> + Send;
+    /// The span the job runs in, on worker `worker`.
+    fn span(&self, worker: &str) -> tracing::Span;
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! 4. Record the result, or the failure with the tools' log, and free the
 //!    slot, in one transaction. A job's failure is its result: never retried.
 
-use super::Ctx;
+use super::{Ctx, Job, JobError};
 use crate::fetch;
 use crate::nix::{BuiltSchema, FailureCode, Limits, NixFailure, NixRun};
 use crate::source::ModuleSource;
@@ -24,6 +24,21 @@ use std::time::{Duration, Instant};
 /// How much longer than `NIX_TIMEOUT` a slot lease lasts once the job runs:
 /// the time to record the result.
 pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
+
+impl Job for NixJob {
+    type Output = ();
+    const NAME: &'static str = "nix";
+
+    async fn run(self, ctx: &Ctx) -> Result<(), JobError> {
+        Ok(run(self, ctx).await?)
+    }
+
+    /// `job.kind` is `names_eval` or `schema_build`, by the key's kind.
+    fn span(&self, worker: &str) -> tracing::Span {
+        let kind = if self.key.starts_with("names ") { "names_eval" } else { "schema_build" };
+        tracing::info_span!("job", job.kind = kind, worker.name = %worker)
+    }
+}
 
 /// Runs one `nix`-queue job to its recorded end.
 pub async fn run(job: NixJob, ctx: &Ctx) -> Result<(), StoreError> {

@@ -9,7 +9,7 @@
 //! effect therefore reaches its own deployment's values of this build and
 //! nothing else in OpenBao.
 
-use super::Ctx;
+use super::{Ctx, SECRETS_DIR};
 use crate::effect::LogSink;
 use crate::openbao::{OpenBao, OpenBaoError};
 use crate::store::builds::{self, BuildRow};
@@ -19,11 +19,6 @@ use std::path::{Path, PathBuf};
 /// The name of the file, in the attempt's work folder, that lists the
 /// operator secrets of a deploy (`OPERATOR_SECRETS_FILE`).
 pub const OPERATOR_SECRETS_FILE: &str = "operator-secrets.tsv";
-
-/// The folder, in the attempt's work folder, that holds the values handed
-/// to the effect: `secrets/<application>/<instance>/<field>`, each name as
-/// OpenBao's entry names it ([`crate::openbao::escape_segment`]).
-pub const SECRETS_DIR: &str = "secrets";
 
 /// How long a deploy waits for an OpenBao that cannot be reached, is sealed
 /// or cannot serve now (asking again with a growing pause) before it fails
@@ -264,7 +259,7 @@ impl Handed {
     /// log. Returns the fields it could not delete, with why.
     pub(crate) async fn clear(
         &self,
-        nodes: Option<&[super::deploy::NodeEntry]>,
+        nodes: Option<&[super::effect_output::NodeEntry]>,
         id: &str,
         log: &impl LogSink,
     ) -> Vec<String> {

@@ -1,15 +1,15 @@
 //! The `readiness` job (PRODUCT.md §10): after a deploy succeeded, probe
-//! its instances ([`crate::probe::probe`], all at once, 5 s each), and
+//! its instances ([`crate::readiness::probe`], all at once, 5 s each), and
 //! record what each answered, as long as the rows still belong to that
 //! deploy. While some are not ready and the deployment's deadline has not
 //! passed, the job pushes itself again after a pause that grows with the
-//! probes made ([`crate::probe::pause`]: 1 s doubling to 30 s, with
+//! probes made ([`crate::readiness::pause`]: 1 s doubling to 30 s, with
 //! jitter, never less than a `Retry-After`), or at the deadline if that
 //! comes first; the job carries the end of its pause (`not_before_ms`) and,
 //! handed out earlier, puts itself back unprobed. Once the deadline passed,
 //! the instances not ready become `not_ready`, keeping their last reason.
 
-use super::Ctx;
+use super::{Ctx, Job, JobError};
 use crate::probe::{self, State};
 use crate::source::outputs::{Instance, ReadinessMeta};
 use crate::store::builds;
@@ -17,6 +17,25 @@ use crate::store::instance_readiness::{self as rows, Found, ReadinessRow};
 use crate::store::queue::{self, ReadinessJob};
 use crate::store::{now_ms, StoreError};
 use tracing::Instrument;
+
+impl Job for ReadinessJob {
+    type Output = ();
+    const NAME: &'static str = "readiness";
+
+    async fn run(self, ctx: &Ctx) -> Result<(), JobError> {
+        Ok(run(self, ctx).await?)
+    }
+
+    fn span(&self, worker: &str) -> tracing::Span {
+        tracing::info_span!(
+            "job",
+            job.kind = "readiness",
+            build.id = %self.build_id,
+            deployment.id = %self.deployment_id,
+            worker.name = %worker
+        )
+    }
+}
 
 /// Runs one round of probes of `job`'s deploy.
 pub async fn run(job: ReadinessJob, ctx: &Ctx) -> Result<(), StoreError> {
@@ -29,7 +48,7 @@ async fn round(job: ReadinessJob, ctx: &Ctx) -> Result<(), StoreError> {
     if let Some(early) = job.not_before_ms.map(|at| at - now_ms()).filter(|ms| *ms > 0) {
         let mut tx = ctx.db.begin_write().await?;
         let left = std::time::Duration::from_millis(u64::try_from(early).unwrap_or(0));
-        queue::push_readiness_job(&mut tx, &job, Some(left)).await?;
+        queue::push(&mut tx, &job, Some(left)).await?;
         tx.commit().await?;
         return Ok(());
     }
@@ -70,7 +89,7 @@ async fn round(job: ReadinessJob, ctx: &Ctx) -> Result<(), StoreError> {
             // deadline is the last (its job never runs before its
             // `not_before_ms`, nor apalis's second before it).
             let left = std::time::Duration::from_millis(u64::try_from(deadline - at).unwrap_or(0));
-            queue::push_readiness_job(&mut tx, &job, Some(pause.min(left))).await?;
+            queue::push(&mut tx, &job, Some(pause.min(left))).await?;
         }
     }
     tx.commit().await?;

@@ -33,6 +33,28 @@ pub struct Swept {
 /// after it ended. Built outputs are kept: they are the cache.
 pub const NIX_RESULTS_KEPT: std::time::Duration = std::time::Duration::from_secs(3600);
 
+/// One periodic sweep, as each worker serving `maintenance` runs it at
+/// start and on every tick: stops the effects that dead workers left
+/// running on this host ([`crate::effect::kill_orphans`]), then [`run`],
+/// and logs what both did. A failed sweep is logged and left to the next
+/// tick (§6: "next tick").
+pub async fn tick(ctx: &Ctx) {
+    let orphans = crate::effect::kill_orphans();
+    if orphans > 0 {
+        tracing::warn!(processes = orphans, "stopped effects that a dead worker on this host left running");
+    }
+    match run(ctx).await {
+        Ok(swept) => tracing::info!(
+            logs = swept.logs,
+            work_dirs = swept.work_dirs,
+            scratch_dirs = swept.scratch_dirs,
+            nix_results = swept.nix_results,
+            "retention sweep"
+        ),
+        Err(e) => tracing::warn!(error = %e, "retention sweep failed; the next tick tries again"),
+    }
+}
+
 /// Sweeps builds that finished before `now_ms - RETENTION`.
 pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
     let cutoff = now_ms() - ctx.config.worker.retention.as_millis() as i64;

@@ -40,19 +40,6 @@ pub struct EffectTimes {
     pub nix_build_ms: f64,
 }
 
-impl EffectTimes {
-    /// Reads `timings.json` from the effect's output folder; `None` when the
-    /// effect wrote none or one of another shape (not worth a warning: the
-    /// file is optional and only splits the effect's time); never through a
-    /// link, and at most 64 KiB.
-    pub fn read(dir: &std::path::Path) -> Option<Self> {
-        let text = super::deploy::read_effect_file(dir, "timings.json", 64 * 1024).ok()??;
-        let times: Self = serde_json::from_slice(&text).ok()?;
-        let fine = |v: f64| v.is_finite() && v >= 0.0;
-        (fine(times.nix_eval_ms) && fine(times.nix_build_ms)).then_some(times)
-    }
-}
-
 /// An effect's run as the worker saw it: started (spawned, lock and PID
 /// namespace included) and gone (every process of it), in µs since the
 /// epoch, and what it said of its own time.

@@ -1,196 +1,86 @@
-//! The workspace of one build attempt: its work folder, the
-//! environment its effect gets, its log in the database, and the watch on
-//! its claim and on cancel requests. Deploy and destroy run their effects
-//! through `run_effect`.
+//! The workspace of one build attempt: its module source, its work
+//! folder, the environment its effect gets, and the watch on its claim and
+//! on cancel requests. Deploy and destroy run through `run_kind`, which
+//! runs the effect (`run_effect`) and judges how it ended with what the
+//! kind adds (`Kind`).
 
+use super::build_log::DbLog;
+use super::effect_output::{read_nodes, read_times};
 use super::operator_secrets::{self, Handed};
-use super::report::Reason;
-use super::timing::{now_us, EffectSpan, EffectTimes};
-use super::Ctx;
+use super::outcome::{blank_report, cancelled, claim_lost, fail, Outcome};
+use super::report::{Reason, Report};
+use super::timing::{now_us, EffectSpan};
+use super::{Ctx, RECORD_PATIENCE};
+use crate::config::Config;
 use crate::effect::{EffectOutcome, EffectSpec, LogSink, Stop};
+use crate::source::ModuleSource;
 use crate::store::builds::{self, BuildRow};
 use crate::store::Db;
-use futures::future::BoxFuture;
-use futures::FutureExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-/// The most a build's log keeps, in bytes; output beyond it is counted, not stored.
-pub const LOG_LIMIT: i64 = 8 * 1024 * 1024;
-
-/// Appends effect output to the build's log in the database, up to
-/// [`LOG_LIMIT`] bytes over all attempts of the build.
-/// Only the worker that holds the build's claim writes; each attempt
-/// numbers its chunks apart ([`builds::log_base`]). Paths of this host are
-/// shown relative to the attempt's work folder (`./sbom/…`) or by the
-/// variable that names them (`$STATE_DIR/…`, `$MODULE_SOURCE_DIR/…`), so
-/// token holders never see the server's layout; an operator secret value
-/// handed to the effect is shown as `[redacted]` (a value split across two
-/// writes of the effect is not recognised).
-pub(crate) struct DbLog {
-    db: Db,
-    build: BuildRow,
-    echo: bool,
-    /// Host paths and what the log shows instead, longest first.
-    paths: Vec<(String, String)>,
-    /// Operator secret values handed to the effect: shown as `[redacted]`.
-    hidden: Vec<secrecy::SecretString>,
-    /// Next chunk number and bytes stored so far.
-    end: std::sync::Mutex<(i64, i64)>,
-    /// Chunks not stored yet (the database was away), in order: sent before
-    /// the next chunk, and waited for when the effect ends ([`DbLog::flush`]).
-    unsent: std::sync::Mutex<std::collections::VecDeque<(i64, String)>>,
+/// What a build kind adds to the run every build gets ([`run_kind`]): its
+/// effect, its deadline, and how an effect that ran is judged.
+pub(crate) trait Kind {
+    /// The effect run: `core/effects/<EFFECT>` of the build's module source.
+    const EFFECT: &'static str;
+    /// The setting that bounds the effect's run, as a timeout's error names it.
+    const TIMEOUT_SETTING: &'static str;
+    /// What the kind reads from the effect's output folder besides the
+    /// report's nodes (a deploy: the nodes' SBOMs).
+    type Read;
+    /// How long the effect may run (`TIMEOUT_SETTING` of `config`).
+    fn deadline(config: &Config) -> Duration;
+    /// Reads what the effect left in its output folder `sbom_dir` (its
+    /// `SBOM_OUT_DIR`): the nodes into `report`, a problem as one of its
+    /// warnings. Read whatever way the effect ended.
+    fn read(build: &BuildRow, report: &mut Report, sbom_dir: &Path) -> Self::Read;
+    /// The outcome of an effect that exited with `code`.
+    fn exited(build: &BuildRow, report: Report, code: i32, read: Self::Read) -> Outcome;
+    /// The outcome once judged, with what the kind does after its effect
+    /// (`run`: how the effect went).
+    fn after(build: &BuildRow, ctx: &Ctx, judged: Outcome, run: &EffectRun) -> Outcome;
 }
 
-impl DbLog {
-    pub(crate) async fn open(
-        db: Db,
-        build: &BuildRow,
-        echo: bool,
-        paths: Vec<(String, String)>,
-        hidden: Vec<secrecy::SecretString>,
-    ) -> Self {
-        let start = (builds::log_base(build.attempts) + 1, 0);
-        // A first attempt's log is empty: only the claim holder appends, and
-        // the build had no holder before it (one round trip less per build).
-        let end = if build.attempts <= 1 {
-            start
-        } else {
-            let end = async { builds::log_end(&mut db.acquire().await?, &build.id, build.attempts).await };
-            end.await.unwrap_or(start)
-        };
-        let mut paths = paths;
-        paths.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
-        let mut hidden = hidden;
-        hidden.retain(|v| !secrecy::ExposeSecret::expose_secret(v).is_empty());
-        Self {
-            db,
-            build: build.clone(),
-            echo,
-            paths,
-            hidden,
-            end: std::sync::Mutex::new(end),
-            unsent: Default::default(),
-        }
-    }
-
-    /// Stores the chunks not stored yet, in order; `false` when the
-    /// database is still away (they stay for the next try). A chunk refused
-    /// because another worker holds the build now is dropped.
-    async fn send_unsent(&self) -> bool {
-        loop {
-            let Some((seq, text)) = self.unsent.lock().expect("unsent log lock").front().cloned() else { return true };
-            let appended = async { builds::append_log(&mut self.db.acquire().await?, &self.build, seq, &text).await };
-            match appended.await {
-                Ok(stored) => {
-                    if !stored {
-                        tracing::debug!("build log not appended: another worker holds the build now");
-                    }
-                    self.unsent.lock().expect("unsent log lock").pop_front();
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot append to the build log yet; keeping the output");
-                    return false;
-                }
-            }
-        }
-    }
-
-    /// Waits, trying again every few seconds, until every chunk is stored or
-    /// `patience` has passed (then says how much output was lost).
-    pub(crate) async fn flush(&self, patience: std::time::Duration) {
-        let started = std::time::Instant::now();
-        let mut wait = std::time::Duration::from_millis(250);
-        let mut told = false;
-        while !self.send_unsent().await {
-            if !told {
-                tracing::warn!("the effect has ended; cannot record the build's end yet: the database is away, so its log and outcome wait for it");
-                told = true;
-            }
-            if started.elapsed() >= patience {
-                let lost = self.unsent.lock().expect("unsent log lock").len();
-                tracing::warn!(chunks = lost, "the database stayed away; part of the build log is lost");
-                return;
-            }
-            tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(std::time::Duration::from_secs(4));
-        }
-    }
-}
-
-/// Replaces each host path `from` in `text` by `to` where the path ends
-/// there (followed by `/`, the end, or a character that cannot continue a
-/// file name such as a space or quote).
-pub(crate) fn hide_paths(text: &str, paths: &[(String, String)]) -> String {
-    let mut out = text.to_owned();
-    for (from, to) in paths {
-        if from.is_empty() || !out.contains(from.as_str()) {
-            continue;
-        }
-        let mut result = String::with_capacity(out.len());
-        let mut rest = out.as_str();
-        while let Some(at) = rest.find(from.as_str()) {
-            let after = &rest[at + from.len()..];
-            let ends = after.chars().next().is_none_or(|c| !(c.is_alphanumeric() || "-_.+".contains(c)));
-            result.push_str(&rest[..at]);
-            result.push_str(if ends { to } else { from });
-            rest = after;
-        }
-        result.push_str(rest);
-        out = result;
-    }
-    out
-}
-
-impl LogSink for DbLog {
-    fn append<'a>(&'a self, chunk: &'a str) -> BoxFuture<'a, ()> {
-        async move {
-            let mut chunk = std::borrow::Cow::Borrowed(chunk);
-            for value in &self.hidden {
-                let value = secrecy::ExposeSecret::expose_secret(value);
-                if chunk.contains(value) {
-                    chunk = chunk.replace(value, "[redacted]").into();
-                }
-            }
-            if self.echo {
-                eprint!("{chunk}");
-            }
-            let chunk = hide_paths(&chunk, &self.paths);
-            let (seq, text) = {
-                let mut end = self.end.lock().expect("log position lock");
-                let (seq, bytes) = *end;
-                let room = LOG_LIMIT - bytes;
-                let text = if room <= 0 {
-                    None
-                } else if chunk.len() as i64 <= room {
-                    Some(chunk.clone())
-                } else {
-                    let mut cut = room as usize;
-                    while !chunk.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    Some(format!(
-                        "{}\nslipway: the log reached {} MiB; further output is not stored\n",
-                        &chunk[..cut],
-                        LOG_LIMIT / 1024 / 1024
-                    ))
-                };
-                *end = (seq + 1, bytes + chunk.len() as i64);
-                (seq, text)
-            };
-            if let Some(text) = text {
-                self.unsent.lock().expect("unsent log lock").push_back((seq, text));
-            }
-            self.send_unsent().await;
-        }
-        .boxed()
-    }
+/// Runs a claimed build of kind `K`: resolves its module source, runs
+/// `K`'s effect in the attempt's work folder ([`run_effect`]), and judges
+/// how it ended: a timeout, a cancel or a lost claim the same way for
+/// every kind, an exit as `K` says. The outcome carries when the effect ran.
+/// Never fails: a problem is a failed build's report.
+pub(crate) async fn run_kind<K: Kind>(build: &BuildRow, ctx: &Ctx) -> Outcome {
+    let report = blank_report(build);
+    let no_change = Outcome::unchanged;
+    let source = match resolve_source(build, ctx).await {
+        Ok(dir) => dir,
+        Err(e) => return no_change(fail(report, Reason::SourceUnavailable, e)),
+    };
+    let deadline = K::deadline(&ctx.config);
+    let run = match run_effect(build, ctx, &source, K::EFFECT, deadline).await {
+        Ok(run) => run,
+        Err((reason, e)) => return no_change(fail(report, reason, e)),
+    };
+    let mut report = report;
+    let read = K::read(build, &mut report, &run.work.join("sbom"));
+    let judged = match run.outcome {
+        EffectOutcome::TimedOut => no_change(fail(
+            report,
+            Reason::Timeout,
+            format!("the {} ran past {} ({}s) and was killed", K::EFFECT, K::TIMEOUT_SETTING, deadline.as_secs()),
+        )),
+        EffectOutcome::Stopped(Stop::Cancel) => no_change(cancelled(report)),
+        EffectOutcome::Stopped(Stop::ClaimLost) => no_change(claim_lost(report)),
+        EffectOutcome::Exited(code) => K::exited(build, report, code, read),
+    };
+    let mut judged = K::after(build, ctx, judged, &run);
+    judged.effect = Some(run.span);
+    judged
 }
 
 /// Prepares the attempt's work folder (with an empty `sbom/` folder, the
 /// effect's `SBOM_OUT_DIR`) and runs one of the source's effects with the
 /// environment of Q-4. Returns how it ended, the attempt's work folder, and
 /// when it started and was gone, with what it said of its Nix time
-/// (`timings.json`, [`EffectTimes`]).
+/// (`timings.json`, [`super::timing::EffectTimes`]).
 ///
 /// Everything here is scoped to this attempt: it stops only older attempts'
 /// effects on this host, removes only older attempts' folders, and runs the
@@ -198,12 +88,12 @@ impl LogSink for DbLog {
 /// before the start and every second while it runs; the deployment's lock,
 /// which the effect holds, keeps a late start from running beside the
 /// attempt that took over).
-pub(crate) async fn run_effect(
+async fn run_effect(
     build: &BuildRow,
     ctx: &Ctx,
-    source: &std::path::Path,
+    source: &Path,
     effect: &str,
-    deadline: std::time::Duration,
+    deadline: Duration,
 ) -> Result<EffectRun, (Reason, String)> {
     let work = ctx.attempt_dir(&build.id, build.attempts);
     let state = ctx.provider_state_dir(&build.deployment_id);
@@ -325,10 +215,10 @@ pub(crate) async fn run_effect(
     operator_secrets::take_back(&work);
     let ended_us = now_us();
     watcher.abort();
-    let span = EffectSpan { spawned_us, ended_us, times: EffectTimes::read(&work.join("sbom")) };
+    let span = EffectSpan { spawned_us, ended_us, times: read_times(&work.join("sbom")) };
     let mut secrets_problem = None;
     if let Ok(EffectOutcome::Exited(_)) = &outcome {
-        let nodes = super::deploy::read_nodes(&work.join("sbom"), &mut Vec::new());
+        let nodes = read_nodes(&work.join("sbom"), &mut Vec::new());
         let failed = handed.clear(nodes.as_deref(), &build.deployment_id, &log).await;
         if !failed.is_empty() {
             secrets_problem = Some(format!("could not clear operator secrets from OpenBao: {}", failed.join("; ")));
@@ -336,7 +226,7 @@ pub(crate) async fn run_effect(
     }
     // Output written while the database was away is stored before the end
     // is recorded (which waits for the database as long).
-    log.flush(super::build::RECORD_PATIENCE).await;
+    log.flush(RECORD_PATIENCE).await;
     let outcome = outcome.map_err(|e| (Reason::WorkerError, e.to_string()))?;
     Ok(EffectRun { outcome, work, span, secrets_problem })
 }
@@ -374,5 +264,34 @@ async fn watch_claim(db: Db, build: BuildRow, tx: tokio::sync::watch::Sender<Opt
         };
         let _ = tx.send(Some(stop));
         return;
+    }
+}
+
+/// The folder holding the build's module source on this host: the built-in
+/// one (`SLIPWAY_DEFAULT_SOURCE_DIR`) for a build without a source, a
+/// `path:` folder as it is, a git source's stored revision from this host's
+/// source cache, fetched first if this host has not (within `NIX_TIMEOUT`);
+/// either tree inspected first (SEC-3: no link out of it, its size), as
+/// every [`crate::fetch::fetch`] does.
+async fn resolve_source(build: &BuildRow, ctx: &Ctx) -> Result<PathBuf, String> {
+    let dir = match build.module_source.as_deref() {
+        None => ctx.config.sources.default_source_dir.clone(),
+        Some(s) => {
+            let source = ModuleSource::parse(s).map_err(|e| e.to_string())?;
+            let fetched = crate::fetch::fetch(&ctx.config, &source, ctx.config.sources.nix_timeout).await;
+            fetched
+                .map_err(|e| {
+                    // Logged once as "build failed" where the build ends;
+                    // the tool's output only at debug.
+                    tracing::debug!(build.id = %build.id, error = %e, log = e.log(), "cannot fetch the build's module source");
+                    e.to_string()
+                })?
+                .dir
+        }
+    };
+    if dir.join("core/default.nix").is_file() {
+        Ok(dir)
+    } else {
+        Err(format!("module source folder {} has no core/default.nix", dir.display()))
     }
 }

@@ -25,7 +25,7 @@ use super::policy::{CheckerFor, NamesEval, Resolved, SourcePolicy, Sources};
 use crate::nix::{BuiltSchema, FailureCode, Names, NixFailure};
 use crate::source::{GitPin, ModuleSource};
 use crate::store::nix_results::{self as rows, NewNixJob, NixKind, NixStatus};
-use crate::store::queue::push_nix_job;
+use crate::store::queue::{push, NixJob};
 use crate::store::{now_ms, Db, StoreError};
 use crate::submit::SubmitError;
 use crate::validate::Checker;
@@ -279,7 +279,7 @@ impl FleetSources {
             return Ok(Lookup::Busy);
         }
         rows::start_over(&mut tx, job, now).await?;
-        push_nix_job(&mut tx, job.key).await?;
+        push(&mut tx, &NixJob { key: job.key.to_owned() }, None).await?;
         tx.commit().await?;
         Ok(Lookup::Computing)
     }

@@ -17,7 +17,7 @@ pub use callback_columns::{
     callback_outcome, interrupt_callback, record_callback, set_callback, settle_callback, take_callback, CallbackState,
 };
 
-use super::queue::push_build_job;
+use super::queue::{push, BuildJob};
 use super::{json_col, Conn, Engine, Row, StoreError, Q};
 use crate::source::outputs::Instance;
 use crate::state::{BuildKind, BuildStatus};
@@ -400,7 +400,7 @@ pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), Stor
     .await?;
     let Some(next) = next else { return Ok(()) };
     let build_id = next.text("id")?;
-    push_build_job(conn, &build_id, None).await?;
+    push(conn, &BuildJob { build_id: build_id.clone() }, None).await?;
     crate::failpoint::hit("job_pushed");
     Q::new("UPDATE builds SET dispatched = 1, version = version + 1 WHERE id = $1")
         .text(&build_id)
@@ -413,7 +413,7 @@ pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), Stor
 /// worker found the build held by a live worker and looks again later
 /// (the job it holds is then acknowledged).
 pub async fn push_recheck(conn: &mut Conn, id: &str, delay: std::time::Duration) -> Result<(), StoreError> {
-    push_build_job(conn, id, Some(delay)).await
+    push(conn, &BuildJob { build_id: id.to_owned() }, Some(delay)).await
 }
 
 /// Marks build `row` (as read) `running` for `worker` as its next attempt:

@@ -7,8 +7,9 @@
 //! engine shows through only where it must: how a write transaction takes its
 //! lock ([`Db::begin_write`], [`Conn::lock_deployment`]) and how a job is
 //! pushed into apalis's tables in the caller's transaction
-//! ([`Conn::push_job`]), and how PostgreSQL wake-ups are sent after the
-//! transaction commits ([`Conn::notify`]).
+//! (`Conn::push_job`, which [`crate::store::queue::push`] calls), and how
+//! PostgreSQL wake-ups are sent after the transaction commits
+//! ([`Conn::notify`]).
 
 mod query;
 
@@ -510,7 +511,7 @@ impl Conn {
     /// On PostgreSQL a job due now wakes the idle workers of `queue` once it
     /// has committed ([`Conn::notify`]; Slipway's migrations remove apalis's
     /// insert trigger, which notified inside the transaction).
-    pub async fn push_job(&mut self, queue: &str, task: Task<Vec<u8>>) -> Result<(), StoreError> {
+    pub(crate) async fn push_job(&mut self, queue: &str, task: Task<Vec<u8>>) -> Result<(), StoreError> {
         match self.target() {
             Target::Sqlite(c) => apalis_sqlite::queries::push_tasks(c, queue, &[task])
                 .await

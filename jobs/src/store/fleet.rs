@@ -133,7 +133,7 @@ pub struct Fleet {
 /// silent longer is dead), `nix_slots` the fleet's `NIX_SLOTS`, `now` Unix
 /// milliseconds. Four short statements on indexed columns.
 pub async fn fleet(conn: &mut Conn, window_s: i64, nix_slots: u32, now: i64) -> Result<Fleet, StoreError> {
-    use super::queue::{ALL_QUEUES, MAINTENANCE_QUEUE};
+    use super::queue::DATABASE_QUEUES;
     let (waiting, live) = match conn.engine() {
         Engine::Sqlite => (
             "SELECT job_type, COUNT(*) AS n, CAST(strftime('%s', 'now') AS INTEGER) - MIN(run_at) AS oldest_s
@@ -147,11 +147,8 @@ pub async fn fleet(conn: &mut Conn, window_s: i64, nix_slots: u32, now: i64) -> 
             "SELECT id FROM apalis.workers WHERE last_seen >= now() - make_interval(secs => $1)",
         ),
     };
-    let mut queues: Vec<QueueDepth> = ALL_QUEUES
-        .iter()
-        .filter(|q| **q != MAINTENANCE_QUEUE)
-        .map(|q| QueueDepth { queue: q, waiting: 0, oldest_waiting_s: 0 })
-        .collect();
+    let mut queues: Vec<QueueDepth> =
+        DATABASE_QUEUES.iter().map(|q| QueueDepth { queue: q, waiting: 0, oldest_waiting_s: 0 }).collect();
     for row in Q::new(waiting).fetch_all(conn).await? {
         let job_type = row.text("job_type")?;
         // Only the known queues: a stray job type never becomes a label.

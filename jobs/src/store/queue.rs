@@ -1,33 +1,172 @@
-//! The job queues (§6): their names, the jobs they carry, how a job is
-//! pushed in the caller's transaction, and how a worker takes jobs
-//! from a queue on either engine ([`QueueSettings`], the one place apalis's
-//! storage is configured: the fleet worker and the queue benchmark use it).
+//! The job queues (§6): each job kind defined once ([`JobKind`]: its
+//! payload, queue, worker-name suffix, attempts and concurrency), the one
+//! table of the queues a worker serves ([`KINDS`], from which
+//! [`ALL_QUEUES`] and [`SIBLING_SUFFIXES`] come), how a job is pushed in
+//! the caller's transaction (Q-1, [`push`]), and the process's one LISTEN
+//! that wakes a queue's workers on PostgreSQL ([`JobFeed`]). How a worker
+//! takes jobs from a queue (apalis's storage) is the worker's
+//! (`slipway_worker::storage`).
 //!
-//! apalis traps handled here: the queue name is always set explicitly (the
-//! default is the Rust type's name, so a renamed type would orphan its
-//! queue); idle workers poll (SQLite's update hook only sees its own
-//! process's writes; on PostgreSQL LISTEN/NOTIFY wakes them and a poll
-//! covers a job handed out again after its worker died, which sends no
-//! notification); apalis looks for dead workers' jobs on each of its
-//! heartbeats, set to half of Slipway's so a dead worker's jobs go out again
-//! within half a heartbeat of the missed-beat window.
+//! A queue's name is always set explicitly, never apalis's default (the
+//! Rust type's name, so a renamed type would orphan its queue). The job
+//! bodies are in [`crate::jobs`], each kind's next to its `Job` impl.
 
 use super::{Conn, StoreError};
-use apalis::prelude::{BackendExt, PollSnapshot, PollStrategy, PollWith, Strategy, TaskBuilder, TaskId};
-use apalis_postgres::PostgresStorage;
-use apalis_sqlite::SqliteStorage;
+use apalis::prelude::{TaskBuilder, TaskId};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
+/// A job kind, defined once: its payload (the implementing type, a small
+/// serde struct carrying ids), the queue its jobs go to, the apalis worker
+/// that serves that queue in each worker process, how many times a job may
+/// be handed out and how many one worker runs at once. Its body is
+/// `crate::jobs::Job`, implemented next to it.
+pub trait JobKind: Serialize + DeserializeOwned + Clone + Send + Sync + Unpin + 'static {
+    /// The queue (apalis's `job_type`; a name of `SLIPWAY_QUEUES`).
+    const QUEUE: &'static str;
+    /// The worker process's apalis worker for the queue is named
+    /// `<worker name><WORKER_SUFFIX>` (empty for `builds`): it beats and is
+    /// handed back with the worker ([`super::heartbeats::keep_alive`]).
+    const WORKER_SUFFIX: &'static str;
+    /// How many times apalis may hand a job out.
+    const ATTEMPTS: usize;
+    /// How many jobs one worker process runs at once.
+    const CONCURRENCY: Concurrency;
+
+    /// The payload as [`push`] stores it when delayed by `delay` (`None`:
+    /// at once); by default the payload as it is.
+    fn delayed(&self, _delay: Option<Duration>) -> Cow<'_, Self> {
+        Cow::Borrowed(self)
+    }
+}
+
+/// How many jobs of a kind one worker process runs at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Concurrency {
+    /// As many as the process's build slots (`BUILD_SLOTS`, `--slots`), of
+    /// `BUILD_PREFETCH` claimed at once.
+    BuildSlots,
+    /// As many as `NIX_SLOTS` (at least one), which bounds them fleet-wide.
+    NixSlots,
+    /// This many.
+    Fixed(usize),
+}
+
+/// A queue a worker process serves, as [`KINDS`] lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Queue {
+    /// Its name (`SLIPWAY_QUEUES`, `--queues`).
+    pub name: &'static str,
+    /// The suffix of the process's worker that serves it
+    /// (`<worker name><suffix>`).
+    pub worker_suffix: &'static str,
+    /// Whether its jobs live in the database (apalis's tables): all but
+    /// `maintenance`, which runs on apalis-cron in each worker that serves it.
+    pub in_database: bool,
+}
+
+impl Queue {
+    /// The queue of job kind `J`.
+    pub const fn of<J: JobKind>() -> Self {
+        Self { name: J::QUEUE, worker_suffix: J::WORKER_SUFFIX, in_database: true }
+    }
+}
+
+/// Every queue a worker process serves unless told otherwise, in the
+/// order they are listed everywhere: `builds`, `nix` (schema builds and
+/// names evals), `callbacks` (reconcile pushes), `readiness` (probes) and
+/// `maintenance` (the retention sweep).
+pub const KINDS: [Queue; 5] = [
+    Queue::of::<BuildJob>(),
+    Queue::of::<NixJob>(),
+    Queue::of::<CallbackJob>(),
+    Queue::of::<ReadinessJob>(),
+    Queue { name: MAINTENANCE_QUEUE, worker_suffix: MAINTENANCE_WORKER_SUFFIX, in_database: false },
+];
+
+/// The names of [`KINDS`], in order.
+pub const ALL_QUEUES: [&str; KINDS.len()] = {
+    let mut names = [""; KINDS.len()];
+    let mut i = 0;
+    while i < KINDS.len() {
+        names[i] = KINDS[i].name;
+        i += 1;
+    }
+    names
+};
+
+/// How many of [`KINDS`] keep their jobs in the database.
+const IN_DATABASE: usize = {
+    let (mut n, mut i) = (0, 0);
+    while i < KINDS.len() {
+        if KINDS[i].in_database {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+};
+
+/// The names of the [`KINDS`] whose jobs live in the database (every queue
+/// but `maintenance`), in order: the queues counted and reported.
+pub const DATABASE_QUEUES: [&str; IN_DATABASE] = {
+    let mut names = [""; IN_DATABASE];
+    let (mut n, mut i) = (0, 0);
+    while i < KINDS.len() {
+        if KINDS[i].in_database {
+            names[n] = KINDS[i].name;
+            n += 1;
+        }
+        i += 1;
+    }
+    names
+};
+
+/// How many of [`KINDS`] are siblings: queues in the database served by
+/// a worker other than the process's `builds` one.
+const SIBLINGS: usize = {
+    let (mut n, mut i) = (0, 0);
+    while i < KINDS.len() {
+        if KINDS[i].in_database && !KINDS[i].worker_suffix.is_empty() {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+};
+
+/// The apalis workers one worker process runs besides its `builds` one,
+/// by name suffix (those of [`KINDS`] in the database): kept alive and
+/// handed back together.
+pub const SIBLING_SUFFIXES: [&str; SIBLINGS] = {
+    let mut suffixes = [""; SIBLINGS];
+    let (mut n, mut i) = (0, 0);
+    while i < KINDS.len() {
+        if KINDS[i].in_database && !KINDS[i].worker_suffix.is_empty() {
+            suffixes[n] = KINDS[i].worker_suffix;
+            n += 1;
+        }
+        i += 1;
+    }
+    suffixes
+};
+
+/// The queues of [`KINDS`] as an operator reads them: `builds, nix,
+/// callbacks, readiness and maintenance`.
+pub fn queue_names() -> &'static str {
+    static NAMES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| match ALL_QUEUES.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    });
+    NAMES.as_str()
+}
+
 /// The queue deploys and destroys share (§6).
 pub const BUILDS_QUEUE: &str = "builds";
-
-/// How many times apalis may hand a build job out. A build whose worker died
-/// is handed out again; the job body itself never asks for a retry of a
-/// failed effect (the build is failed instead), so this bounds only crashes
-/// and database outages.
-pub const BUILD_JOB_ATTEMPTS: usize = 20;
 
 /// Heartbeats a worker may miss before its builds go to another worker.
 pub const MISSED_HEARTBEATS: u32 = 2;
@@ -39,11 +178,14 @@ pub struct BuildJob {
     pub build_id: String,
 }
 
-/// Pushes a [`BuildJob`] for `build_id` into the `builds` queue in `conn`'s
-/// transaction, to run at once or after `delay`.
-pub async fn push_build_job(conn: &mut Conn, build_id: &str, delay: Option<Duration>) -> Result<(), StoreError> {
-    let job = BuildJob { build_id: build_id.to_owned() };
-    push(conn, BUILDS_QUEUE, &job, BUILD_JOB_ATTEMPTS, delay).await
+impl JobKind for BuildJob {
+    const QUEUE: &'static str = BUILDS_QUEUE;
+    const WORKER_SUFFIX: &'static str = "";
+    /// A build whose worker died is handed out again; the job body
+    /// itself never asks for a retry of a failed effect (the build is
+    /// failed instead), so this bounds only crashes and database outages.
+    const ATTEMPTS: usize = 20;
+    const CONCURRENCY: Concurrency = Concurrency::BuildSlots;
 }
 
 /// The payload of `build_id`'s [`BuildJob`] as apalis stores it (JSON
@@ -58,24 +200,20 @@ pub fn build_job_payload(build_id: &str) -> String {
 /// ([`super::submit::write_build`] on SQLite).
 pub const SQLITE_JOB_METADATA: &str = "{}";
 
-/// Pushes `payload` into `queue` in `conn`'s transaction, under a new ULID,
-/// to be handed out at most `attempts` times, at once or after `delay`.
-async fn push<J: Serialize>(
-    conn: &mut Conn,
-    queue: &str,
-    payload: &J,
-    attempts: usize,
-    delay: Option<Duration>,
-) -> Result<(), StoreError> {
-    let args = serde_json::to_vec(payload).expect("job payload serialises");
-    let task = TaskBuilder::new(args).task_id(TaskId::from(ulid::Ulid::generate())).max_attempts(attempts);
+/// Pushes `job` into its queue ([`JobKind::QUEUE`]) in `conn`'s
+/// transaction, under a new ULID, to be handed out at most
+/// [`JobKind::ATTEMPTS`] times, at once or after `delay` (its payload as
+/// [`JobKind::delayed`] makes it).
+pub async fn push<J: JobKind>(conn: &mut Conn, job: &J, delay: Option<Duration>) -> Result<(), StoreError> {
+    let args = serde_json::to_vec(&*job.delayed(delay)).expect("job payload serialises");
+    let task = TaskBuilder::new(args).task_id(TaskId::from(ulid::Ulid::generate())).max_attempts(J::ATTEMPTS);
     // Always from the fleet's clock: apalis would take this host's wall
     // clock, and a host ahead would push jobs no worker sees as due.
     let run_at = match delay {
         Some(delay) => run_at_second(super::now_ms(), delay),
         None => u64::try_from(super::now_ms().div_euclid(1000)).unwrap_or(0),
     };
-    conn.push_job(queue, task.run_at_timestamp(run_at).build()).await
+    conn.push_job(J::QUEUE, task.run_at_timestamp(run_at).build()).await
 }
 
 /// The Unix second a job delayed by `delay` from `now_ms` (Unix ms) may run
@@ -88,43 +226,10 @@ pub fn run_at_second(now_ms: i64, delay: Duration) -> u64 {
     due_ms.div_ceil(1000)
 }
 
-/// How long an idle SQLite worker waits before it looks for jobs again: a
-/// submit's build waits half of it on average (SQLite tells no other
-/// process of an insert), so it is the largest part of a deploy's overhead
-/// on SQLite; a look is one indexed read (docs/DECISIONS.md).
-pub const SQLITE_POLL: Duration = Duration::from_millis(100);
 /// How long an idle PostgreSQL worker waits, besides LISTEN/NOTIFY: the
-/// default of `SLIPWAY_POSTGRES_POLL` ([`JobFeed::poll`]).
+/// default of `SLIPWAY_POSTGRES_POLL` ([`JobFeed::poll`]). (An idle SQLite
+/// worker looks every 100 ms: `slipway_worker::storage::SQLITE_POLL`.)
 pub const POSTGRES_POLL: Duration = Duration::from_secs(1);
-
-/// When an idle apalis worker looks for jobs again: every `period`, and
-/// (PostgreSQL) when a notification of a new job arrives.
-///
-/// Used instead of apalis's interval strategy, which can lose its timer: when
-/// its delay has elapsed it makes the next one without polling it, so after
-/// a fetch that returned nothing (and a heartbeat timer that fired while the
-/// fetch ran, which apalis does not look at during a fetch) no timer is left
-/// to wake the worker, and it never looks for jobs again. Under load (a
-/// fetch slower than half a heartbeat) a SQLite worker stopped taking jobs
-/// in 6 of 48 runs of the worker stop tests. This one leaves its timer armed
-/// after every poll.
-///
-/// Every wake is a fetch: apalis fetches each time its worker's task is
-/// polled while it has no job in hand. So the worker's task is woken only by
-/// its own timer and by its queue's [`JobFeed`] wakes, never by the notification channel
-/// itself, which carries every queue's inserts.
-pub struct Wakeups {
-    period: Duration,
-    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
-    notifications: Option<mpsc::Receiver<Woken>>,
-}
-
-impl Wakeups {
-    /// Wakes every `period`, and on each item of `notifications` when given.
-    pub fn new(period: Duration, notifications: Option<mpsc::Receiver<Woken>>) -> Self {
-        Self { period, timer: Box::pin(tokio::time::sleep(period)), notifications }
-    }
-}
 
 /// The channel apalis-postgres's trigger notifies each due job's insert on
 /// (`{"job_type": <queue>, "id": <job id>, …}`).
@@ -219,108 +324,16 @@ struct Inserted {
     id: String,
 }
 
-impl PollStrategy for Wakeups {
-    fn poll_drive(&mut self, cx: &mut std::task::Context<'_>, _: &PollSnapshot) -> std::task::Poll<Option<()>> {
-        use std::future::Future as _;
-        let mut woke = false;
-        // Until it is pending, so that the timer is always armed on return.
-        while self.timer.as_mut().poll(cx).is_ready() {
-            self.timer.as_mut().reset(tokio::time::Instant::now() + self.period);
-            woke = true;
-        }
-        if let Some(notifications) = self.notifications.as_mut() {
-            while let std::task::Poll::Ready(item) = notifications.poll_recv(cx) {
-                if item.is_none() {
-                    // The listener ended: the timer alone wakes the worker.
-                    self.notifications = None;
-                    break;
-                }
-                woke = true;
-            }
-        }
-        if woke {
-            std::task::Poll::Ready(Some(()))
-        } else {
-            std::task::Poll::Pending
-        }
-    }
-}
-
-/// How a worker takes jobs from one queue: the queue, how many jobs it
-/// claims at once, and Slipway's heartbeat.
-#[derive(Debug, Clone, Copy)]
-pub struct QueueSettings {
-    /// The queue's name.
-    pub queue: &'static str,
-    /// Jobs claimed at once (`BUILD_PREFETCH` for builds).
-    pub batch_size: usize,
-    /// Slipway's heartbeat (`SLIPWAY_HEARTBEAT`); apalis beats twice as
-    /// often and declares a worker dead after [`MISSED_HEARTBEATS`] of ours.
-    pub heartbeat: Duration,
-}
-
-impl QueueSettings {
-    /// apalis's heartbeat and how many of its beats a worker may miss.
-    fn beats(&self) -> (Duration, usize) {
-        (apalis_heartbeat(self.heartbeat), (MISSED_HEARTBEATS * 2) as usize)
-    }
-
-    /// The queue's storage on SQLite, polled every [`SQLITE_POLL`].
-    pub fn sqlite<J>(&self, pool: &sqlx::SqlitePool) -> PollWith<SqliteStorage<J>, Strategy> {
-        let (beat, missed) = self.beats();
-        let config = apalis_sqlite::Config::default()
-            .queue(self.queue)
-            .batch_size(self.batch_size)
-            .heartbeat_interval(beat)
-            .missed_heartbeats(missed);
-        let wake = Strategy::new().apply(Wakeups::new(SQLITE_POLL, None));
-        SqliteStorage::<J>::new(pool).with_config(config).poll_with_strategy(wake)
-    }
-
-    /// The queue's storage on PostgreSQL, woken by `feed` (LISTEN/NOTIFY)
-    /// and polled every [`JobFeed::poll`].
-    pub fn postgres<J>(&self, pool: &sqlx::PgPool, feed: &JobFeed) -> PollWith<PostgresStorage<J>, Strategy> {
-        let (beat, missed) = self.beats();
-        let config = apalis_postgres::Config::default()
-            .queue(self.queue)
-            .batch_size(self.batch_size)
-            .heartbeat_interval(beat)
-            .missed_heartbeats(missed);
-        let wake = Strategy::new().apply(Wakeups::new(feed.poll(), Some(feed.subscribe(self.queue))));
-        PostgresStorage::<J>::new(pool).with_config(config).poll_with_strategy(wake)
-    }
-}
-
-/// apalis's heartbeat interval for Slipway's `heartbeat`: half of it, so
-/// apalis declares a worker dead after [`MISSED_HEARTBEATS`] of Slipway's
-/// beats (twice as many of its own).
-pub fn apalis_heartbeat(heartbeat: Duration) -> Duration {
-    heartbeat / 2
-}
-
 /// The queue of schema builds and names evals (§6, MS-7).
 pub const NIX_QUEUE: &str = "nix";
-
-/// The queues a worker serves unless told otherwise: builds, the
-/// `nix` queue, `callbacks` (reconcile pushes) and `maintenance` (the
-/// retention sweep).
-pub const ALL_QUEUES: [&str; 5] = [BUILDS_QUEUE, NIX_QUEUE, CALLBACKS_QUEUE, READINESS_QUEUE, MAINTENANCE_QUEUE];
 
 /// The periodic sweep's queue name (it runs on apalis-cron in each worker
 /// that serves it, not from the database).
 pub const MAINTENANCE_QUEUE: &str = "maintenance";
 
-/// A worker's `nix`-queue worker is named `<worker name>-nix`: it beats
-/// and is handed back with the worker ([`super::heartbeats::keep_alive`]).
-pub const NIX_WORKER_SUFFIX: &str = "-nix";
-
-/// A worker's `callbacks`-queue worker is named `<worker name>-callbacks`,
-/// beating and handed back with the worker like the `nix` one.
-pub const CALLBACKS_WORKER_SUFFIX: &str = "-callbacks";
-
-/// The apalis workers one worker process runs besides its `builds` one,
-/// by name suffix: kept alive and handed back together.
-pub const SIBLING_SUFFIXES: [&str; 3] = [NIX_WORKER_SUFFIX, CALLBACKS_WORKER_SUFFIX, READINESS_WORKER_SUFFIX];
+/// The suffix of the apalis-cron worker that runs the sweep
+/// (`<worker name>-sweep`; not in the database).
+pub const MAINTENANCE_WORKER_SUFFIX: &str = "-sweep";
 
 /// A `schema_build` or `names_eval` job: the key of its `nix_results` row,
 /// which holds its kind and input.
@@ -330,20 +343,17 @@ pub struct NixJob {
     pub key: String,
 }
 
-/// How many times apalis may hand a nix job out: a worker that died with it
-/// leaves it to another; the job's own failures are its result (§6: no retry).
-pub const NIX_JOB_ATTEMPTS: usize = 3;
-
-/// Pushes a [`NixJob`] for `key` into the `nix` queue in `conn`'s transaction.
-pub async fn push_nix_job(conn: &mut Conn, key: &str) -> Result<(), StoreError> {
-    push(conn, NIX_QUEUE, &NixJob { key: key.to_owned() }, NIX_JOB_ATTEMPTS, None).await
+impl JobKind for NixJob {
+    const QUEUE: &'static str = NIX_QUEUE;
+    const WORKER_SUFFIX: &'static str = "-nix";
+    /// A worker that died with it leaves it to another; the job's own
+    /// failures are its result (§6: no retry).
+    const ATTEMPTS: usize = 3;
+    const CONCURRENCY: Concurrency = Concurrency::NixSlots;
 }
 
 /// The queue of reconcile pushes (DL-2).
 pub const CALLBACKS_QUEUE: &str = "callbacks";
-
-/// How many pushes one worker sends at once.
-pub const CALLBACKS_CONCURRENCY: usize = 16;
 
 /// A `reconcile_push` job: the destroy build whose callback to send (the
 /// URL and token stay on the build row; a job payload outlives the push in
@@ -354,26 +364,19 @@ pub struct CallbackJob {
     pub build_id: String,
 }
 
-/// How many times apalis may hand a push job out: a worker that died with it
-/// leaves it to another, which finds it taken (`sending`) and sends nothing
-/// (DL-2: the push is sent at most once, never retried).
-pub const CALLBACK_JOB_ATTEMPTS: usize = 3;
-
-/// Pushes a [`CallbackJob`] for `build_id` into the `callbacks` queue in
-/// `conn`'s transaction.
-pub async fn push_callback_job(conn: &mut Conn, build_id: &str) -> Result<(), StoreError> {
-    push(conn, CALLBACKS_QUEUE, &CallbackJob { build_id: build_id.to_owned() }, CALLBACK_JOB_ATTEMPTS, None).await
+impl JobKind for CallbackJob {
+    const QUEUE: &'static str = CALLBACKS_QUEUE;
+    const WORKER_SUFFIX: &'static str = "-callbacks";
+    /// A worker that died with it leaves it to another, which finds it
+    /// taken (`sending`) and sends nothing (DL-2: the push is sent at most
+    /// once, never retried).
+    const ATTEMPTS: usize = 3;
+    /// Pushes one worker sends at once.
+    const CONCURRENCY: Concurrency = Concurrency::Fixed(16);
 }
 
 /// The queue of readiness probes (§10).
 pub const READINESS_QUEUE: &str = "readiness";
-
-/// The suffix of the apalis worker that serves the `readiness` queue.
-pub const READINESS_WORKER_SUFFIX: &str = "-readiness";
-
-/// How many readiness jobs one worker runs at once (each probes one
-/// deployment's instances, within 5 s per probe).
-pub const READINESS_CONCURRENCY: usize = 16;
 
 /// A `readiness` job: probe the instances of deploy `build_id` of
 /// `deployment_id` that are not ready yet, then push itself again, later,
@@ -392,68 +395,32 @@ pub struct ReadinessJob {
     pub not_before_ms: Option<i64>,
 }
 
-/// How many times apalis may hand a readiness job out (a job that could not
-/// record its probes goes back).
-pub const READINESS_JOB_ATTEMPTS: usize = 5;
+impl JobKind for ReadinessJob {
+    const QUEUE: &'static str = READINESS_QUEUE;
+    const WORKER_SUFFIX: &'static str = "-readiness";
+    /// A job that could not record its probes goes back.
+    const ATTEMPTS: usize = 5;
+    /// Each job probes one deployment's instances, within 5 s per probe.
+    const CONCURRENCY: Concurrency = Concurrency::Fixed(16);
 
-/// Pushes a [`ReadinessJob`] into the `readiness` queue in `conn`'s
-/// transaction, to run after `delay` (at once for `None`); a delayed job
-/// carries the end of its delay (`not_before_ms`) and never runs before it.
-pub async fn push_readiness_job(
-    conn: &mut Conn,
-    job: &ReadinessJob,
-    delay: Option<Duration>,
-) -> Result<(), StoreError> {
-    let mut job = job.clone();
-    job.not_before_ms = delay.map(|d| super::now_ms().saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
-    push(conn, READINESS_QUEUE, &job, READINESS_JOB_ATTEMPTS, delay).await
+    /// A delayed job carries the end of its delay (`not_before_ms`) and
+    /// never runs before it; one pushed at once carries none.
+    fn delayed(&self, delay: Option<Duration>) -> Cow<'_, Self> {
+        let mut job = self.clone();
+        job.not_before_ms =
+            delay.map(|d| super::now_ms().saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
+        Cow::Owned(job)
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{PollSnapshot, PollStrategy, Wakeups};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    use std::task::{Context, Poll, Wake, Waker};
-    use std::time::Duration;
+    use super::*;
 
-    /// Counts its wakes and tells a waiting test of each.
-    #[derive(Default)]
-    struct Counter {
-        wakes: AtomicUsize,
-        notify: tokio::sync::Notify,
-    }
-
-    impl Wake for Counter {
-        fn wake(self: Arc<Self>) {
-            self.wakes.fetch_add(1, Ordering::SeqCst);
-            self.notify.notify_one();
-        }
-    }
-
-    async fn woken(counter: &Counter, after: usize) {
-        tokio::time::timeout(Duration::from_secs(10), async {
-            while counter.wakes.load(Ordering::SeqCst) <= after {
-                counter.notify.notified().await;
-            }
-        })
-        .await
-        .expect("the strategy woke the worker again");
-    }
-
-    #[tokio::test]
-    async fn the_poll_strategy_keeps_a_timer_armed_after_it_fires() {
-        let counter = Arc::new(Counter::default());
-        let waker = Waker::from(Arc::clone(&counter));
-        let mut cx = Context::from_waker(&waker);
-        let mut wake = Wakeups::new(Duration::from_millis(20), None);
-        assert!(wake.poll_drive(&mut cx, &PollSnapshot::default()).is_pending());
-        woken(&counter, 0).await;
-        // The worker looks once after the period ended, then not again (its
-        // fetch runs, finds nothing and parks): the strategy must wake it
-        // again by itself.
-        assert_eq!(wake.poll_drive(&mut cx, &PollSnapshot::default()), Poll::Ready(Some(())));
-        let seen = counter.wakes.load(Ordering::SeqCst);
-        woken(&counter, seen).await;
+    #[test]
+    fn every_list_of_queues_comes_from_the_one_table_in_its_order() {
+        assert_eq!(ALL_QUEUES, ["builds", "nix", "callbacks", "readiness", "maintenance"]);
+        assert_eq!(DATABASE_QUEUES, ["builds", "nix", "callbacks", "readiness"]);
+        assert_eq!(SIBLING_SUFFIXES, ["-nix", "-callbacks", "-readiness"]);
     }
 }

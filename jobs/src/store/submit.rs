@@ -29,7 +29,7 @@
 //! round trip is a hand-over between threads, taken while the process's
 //! write turn is held, so fewer of them let more submits commit.
 
-use super::queue::{BUILDS_QUEUE, BUILD_JOB_ATTEMPTS};
+use super::queue::{BuildJob, JobKind as _, BUILDS_QUEUE};
 use super::{builds, deployments, events, Conn, Engine, StoreError, Q};
 
 /// The advisory lock that serialises the Q-3 count of queued builds with
@@ -240,7 +240,7 @@ fn bind_statement_2(q: Q, b: &builds::NewBuild<'_>, w: WriteBuild, now: i64) -> 
         .int(i64::from(supersede))
         .text(ulid::Ulid::generate().to_string())
         .text(BUILDS_QUEUE)
-        .int(BUILD_JOB_ATTEMPTS as i64)
+        .int(BuildJob::ATTEMPTS as i64)
         .int(now.div_euclid(1000))
         .opt_text(event.map(|e| e.as_str()))
         .int(cap)

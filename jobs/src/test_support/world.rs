@@ -59,8 +59,8 @@ impl World {
     /// Runs build `build_id` in-process to its end and returns its report.
     pub async fn run(&self, build_id: &str) -> crate::jobs::report::Report {
         let job = crate::store::queue::BuildJob { build_id: build_id.into() };
-        match crate::jobs::build::run(job, &self.ctx).await.expect("the build job runs") {
-            crate::jobs::build::Ran::Finished(r) => *r,
+        match crate::jobs::build_job::run(job, &self.ctx).await.expect("the build job runs") {
+            crate::jobs::build_job::Ran::Finished(r) => *r,
             other => panic!("the build did not run: {other:?}"),
         }
     }

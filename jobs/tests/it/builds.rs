@@ -2,7 +2,7 @@
 //! builds of the reference module source (`nix/`).
 
 use slipway_jobs::id::DeploymentId;
-use slipway_jobs::jobs::build::{self, Ran};
+use slipway_jobs::jobs::build_job::{self as build, Ran};
 use slipway_jobs::jobs::report::Reason;
 use slipway_jobs::jobs::{sweep, Ctx};
 use slipway_jobs::state::{BuildKind, BuildStatus, DeploymentState};
@@ -260,7 +260,7 @@ async fn a_huge_log_is_stored_up_to_its_limit_without_slowing_the_build(engine: 
     assert!(started.elapsed() < std::time::Duration::from_secs(60), "took {:?}", started.elapsed());
     let mut conn = w.ctx.db.acquire().await.unwrap();
     let log = builds::log(&mut conn, &id).await.unwrap().unwrap();
-    let limit = slipway_jobs::jobs::workspace::LOG_LIMIT as usize;
+    let limit = slipway_jobs::jobs::build_log::LOG_LIMIT as usize;
     assert!(log.len() > limit / 2 && log.len() < limit + 1024, "{} bytes stored", log.len());
     assert!(log.contains("further output is not stored"));
 }

@@ -3,7 +3,7 @@
 //! namespace; its builders, which the Nix daemon runs in its sandbox, end
 //! when the daemon sees their client gone) and no scratch folder.
 
-use slipway_jobs::jobs::build::{self, Ran};
+use slipway_jobs::jobs::build_job::{self as build, Ran};
 use slipway_jobs::jobs::report::Reason;
 use slipway_jobs::state::{BuildKind, BuildStatus};
 use slipway_jobs::store::queue::BuildJob;

@@ -2,7 +2,7 @@
 //! the state of a deployment whose newest build never ran (ST-1), the
 //! order of submit times (ST-2), and what a build's log shows of the host.
 
-use slipway_jobs::jobs::build::{self, Ran};
+use slipway_jobs::jobs::build_job::{self as build, Ran};
 use slipway_jobs::state::{BuildKind, BuildStatus, DeploymentState};
 use slipway_jobs::store::queue::BuildJob;
 use slipway_jobs::store::{builds, Engine};

@@ -4,7 +4,7 @@
 //! a job that is not yet due wakes nobody.
 
 use slipway_jobs::store::events::NOTIFY_CHANNEL;
-use slipway_jobs::store::queue::{push_build_job, BUILDS_QUEUE};
+use slipway_jobs::store::queue::{push, BuildJob, BUILDS_QUEUE};
 use slipway_jobs::store::{Db, Engine, Q};
 use slipway_jobs::test_support::world;
 use std::time::Duration;
@@ -36,15 +36,15 @@ async fn a_committed_transaction_s_wake_ups_arrive_and_a_rolled_back_one_s_never
 
     let mut rolled_back = w.ctx.db.begin_write().await.unwrap();
     rolled_back.notify(NOTIFY_CHANNEL, "rolled-back".to_owned()).await.unwrap();
-    push_build_job(&mut rolled_back, "rolled-back-build", None).await.unwrap();
+    push(&mut rolled_back, &BuildJob { build_id: "rolled-back-build".into() }, None).await.unwrap();
     rolled_back.rollback().await.unwrap();
 
     // A job due in a minute wakes nobody now; the one due now does, after
     // the event notified before it in the same transaction.
     let mut committed = w.ctx.db.begin_write().await.unwrap();
-    push_build_job(&mut committed, "later-build", Some(Duration::from_secs(60))).await.unwrap();
+    push(&mut committed, &BuildJob { build_id: "later-build".into() }, Some(Duration::from_secs(60))).await.unwrap();
     committed.notify(NOTIFY_CHANNEL, "committed".to_owned()).await.unwrap();
-    push_build_job(&mut committed, "due-build", None).await.unwrap();
+    push(&mut committed, &BuildJob { build_id: "due-build".into() }, None).await.unwrap();
     committed.commit().await.unwrap();
 
     let due_job = Q::new("SELECT id FROM apalis.jobs WHERE convert_from(job, 'UTF8') LIKE '%due-build%'")

@@ -6,7 +6,7 @@
 //! in-process, effects that wait for the test.
 
 use serde_json::json;
-use slipway_jobs::jobs::build::{self, Ran};
+use slipway_jobs::jobs::build_job::{self as build, Ran};
 use slipway_jobs::jobs::report::Reason;
 use slipway_jobs::state::{BuildKind, BuildStatus};
 use slipway_jobs::store::queue::BuildJob;

@@ -2,7 +2,7 @@
 //! only: every wake costs it a fetch, and the notification channel carries
 //! every queue's inserts (`store::queue::JobFeed`).
 
-use slipway_jobs::store::queue::{push_build_job, push_nix_job, JobFeed, Woken, NIX_QUEUE, POSTGRES_POLL};
+use slipway_jobs::store::queue::{push, BuildJob, JobFeed, NixJob, Woken, NIX_QUEUE, POSTGRES_POLL};
 use slipway_jobs::store::{Db, Engine, Q};
 use slipway_jobs::test_support::world;
 use std::time::Duration;
@@ -33,10 +33,10 @@ async fn a_queue_s_wakeups_skip_the_jobs_of_other_queues() {
     // A build job first, then a nix job, each committed (so notified) in
     // that order: the first wake is the nix job's.
     let mut tx = w.ctx.db.begin_write().await.unwrap();
-    push_build_job(&mut tx, "some-build", None).await.unwrap();
+    push(&mut tx, &BuildJob { build_id: "some-build".into() }, None).await.unwrap();
     tx.commit().await.unwrap();
     let mut tx = w.ctx.db.begin_write().await.unwrap();
-    push_nix_job(&mut tx, "the-eval").await.unwrap();
+    push(&mut tx, &NixJob { key: "the-eval".into() }, None).await.unwrap();
     tx.commit().await.unwrap();
     let nix_job = job_id(&w, "the-eval").await;
     let woken_by = tokio::time::timeout(Duration::from_secs(30), wakeups.recv())
@@ -71,7 +71,7 @@ async fn the_job_feed_listens_again_after_postgres_refused_every_connection() {
     assert_eq!(again.ok().flatten(), Some(Woken::Listening), "the feed did not listen again");
 
     let mut tx = w.ctx.db.begin_write().await.unwrap();
-    push_nix_job(&mut tx, "after-the-outage").await.unwrap();
+    push(&mut tx, &NixJob { key: "after-the-outage".into() }, None).await.unwrap();
     tx.commit().await.unwrap();
     let heard = tokio::time::timeout(Duration::from_secs(5), wakeups.recv()).await;
     assert!(matches!(heard, Ok(Some(Woken::Job(_)))), "a new job went unheard: {heard:?}");

@@ -4,7 +4,7 @@
 //! to a count when it is loose. How many statements it sends:
 //! `submit_statements.rs`.
 
-use slipway_jobs::store::queue::{push_build_job, BuildJob};
+use slipway_jobs::store::queue::{push, BuildJob};
 use slipway_jobs::store::{Engine, Q};
 use slipway_jobs::submit;
 use slipway_jobs::test_support::{checker, submit_demo, world, AnySource};
@@ -16,7 +16,7 @@ async fn the_folded_job_push_writes_the_row_apalis_writes(engine: Engine) {
     let w = world(engine, &[]).await;
     let accepted = submit_demo(&w.ctx.db, &AnySource(checker()), "folded", 1000).await.unwrap();
     let mut tx = w.ctx.db.begin_write().await.unwrap();
-    push_build_job(&mut tx, "by-apalis", None).await.unwrap();
+    push(&mut tx, &BuildJob { build_id: "by-apalis".into() }, None).await.unwrap();
     tx.commit().await.unwrap();
     let mut conn = w.ctx.db.acquire().await.unwrap();
     let sql = match engine {

@@ -392,10 +392,10 @@ async fn job_status(db: &Db, deployment: &str) -> Option<String> {
 /// job ends at once) and returns how long the worker took to finish it, up
 /// to 20 s.
 async fn job_done_after(db: &Db, deployment: &str) -> Option<Duration> {
-    use slipway_jobs::store::queue::{push_readiness_job, ReadinessJob};
+    use slipway_jobs::store::queue::{push, ReadinessJob};
     let job = ReadinessJob { deployment_id: deployment.into(), build_id: "none".into(), not_before_ms: None };
     let mut tx = db.begin_write().await.unwrap();
-    push_readiness_job(&mut tx, &job, None).await.unwrap();
+    push(&mut tx, &job, None).await.unwrap();
     tx.commit().await.unwrap();
     let pushed = Instant::now();
     common::poll(Duration::from_secs(20), || async {

@@ -145,3 +145,103 @@ async fn wait_ready_refuses_a_sqlite_url_that_names_no_database_and_creates_none
     assert!(stderr.contains(&missing.display().to_string()) && stderr.contains("DATABASE_URL"), "{stderr}");
     assert!(!missing.exists() && !missing.parent().unwrap().exists(), "wait-ready created a database");
 }
+
+/// The `readiness` job taken by a real apalis worker whose storage is the
+/// worker's own ([`slipway_worker::storage::QueueSettings`]), on a real
+/// database of each engine (no api, no Nix).
+mod backoff {
+    use slipway_jobs::probe::State;
+    use slipway_jobs::source::outputs::{Instance, ReadinessMeta};
+    use slipway_jobs::store::Engine;
+    use slipway_jobs::test_support::{Behaviour, Reply, StubServer as Server};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn through(server: &Server) -> ReadinessMeta {
+        ReadinessMeta { connect: Some(format!("http://{}", server.addr)), ..ReadinessMeta::default() }
+    }
+
+    fn answering(f: impl Fn(usize, &str) -> Reply + Send + Sync + 'static) -> Behaviour {
+        Arc::new(f)
+    }
+
+    /// The `readiness` job's pause holds to the deadline: taken by a real
+    /// apalis worker from the real queue, an instance that never becomes ready
+    /// is asked at most twice over the last second before its deadline (a
+    /// round in it and the last round, at the deadline), not every few tens
+    /// of milliseconds as the pause shrinks to the time left.
+    async fn the_readiness_backoff_holds_until_the_deadline(engine: Engine) {
+        use apalis::prelude::*;
+        use slipway_jobs::jobs::readiness::run;
+        use slipway_jobs::jobs::Ctx;
+        use slipway_jobs::store::queue::{push, JobFeed, ReadinessJob, POSTGRES_POLL, READINESS_QUEUE};
+        use slipway_jobs::store::{instance_readiness as rows, now_ms, Db, Q};
+        use slipway_worker::storage::QueueSettings;
+        async fn handle(job: ReadinessJob, ctx: Data<Ctx>) -> Result<(), BoxDynError> {
+            run(job, &ctx).await.map_err(Into::into)
+        }
+        let world = slipway_jobs::test_support::world(engine, &[("SLIPWAY_READINESS_CONNECT", "")]).await;
+        let id = "ready-backoff";
+        let build = world.queue(id, slipway_jobs::state::BuildKind::Deploy, None).await;
+        let asked_at = Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
+        let seen = Arc::clone(&asked_at);
+        let server = Server::start(answering(move |_, _| {
+            seen.lock().unwrap().push(now_ms());
+            Reply::Answer(404, vec![])
+        }))
+        .await;
+        let mut conn = world.ctx.db.acquire().await.unwrap();
+        Q::new("UPDATE builds SET readiness = $1 WHERE id = $2")
+            .text(serde_json::to_string(&through(&server)).unwrap())
+            .text(&build)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let b = slipway_jobs::store::builds::get(&mut conn, &build).await.unwrap().unwrap();
+        let instances: Vec<Instance> = b.instances.iter().filter(|i| i.name == "mastodon").cloned().collect();
+        assert_eq!(instances.len(), 1, "{:?}", b.instances);
+        let now = now_ms();
+        let deadline = now + 3_500;
+        rows::begin(&mut conn, id, &build, &instances, now, deadline).await.unwrap();
+        drop(conn);
+        let mut tx = world.ctx.db.begin_write().await.unwrap();
+        let job = ReadinessJob { deployment_id: id.into(), build_id: build.clone(), not_before_ms: None };
+        push(&mut tx, &job, None).await.unwrap();
+        tx.commit().await.unwrap();
+
+        let settings = QueueSettings { queue: READINESS_QUEUE, batch_size: 1, heartbeat: world.ctx.config.heartbeat };
+        let ctx = world.ctx.clone();
+        let running = match world.ctx.db.clone() {
+            Db::Postgres(pool) => {
+                let feed = JobFeed::start(&pool, POSTGRES_POLL);
+                let storage = settings.postgres::<ReadinessJob>(&pool, &feed);
+                let worker = WorkerBuilder::new("readiness-backoff-test").backend(storage).data(ctx).concurrency(4);
+                tokio::spawn(worker.build(handle).run())
+            }
+            Db::Sqlite(pool) => {
+                let storage = settings.sqlite::<ReadinessJob>(&pool);
+                let worker = WorkerBuilder::new("readiness-backoff-test").backend(storage).data(ctx).concurrency(4);
+                tokio::spawn(worker.build(handle).run())
+            }
+        };
+        let start = std::time::Instant::now();
+        loop {
+            let mut conn = world.ctx.db.acquire().await.unwrap();
+            let state = rows::of_deployment(&mut conn, id).await.unwrap()[0].state;
+            if state == State::NotReady {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "the deadline never ended the probing: {state:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        running.abort();
+        let asked = asked_at.lock().unwrap().clone();
+        let offsets: Vec<i64> = asked.iter().map(|t| t - deadline).collect();
+        let last_second = offsets.iter().filter(|t| **t >= -1_000).count();
+        eprintln!("probes at these ms from the deadline: {offsets:?}");
+        assert!(last_second <= 2, "{last_second} probes over the last second (ms from the deadline: {offsets:?})");
+        assert!(asked.len() >= 2, "the instance was asked again before the deadline: {offsets:?}");
+    }
+
+    slipway_jobs::on_both_engines!(the_readiness_backoff_holds_until_the_deadline);
+}

@@ -1,57 +1,31 @@
-//! The `builds` queue job (§6 `deploy`/`destroy`), top to bottom:
+//! The `builds` queue job (§6 `deploy`/`destroy`): the frame of every
+//! build, top to bottom. What a deploy adds is in [`deploy`], what a
+//! destroy adds in [`destroy`].
 //!
 //! 1. [`run`]: a build whose worker still lives is left to it
 //!    (`live_owner`); otherwise `claim` makes it this worker's next
 //!    attempt (a conditional update, ST-3).
 //! 2. `run_claimed` hands it to [`deploy::run`] or [`destroy::run`], which
-//!    run the effect in the attempt's workspace ([`super::workspace`]) and
-//!    give back the run report and the SBOM change it implies.
+//!    run the effect in the attempt's workspace
+//!    (`workspace::run_kind`) and give back the run report and the
+//!    SBOM change it implies ([`Outcome`]).
 //! 3. `record` opens one transaction holding the deployment's lock:
 //!    the SBOM change → the build's end with its report and `timings`
 //!    (conditional on the claim; rolled back whole when it no longer holds)
+//!    → what the kind adds (`deploy::record_end`, `destroy::record_end`)
 //!    → the dispatch of the deployment's next build (ST-2) → commit.
 
+use super::outcome::{blank_report, cancelled, Outcome, SbomChange};
 use super::report::{Reason, Report};
-use super::timing::{now_us, EffectSpan, Marks};
-use super::{deploy, destroy, Ctx, JobError};
-use crate::source::ModuleSource;
+use super::timing::{now_us, Marks};
+use super::{deploy, destroy, Ctx, Job, JobError, RECORD_PATIENCE};
 use crate::state::{BuildKind, BuildStatus};
 use crate::store::builds::{self, BuildRow, Finish};
-use crate::store::queue::{self, BuildJob, MISSED_HEARTBEATS};
-use crate::store::sboms::{self, NodeSbom};
-use crate::store::{events, heartbeats, instance_readiness, now_ms, StoreError};
-use std::path::PathBuf;
+use crate::store::queue::{BuildJob, MISSED_HEARTBEATS};
+use crate::store::sboms;
+use crate::store::{events, heartbeats, now_ms, StoreError};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
-
-/// What a finished effect changes besides the build row.
-#[derive(Debug, Clone)]
-pub enum SbomChange {
-    /// Nothing (a failed build changes no SBOM).
-    None,
-    /// A successful deploy: these nodes' SBOMs replace the deployment's.
-    Replace(Vec<(String, NodeSbom)>),
-    /// A successful destroy: every SBOM of the deployment goes.
-    RemoveAll,
-}
-
-/// A job body's result: the report and the SBOM change it implies.
-#[derive(Debug)]
-pub struct Outcome {
-    /// The run report (its status decides the build's).
-    pub report: Report,
-    /// SBOM change to store with the build's end.
-    pub sboms: SbomChange,
-    /// When the effect ran, if it did (for the report's `timings`).
-    pub effect: Option<EffectSpan>,
-}
-
-impl Outcome {
-    /// An outcome that changes no SBOM.
-    pub(crate) fn unchanged(report: Report) -> Self {
-        Self { report, sboms: SbomChange::None, effect: None }
-    }
-}
 
 /// What happened to a job.
 #[derive(Debug)]
@@ -65,9 +39,24 @@ pub enum Ran {
     /// The build runs on a live worker (its job was handed out again after
     /// a database outage); a new job looks again later.
     Deferred,
-    /// This process is stopping at once ([`super::Here::abandon`]): the
+    /// This process is stopping at once ([`super::WorkerProcess::abandon`]): the
     /// outcome was not recorded and another worker runs the build again.
     Abandoned,
+}
+
+/// A `builds` job runs in the span [`run`] opens once the build is claimed
+/// (it names the deployment and the kind, read from the row).
+impl Job for BuildJob {
+    type Output = Ran;
+    const NAME: &'static str = "build";
+
+    fn run(self, ctx: &Ctx) -> impl std::future::Future<Output = Result<Ran, JobError>> + Send {
+        run(self, ctx)
+    }
+
+    fn span(&self, _worker: &str) -> tracing::Span {
+        tracing::Span::none()
+    }
 }
 
 /// Runs one `builds` job.
@@ -126,14 +115,14 @@ async fn live_owner(id: &str, ctx: &Ctx) -> Result<Option<(String, Duration)>, J
     };
     let Some(owner) = owner else { return Ok(None) };
     if owner == ctx.worker {
-        return Ok(ctx.here.runs(id).then_some((owner, window)));
+        return Ok(ctx.process.runs(id).then_some((owner, window)));
     }
     match heartbeats::heartbeat_age_ms(&mut conn, &owner).await? {
         Some(age) if age < window.as_millis() as i64 => Ok(Some((owner, window))),
         // Stale, but this process has not seen the database long enough to
         // tell a dead worker from one that cannot reach it either.
-        Some(_) if ctx.here.reachable_for() < window => {
-            Ok(Some((owner, window.saturating_sub(ctx.here.reachable_for()).max(ctx.config.heartbeat / 2))))
+        Some(_) if ctx.process.reachable_for() < window => {
+            Ok(Some((owner, window.saturating_sub(ctx.process.reachable_for()).max(ctx.config.heartbeat / 2))))
         }
         Some(_) => Ok(None),
         // Not a registered worker at all (a local run's build): gone.
@@ -189,7 +178,7 @@ async fn claim(ctx: &Ctx, id: &str, takeover: bool) -> Result<Claim, StoreError>
 }
 
 async fn run_claimed(build: BuildRow, mut marks: Marks, ctx: &Ctx) -> Result<Ran, JobError> {
-    let _here = ctx.here.enter(&build.id);
+    let _running = ctx.process.enter(&build.id);
     tracing::info!("build started");
     crate::failpoint::hit_between_statements("build_claimed", &ctx.db).await;
     let started = Instant::now();
@@ -203,7 +192,7 @@ async fn run_claimed(build: BuildRow, mut marks: Marks, ctx: &Ctx) -> Result<Ran
         BuildKind::Deploy => deploy::run(&build, ctx).await,
         BuildKind::Destroy => destroy::run(&build, ctx).await,
     };
-    if ctx.here.abandoned() {
+    if ctx.process.abandoned() {
         tracing::warn!("this worker is stopping at once; the build is left for another worker");
         return Ok(Ran::Abandoned);
     }
@@ -230,10 +219,6 @@ async fn run_claimed(build: BuildRow, mut marks: Marks, ctx: &Ctx) -> Result<Ran
     }
     Ok(Ran::Finished(Box::new(report)))
 }
-
-/// How long a finished build keeps trying to record its end while the
-/// database is away, before it gives the job back (and the effect re-runs).
-pub(crate) const RECORD_PATIENCE: Duration = Duration::from_secs(600);
 
 /// The first pause between tries to record a build's end, doubling up to
 /// [`RECORD_RETRY_MOST`]: the end is recorded within seconds of the
@@ -307,106 +292,12 @@ async fn record_once(
         return Ok(false);
     }
     crate::failpoint::hit("build_finishing");
-    if finish.status == BuildStatus::Succeeded {
-        match build.kind {
-            // §10: its instances are probed until ready or the deadline.
-            // A dry run changes nothing (§11).
-            BuildKind::Deploy if build.dry_run => {}
-            BuildKind::Deploy => {
-                let deadline = now + ctx.config.worker.ready_timeout.as_millis() as i64;
-                instance_readiness::begin(&mut tx, &build.deployment_id, &build.id, &build.instances, now, deadline)
-                    .await?;
-                if !build.instances.is_empty() {
-                    let job = queue::ReadinessJob {
-                        deployment_id: build.deployment_id.clone(),
-                        build_id: build.id.clone(),
-                        not_before_ms: None,
-                    };
-                    queue::push_readiness_job(&mut tx, &job, None).await?;
-                }
-            }
-            BuildKind::Destroy => instance_readiness::clear(&mut tx, &build.deployment_id).await?,
-        }
-    }
-    if build.kind == BuildKind::Destroy {
-        let idle = finish.status == BuildStatus::Succeeded;
-        if builds::settle_callback(&mut tx, &build.id, idle, finish.status.as_str(), now).await? {
-            queue::push_callback_job(&mut tx, &build.id).await?;
-        }
+    match build.kind {
+        BuildKind::Deploy => deploy::record_end(&mut tx, ctx, build, finish.status, now).await?,
+        BuildKind::Destroy => destroy::record_end(&mut tx, build, finish.status, now).await?,
     }
     builds::dispatch_next(&mut tx, &build.deployment_id).await?;
     events::record(&mut tx, &build.deployment_id, now).await?;
     tx.commit().await?;
     Ok(true)
-}
-
-/// A report to start from, filled in by the job bodies.
-pub(crate) fn blank_report(build: &BuildRow) -> Report {
-    Report {
-        build_id: build.id.clone(),
-        deployment_id: build.deployment_id.clone(),
-        kind: build.kind,
-        status: BuildStatus::Failed,
-        reason: None,
-        error: None,
-        attempt: build.attempts,
-        exit_code: None,
-        duration_ms: 0,
-        nodes: Vec::new(),
-        warnings: Vec::new(),
-        summary: Default::default(),
-        dry_run: build.dry_run,
-        timings: None,
-    }
-}
-
-/// Marks `report` failed with `reason` and a sentence.
-pub(crate) fn fail(mut report: Report, reason: Reason, error: impl Into<String>) -> Report {
-    report.status = BuildStatus::Failed;
-    report.reason = Some(reason);
-    report.error = Some(error.into());
-    report
-}
-
-/// Marks `report` cancelled.
-pub(crate) fn cancelled(mut report: Report) -> Report {
-    report.status = BuildStatus::Cancelled;
-    report.reason = Some(Reason::Cancelled);
-    report.error = Some("cancelled on request; every process of the effect was killed".to_owned());
-    report
-}
-
-/// Marks `report` as the run of an attempt whose claim another worker took
-/// (never stored: recording it fails on the claim).
-pub(crate) fn claim_lost(report: Report) -> Report {
-    fail(report, Reason::ClaimLost, "another worker took this build over; this attempt stopped")
-}
-
-/// The folder holding the build's module source on this host: the built-in
-/// one (`SLIPWAY_DEFAULT_SOURCE_DIR`) for a build without a source, a
-/// `path:` folder as it is, a git source's stored revision from this host's
-/// source cache, fetched first if this host has not (within `NIX_TIMEOUT`);
-/// either tree inspected first (SEC-3: no link out of it, its size), as
-/// every [`crate::fetch::fetch`] does.
-pub(crate) async fn resolve_source(build: &BuildRow, ctx: &Ctx) -> Result<PathBuf, String> {
-    let dir = match build.module_source.as_deref() {
-        None => ctx.config.sources.default_source_dir.clone(),
-        Some(s) => {
-            let source = ModuleSource::parse(s).map_err(|e| e.to_string())?;
-            let fetched = crate::fetch::fetch(&ctx.config, &source, ctx.config.sources.nix_timeout).await;
-            fetched
-                .map_err(|e| {
-                    // Logged once as "build failed" where the build ends;
-                    // the tool's output only at debug.
-                    tracing::debug!(build.id = %build.id, error = %e, log = e.log(), "cannot fetch the build's module source");
-                    e.to_string()
-                })?
-                .dir
-        }
-    };
-    if dir.join("core/default.nix").is_file() {
-        Ok(dir)
-    } else {
-        Err(format!("module source folder {} has no core/default.nix", dir.display()))
-    }
 }
