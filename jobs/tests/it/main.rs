@@ -8,6 +8,7 @@ mod callback_urls;
 mod cases_match_shared;
 mod channel_events;
 mod containment;
+mod doc_paths;
 mod fleet;
 mod git_fetch;
 mod lifecycle;
