@@ -6,8 +6,8 @@
 //! sleep) stops every queue worker of the process for as long: their fetches
 //! and heartbeats, with a transaction left open mid-way. After a database
 //! outage each queue worker fails and restarts on its own, so the pauses
-//! added up to 15 s and more, long enough for another worker to take the
-//! process for dead and take over the build it was starting.
+//! add up, long enough for another worker to take the process for dead and
+//! take over the build it was starting.
 //!
 //! So the callback only records the failure ([`Supervisor::failed`]); the
 //! pause is taken by the restarted worker itself: the factory that builds it

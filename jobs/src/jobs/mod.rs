@@ -226,10 +226,9 @@ impl Ctx {
     /// a sibling) to register again after it failed: heartbeats leave its
     /// row alone until the returned guard drops, and the row is made to
     /// look old enough for apalis to take the name again
-    /// ([`crate::store::heartbeats::make_registrable`]). Without this, on
-    /// SQLite, a queue worker that failed once (say on `database is
-    /// locked`) never came back: apalis refused its name while the
-    /// process's beats kept the row fresh. A failure here is logged and
+    /// ([`crate::store::heartbeats::make_registrable`]): apalis refuses to
+    /// register a name whose row looks alive, and this process's own beats
+    /// keep it so. A failure here is logged and
     /// left to the registration, which fails and is tried again.
     /// `interval` is apalis's heartbeat interval.
     pub async fn rejoin(&self, name: &str, interval: std::time::Duration) -> Rejoining {

@@ -1,4 +1,4 @@
-//! Where a build's time goes (issue 14): the moments a build passes on its
+//! Where a build's time goes: the moments a build passes on its
 //! way, taken where it runs, and the split of its wall time that the run
 //! report carries ([`Timings`], `report.timings`).
 //!

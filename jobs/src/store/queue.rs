@@ -258,9 +258,8 @@ pub enum Woken {
 /// to connect again: new builds were then found only by the poll until a
 /// restart. Each queue's worker is woken by its own queue's inserts only:
 /// every wake costs it a fetch, and the channel carries every queue's
-/// inserts (apalis's notify strategy woke every worker of every queue on
-/// each insert: 131 fetches a second by one idle `nix` worker while the api
-/// took 330 submits a second, issue 14). At most one wake waits unread per
+/// inserts (apalis's notify strategy wakes every worker of every queue on
+/// each insert; docs/DECISIONS.md has what that cost). At most one wake waits unread per
 /// subscriber: a worker that has not looked yet needs one wake, not one per
 /// job.
 #[derive(Clone)]
