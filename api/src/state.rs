@@ -5,7 +5,6 @@ use crate::auth::Verifier;
 use crate::database_health::DatabaseHealth;
 use slipway_jobs::config::Config;
 use slipway_jobs::source::fleet::FleetSources;
-use slipway_jobs::source::policy::SourcePolicy;
 use slipway_jobs::store::Db;
 use slipway_jobs::validate::Checker;
 use std::sync::Arc;
@@ -70,23 +69,9 @@ impl AppState {
     /// Wires an app from its configuration and an opened database.
     pub fn new(config: Config, db: Db) -> anyhow::Result<AppState> {
         let verifier = Verifier::from_config(&config)?;
-        let policy = SourcePolicy {
-            trusted: config.sources.trusted_sources.clone(),
-            allow_path: config.sources.allow_path_sources,
-            self_source: config.sources.self_source.clone(),
-        };
         slipway_jobs::nix::check_provider(&config.sources.provider)
             .map_err(|e| anyhow::anyhow!("SLIPWAY_PROVIDER: {e}"))?;
-        let sources = FleetSources::new(
-            policy,
-            Checker::new(crate::default_source::outputs())?,
-            db.clone(),
-            &config.sources.provider,
-            config.sources.nix_slots,
-            config.sources.nix_timeout,
-            &config.state_dir,
-            config.heartbeat,
-        );
+        let sources = FleetSources::new(&config, Checker::new(crate::default_source::outputs())?, db.clone());
         let database_health = DatabaseHealth::new(db.clone());
         let hub = slipway_jobs::channel::Hub::new(db.clone());
         let secrets = config

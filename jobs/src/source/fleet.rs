@@ -118,31 +118,23 @@ pub struct FleetSources {
 }
 
 impl FleetSources {
-    /// Sources served with `db`'s `nix` queue, for provider `provider`,
-    /// `slots` fleet-wide nix slots and `timeout` (`NIX_TIMEOUT`); pinned
-    /// outputs are also kept under `state_dir/outputs/`. `heartbeat`
-    /// (`SLIPWAY_HEARTBEAT`) tells a live worker of the `nix` queue.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        policy: SourcePolicy,
-        built_in: Checker,
-        db: Db,
-        provider: &str,
-        slots: u32,
-        timeout: Duration,
-        state_dir: &std::path::Path,
-        heartbeat: Duration,
-    ) -> Self {
+    /// Sources served with `db`'s `nix` queue, as `config` sets them: its
+    /// policy, provider, fleet-wide nix slots and `NIX_TIMEOUT`
+    /// ([`crate::config::SourcesConfig`]); pinned outputs are also kept
+    /// under `SLIPWAY_STATE_DIR/outputs/`, and `SLIPWAY_HEARTBEAT` tells a
+    /// live worker of the `nix` queue. `built_in` is the built-in source's
+    /// outputs.
+    pub fn new(config: &crate::config::Config, built_in: Checker, db: Db) -> Self {
         Self {
-            policy,
+            policy: SourcePolicy::of(&config.sources),
             built_in: Arc::new(built_in),
             db,
-            provider: provider.to_owned(),
-            slots,
-            timeout,
-            disk: state_dir.join("outputs"),
+            provider: config.sources.provider.clone(),
+            slots: config.sources.nix_slots,
+            timeout: config.sources.nix_timeout,
+            disk: config.state_dir.join("outputs"),
             memory: Mutex::new(HashMap::new()),
-            heartbeat,
+            heartbeat: config.heartbeat,
         }
     }
 

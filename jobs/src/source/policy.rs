@@ -24,6 +24,16 @@ pub struct SourcePolicy {
 }
 
 impl SourcePolicy {
+    /// The policy `SLIPWAY_TRUSTED_SOURCES`, `SLIPWAY_ALLOW_PATH_SOURCES` and
+    /// `SLIPWAY_SELF_SOURCE` set.
+    pub fn of(sources: &crate::config::SourcesConfig) -> Self {
+        Self {
+            trusted: sources.trusted_sources.clone(),
+            allow_path: sources.allow_path_sources,
+            self_source: sources.self_source.clone(),
+        }
+    }
+
     /// MS-8: a well-formed git self-pin, or `None` (a malformed pin counts as none).
     pub fn self_pin(&self) -> Option<String> {
         let pin = self.self_source.as_deref()?;
