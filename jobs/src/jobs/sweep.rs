@@ -33,8 +33,8 @@ pub struct Swept {
 /// after it ended. Built outputs are kept: they are the cache.
 pub const NIX_RESULTS_KEPT: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// One periodic sweep, as each worker serving `maintenance` runs it at
-/// start and on every tick: stops the effects that dead workers left
+/// One sweep, as every worker runs it at start and each worker serving
+/// `maintenance` on every tick: stops the effects that dead workers left
 /// running on this host ([`crate::effect::kill_orphans`]), then [`run`],
 /// and logs what both did. A failed sweep is logged and left to the next
 /// tick (§6: "next tick").
