@@ -1,9 +1,9 @@
 //! The `readiness` job (PRODUCT.md §10): after a deploy succeeded, probe
-//! its instances ([`crate::readiness::probe`], all at once, 5 s each), and
+//! its instances ([`crate::probe::probe`], all at once, 5 s each), and
 //! record what each answered, as long as the rows still belong to that
 //! deploy. While some are not ready and the deployment's deadline has not
 //! passed, the job pushes itself again after a pause that grows with the
-//! probes made ([`crate::readiness::pause`]: 1 s doubling to 30 s, with
+//! probes made ([`crate::probe::pause`]: 1 s doubling to 30 s, with
 //! jitter, never less than a `Retry-After`), or at the deadline if that
 //! comes first; the job carries the end of its pause (`not_before_ms`) and,
 //! handed out earlier, puts itself back unprobed. Once the deadline passed,
