@@ -137,7 +137,7 @@ def render(results, command, git, quiet):
                           f"wait: " + ", ".join(f"{dict(PARTS)[k]} {parts[k]:,.1f} ms" for k in sorted(
                               (k for k in parts if k != "queue_wait_ms"), key=parts.get, reverse=True)[:2])
                           + " (p50)." if key else ""]
-        lines += ["", "The SBOM store takes a fleet-wide advisory lock (`store/sboms.rs`), held to the commit of the "
+        lines += ["", "The SBOM store takes a fleet-wide advisory lock (`jobs/src/store/sboms.rs`), held to the commit of the "
                   "transaction that records the build's end, but only when the build stores or replaces an SBOM "
                   "document: the no-op source writes none, so its builds do not wait for each other there (before that "
                   "change a 4-worker burst spent 814 ms p50 in it). A reference deploy's nodes do have SBOMs, and their "

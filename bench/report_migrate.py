@@ -119,7 +119,7 @@ from the run above.
   compared every path it looked at with every `to` of the later entries: each of the ~9,000
   moderators moved was checked against every value moved before it. 0.1 MB took 21 ms (p50) and
   1 MB 1,229 ms, 58× for 10× the size. The engine
-  (`jobs/src/migrate.rs`) now keeps those in trees walked in a path's length (`PathSet`, `Writes`),
+  (`jobs/src/renames/pass.rs`) now keeps those in trees walked in a path's length (`PathSet`, `Writes`),
   and skips an entry whose `from` names a key the configuration does not hold, after one walk of the
   value per pass (most entries of a long table name nothing). Its outputs and skips are unchanged:
   its unit, property and shared-case tests pass, and a differential run of 2 million random tables

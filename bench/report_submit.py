@@ -164,7 +164,7 @@ def render(lines, command, git):
         )
     out += [
         "",
-        "What a submit costs the database (`jobs/tests/submit_path.rs` counts it): on PostgreSQL, the admission "
+        "What a submit costs the database (`jobs/tests/it/submit_path.rs` counts it): on PostgreSQL, the admission "
         "check before the body is read (one statement), the names eval's lookup (the kept result: one; every slot "
         "busy: one, the live nix workers and the held slots together), and the transaction: `BEGIN`, the "
         "deployment's upsert that takes its row lock and the admission lock, one statement that supersedes, "

@@ -62,7 +62,7 @@ def render(result, command, git):
         "for the server's delayed ACK (about 40 ms on Linux) unless the connection sets `TCP_NODELAY`. sqlx 0.9.0 "
         "does not (its earlier releases did; the fix is merged upstream, not released), and gives no access to "
         "its socket, so each new connection of Slipway's pool sets the option on the process's sockets to the "
-        "database's port (`jobs/src/store/nodelay.rs`; `jobs/tests/postgres_tcp.rs` checks every pooled "
+        "database's port (`jobs/src/store/nodelay.rs`; `jobs/tests/it/postgres_tcp.rs` checks every pooled "
         "connection has it and that a plain one does not).",
         "",
         END,

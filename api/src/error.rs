@@ -76,7 +76,7 @@ pub struct ErrorBody {
 
 /// Every stable code an error answer of this api can carry (PRODUCT.md §3),
 /// as the OpenAPI document lists them (the `error` of [`ErrorBody`]). A
-/// client may meet only these; `tests/openapi.rs` fails when the code can
+/// client may meet only these; `api/tests/it/openapi.rs` fails when the code can
 /// produce one that is missing here. A NEW ERROR CODE MUST BE ADDED HERE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]

@@ -14,7 +14,7 @@
 //! service_unavailable` (the database is away). Every error answer is the
 //! one shape of [`crate::error::ErrorBody`] (`Error` in the document).
 //!
-//! `tests/openapi.rs` fails when a route of the router is missing from the
+//! `api/tests/it/openapi.rs` fails when a route of the router is missing from the
 //! document, checks that every `$ref` resolves, and validates real answers
 //! against their documented schemas.
 

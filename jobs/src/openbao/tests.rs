@@ -1,4 +1,4 @@
-//! The client's own tests, without a server; `jobs/tests/openbao.rs` runs it
+//! The client's own tests, without a server; `jobs/tests/it/openbao.rs` runs it
 //! against a development OpenBao.
 
 use super::*;

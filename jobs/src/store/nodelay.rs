@@ -11,7 +11,7 @@
 //! from the pool's `after_connect`) sets the option on this process's TCP
 //! sockets whose peer is the database's port. Setting it twice, or on
 //! another socket to that port, is harmless. Remove this module once the
-//! sqlx in `Cargo.lock` has that fix: `jobs/tests/postgres_tcp.rs` then
+//! sqlx in `Cargo.lock` has that fix: `jobs/tests/it/postgres_tcp.rs` then
 //! fails, saying so.
 //!
 //! `tcp_sockets_on` and `nodelay` (with the `test-support` feature) also let
