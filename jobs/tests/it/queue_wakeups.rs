@@ -70,9 +70,23 @@ async fn the_job_feed_listens_again_after_postgres_refused_every_connection() {
     let again = tokio::time::timeout(Duration::from_secs(30), wakeups.recv()).await;
     assert_eq!(again.ok().flatten(), Some(Woken::Listening), "the feed did not listen again");
 
-    let mut tx = w.ctx.db.begin_write().await.unwrap();
-    push(&mut tx, &NixJob { key: "after-the-outage".into() }, None).await.unwrap();
-    tx.commit().await.unwrap();
-    let heard = tokio::time::timeout(Duration::from_secs(5), wakeups.recv()).await;
-    assert!(matches!(heard, Ok(Some(Woken::Job(_)))), "a new job went unheard: {heard:?}");
+    // A connection the feed made while a round of the outage began (its
+    // backend not yet listed, so not dropped) is dropped by the next round:
+    // the feed then listens once more. Its wake says so, and a job pushed
+    // while it was away is found by that wake, not announced; each job
+    // pushed after it listens is announced.
+    let mut heard = Vec::new();
+    for attempt in 0..3 {
+        let mut tx = w.ctx.db.begin_write().await.unwrap();
+        push(&mut tx, &NixJob { key: format!("after-the-outage-{attempt}") }, None).await.unwrap();
+        tx.commit().await.unwrap();
+        let next = tokio::time::timeout(Duration::from_secs(5), wakeups.recv()).await;
+        heard.push(format!("{next:?}"));
+        match next {
+            Ok(Some(Woken::Job(_))) => return,
+            Ok(Some(Woken::Listening)) => continue,
+            _ => break,
+        }
+    }
+    panic!("a new job went unheard after the outage: {heard:?}");
 }
