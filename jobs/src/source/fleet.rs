@@ -429,7 +429,7 @@ impl FleetSources {
 
     /// EV-1 for a submit: the names eval, or why it was skipped (every nix
     /// slot busy, no live worker serves the `nix` queue or started the eval
-    /// within `NIX_TIMEOUT`, or the fetch or eval failed on the worker's
+    /// within [`NAMES_PICKUP`], or the fetch or eval failed on the worker's
     /// side). Only the module refusing the configuration refuses the submit,
     /// and a worker that cannot write to its own storage
     /// (`storage_unavailable`): a deploy on that host would fail the same
