@@ -3,26 +3,17 @@
 //! stop itself with `SIGSTOP`, as `kill -STOP` would, at point `b` (a test
 //! resumes it with `SIGCONT`). Read once from the environment.
 //!
-//! Compiled only with the `failpoints` feature, which the worker's tests turn
-//! on (so `cargo build --workspace --all-targets` and `cargo test` have it);
-//! without it (`cargo build --release -p slipway-api -p slipway-worker`)
+//! Compiled only into debug builds (`debug_assertions`: every build of the
+//! tests, `cargo build`); in a release build (`cargo build --release`)
 //! [`hit`] and [`hit_between_statements`] are empty and the variable is
 //! ignored.
-//!
-//! A stop at a point outside any transaction of ours
-//! ([`hit_between_statements`]) first waits until no other task of the
-//! process is inside a statement: otherwise the stop could land inside, say,
-//! apalis marking the job started, and the stopped process would hold that
-//! transaction's locks (on SQLite, the write lock of the whole file) until
-//! it resumes, which is the other scenario, that of a point inside a
-//! transaction ([`hit`] in the transaction that records a build's end).
 
 use crate::store::Db;
-#[cfg(feature = "failpoints")]
+#[cfg(debug_assertions)]
 use std::sync::OnceLock;
 
 /// What the process does at an armed point.
-#[cfg(feature = "failpoints")]
+#[cfg(debug_assertions)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Action {
     /// Abort: no unwinding, no cleanup.
@@ -32,7 +23,7 @@ enum Action {
 }
 
 /// The points this process acts at.
-#[cfg(feature = "failpoints")]
+#[cfg(debug_assertions)]
 fn armed() -> &'static [(String, Action)] {
     static POINTS: OnceLock<Vec<(String, Action)>> = OnceLock::new();
     POINTS.get_or_init(|| {
@@ -54,7 +45,7 @@ fn armed() -> &'static [(String, Action)] {
 
 /// Aborts the process, or stops it, when `name` is armed. A stop holds
 /// whatever locks the caller's transaction (and any other task's) holds.
-#[cfg(feature = "failpoints")]
+#[cfg(debug_assertions)]
 pub fn hit(name: &str) {
     match armed().iter().find(|(p, _)| p == name).map(|(_, action)| *action) {
         None => {}
@@ -74,7 +65,7 @@ pub fn hit(name: &str) {
 /// every connection of `db` ([`Db::hold_all`]), so no task of this process
 /// is inside a statement or a transaction, holds them while stopped, and
 /// gives them back once resumed. The caller must hold no connection itself.
-#[cfg(feature = "failpoints")]
+#[cfg(debug_assertions)]
 pub async fn hit_between_statements(name: &str, db: &Db) {
     match armed().iter().find(|(p, _)| p == name).map(|(_, action)| *action) {
         Some(Action::Stop) => {
@@ -86,12 +77,12 @@ pub async fn hit_between_statements(name: &str, db: &Db) {
     }
 }
 
-/// Without the `failpoints` feature: nothing.
-#[cfg(not(feature = "failpoints"))]
+/// In a release build: nothing.
+#[cfg(not(debug_assertions))]
 #[inline(always)]
 pub fn hit(_name: &str) {}
 
-/// Without the `failpoints` feature: nothing.
-#[cfg(not(feature = "failpoints"))]
+/// In a release build: nothing.
+#[cfg(not(debug_assertions))]
 #[inline(always)]
 pub async fn hit_between_statements(_name: &str, _db: &Db) {}

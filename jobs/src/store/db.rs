@@ -82,7 +82,7 @@ impl std::ops::Deref for SqliteDb {
 }
 
 /// What [`Db::hold_all`] holds, given back when dropped.
-#[cfg(any(test, feature = "failpoints"))]
+#[cfg(debug_assertions)]
 #[derive(Debug)]
 pub struct Held {
     /// SQLite's write turn.
@@ -115,7 +115,7 @@ pub enum Conn {
 /// failpoint after holding every connection still held the write lock, and
 /// the worker meant to take its build over could write nothing for three
 /// minutes; this check makes the failpoint's promise hold.
-#[cfg(any(test, feature = "failpoints"))]
+#[cfg(debug_assertions)]
 async fn sqlite_lock_free(held: &mut [Conn]) -> bool {
     for conn in held.iter_mut() {
         match Q::new("BEGIN IMMEDIATE").execute(conn).await {
@@ -345,7 +345,7 @@ impl Db {
     /// Otherwise all are given back and it starts again; a closed pool ends
     /// the wait with what is held. For failpoints that stop the process
     /// between two statements ([`crate::failpoint::hit_between_statements`]).
-    #[cfg(any(test, feature = "failpoints"))]
+    #[cfg(debug_assertions)]
     pub async fn hold_all(&self) -> Held {
         let turn = match self {
             Self::Sqlite(p) => Some(p.writers.clone().acquire_owned().await.expect("the write turn stays open")),
@@ -355,7 +355,7 @@ impl Db {
     }
 
     /// [`Db::hold_all`]'s connections.
-    #[cfg(any(test, feature = "failpoints"))]
+    #[cfg(debug_assertions)]
     async fn hold_all_connections(&self) -> Vec<Conn> {
         const SHORT: std::time::Duration = std::time::Duration::from_millis(200);
         let size = match self {

@@ -23,7 +23,7 @@ pub mod sboms;
 pub mod submit;
 pub mod tickets;
 
-#[cfg(any(test, feature = "failpoints"))]
+#[cfg(debug_assertions)]
 pub use db::Held;
 pub use db::{ping, placeholders, Checkpoint, CheckpointMode, Conn, Db, Engine, Row, SqliteDb, Q};
 
