@@ -87,72 +87,67 @@ pub const KINDS: [Queue; 5] = [
     Queue { name: MAINTENANCE_QUEUE, worker_suffix: MAINTENANCE_WORKER_SUFFIX, in_database: false },
 ];
 
-/// The names of [`KINDS`], in order.
-pub const ALL_QUEUES: [&str; KINDS.len()] = {
-    let mut names = [""; KINDS.len()];
-    let mut i = 0;
-    while i < KINDS.len() {
-        names[i] = KINDS[i].name;
-        i += 1;
-    }
-    names
-};
+/// Which of [`KINDS`] a derived list takes.
+#[derive(Clone, Copy)]
+enum Pick {
+    /// Every queue.
+    All,
+    /// The queues whose jobs live in the database.
+    InDatabase,
+    /// The queues in the database served by an apalis worker other than
+    /// the process's `builds` one (a non-empty suffix).
+    Siblings,
+}
 
-/// How many of [`KINDS`] keep their jobs in the database.
-const IN_DATABASE: usize = {
-    let (mut n, mut i) = (0, 0);
-    while i < KINDS.len() {
-        if KINDS[i].in_database {
-            n += 1;
+impl Pick {
+    /// Whether `queue` is taken.
+    const fn takes(self, queue: &Queue) -> bool {
+        match self {
+            Pick::All => true,
+            Pick::InDatabase => queue.in_database,
+            Pick::Siblings => queue.in_database && !queue.worker_suffix.is_empty(),
         }
-        i += 1;
     }
-    n
-};
+
+    /// How many of [`KINDS`] it takes.
+    const fn count(self) -> usize {
+        let (mut n, mut i) = (0, 0);
+        while i < KINDS.len() {
+            if self.takes(&KINDS[i]) {
+                n += 1;
+            }
+            i += 1;
+        }
+        n
+    }
+
+    /// The names (or, with `suffixes`, the worker suffixes) of the
+    /// [`KINDS`] it takes, in order; `N` is [`Pick::count`].
+    const fn list<const N: usize>(self, suffixes: bool) -> [&'static str; N] {
+        let mut out = [""; N];
+        let (mut n, mut i) = (0, 0);
+        while i < KINDS.len() {
+            if self.takes(&KINDS[i]) {
+                out[n] = if suffixes { KINDS[i].worker_suffix } else { KINDS[i].name };
+                n += 1;
+            }
+            i += 1;
+        }
+        out
+    }
+}
+
+/// The names of [`KINDS`], in order.
+pub const ALL_QUEUES: [&str; Pick::All.count()] = Pick::All.list(false);
 
 /// The names of the [`KINDS`] whose jobs live in the database (every queue
 /// but `maintenance`), in order: the queues counted and reported.
-pub const DATABASE_QUEUES: [&str; IN_DATABASE] = {
-    let mut names = [""; IN_DATABASE];
-    let (mut n, mut i) = (0, 0);
-    while i < KINDS.len() {
-        if KINDS[i].in_database {
-            names[n] = KINDS[i].name;
-            n += 1;
-        }
-        i += 1;
-    }
-    names
-};
-
-/// How many of [`KINDS`] are siblings: queues in the database served by
-/// a worker other than the process's `builds` one.
-const SIBLINGS: usize = {
-    let (mut n, mut i) = (0, 0);
-    while i < KINDS.len() {
-        if KINDS[i].in_database && !KINDS[i].worker_suffix.is_empty() {
-            n += 1;
-        }
-        i += 1;
-    }
-    n
-};
+pub const DATABASE_QUEUES: [&str; Pick::InDatabase.count()] = Pick::InDatabase.list(false);
 
 /// The apalis workers one worker process runs besides its `builds` one,
 /// by name suffix (those of [`KINDS`] in the database): kept alive and
 /// handed back together.
-pub const SIBLING_SUFFIXES: [&str; SIBLINGS] = {
-    let mut suffixes = [""; SIBLINGS];
-    let (mut n, mut i) = (0, 0);
-    while i < KINDS.len() {
-        if KINDS[i].in_database && !KINDS[i].worker_suffix.is_empty() {
-            suffixes[n] = KINDS[i].worker_suffix;
-            n += 1;
-        }
-        i += 1;
-    }
-    suffixes
-};
+pub const SIBLING_SUFFIXES: [&str; Pick::Siblings.count()] = Pick::Siblings.list(true);
 
 /// The queues of [`KINDS`] as an operator reads them: `builds, nix,
 /// callbacks, readiness and maintenance`.
