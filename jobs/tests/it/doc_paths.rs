@@ -4,12 +4,7 @@
 //! every source file they quote is named from the repository root, so a
 //! reader can open it without guessing the folder.
 
-use std::path::{Path, PathBuf};
-
-/// The repository's root folder.
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
+use slipway_jobs::test_support::repo;
 
 /// The guides this test holds to their paths.
 const GUIDES: [&str; 3] = ["docs/ARCHITECTURE.md", "docs/TESTING.md", "jobs/README.md"];
@@ -63,8 +58,9 @@ fn roots() -> Vec<String> {
         .collect()
 }
 
-/// The faults of one guide: paths that do not exist, and source files not
-/// named from the root.
+/// The faults of guide `guide` (a path from the repository's root, or an
+/// absolute one): paths that do not exist, and source files not named from
+/// the root.
 fn faults_of(guide: &str) -> Vec<String> {
     let text = std::fs::read_to_string(repo().join(guide)).unwrap_or_else(|e| panic!("{guide}: {e}"));
     let roots = roots();
@@ -91,16 +87,17 @@ fn every_path_the_guides_to_the_code_name_exists_and_starts_at_the_root() {
 
 #[test]
 fn a_path_that_does_not_exist_or_is_named_from_a_subfolder_is_a_fault() {
-    let dir = repo().join("target").join("doc-paths-test");
-    std::fs::create_dir_all(&dir).unwrap();
-    let guide = dir.join("GUIDE.md");
+    let dir = tempfile::tempdir().unwrap();
+    let guide = dir.path().join("GUIDE.md");
     std::fs::write(
         &guide,
         "`jobs/src/submit.rs::submit` and `api/src/gone.rs` and `store/db.rs` and `<state>/builds/` \
          and `/proc` and `jobs/src/lib.rs:3`\n```sh\ncat nowhere/at/all.rs\n```\n",
     )
     .unwrap();
-    let faults = faults_of(guide.strip_prefix(repo()).unwrap().to_str().unwrap());
+    // An absolute path: `faults_of` reads it as it is, and checks the
+    // paths it names against the repository.
+    let faults = faults_of(guide.to_str().unwrap());
     assert_eq!(faults.len(), 2, "{faults:?}");
     assert!(faults[0].contains("api/src/gone.rs, which does not exist"), "{faults:?}");
     assert!(faults[1].contains("`store/db.rs` names a file without the folders"), "{faults:?}");
