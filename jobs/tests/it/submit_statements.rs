@@ -55,6 +55,10 @@ async fn statements_of_a_submit(db: &Db, sources: &AnySource, id: &str) -> Vec<S
     );
     let accepted = {
         let _default = tracing::subscriber::set_default(subscriber);
+        // Other tests of this binary run sqlx on other threads with no
+        // subscriber: a `sqlx::query` callsite they registered while this
+        // one was being set may have cached "never"; ask every callsite again.
+        tracing::callsite::rebuild_interest_cache();
         submit_demo(db, sources, id, 1000).await
     };
     accepted.expect("the submit is accepted");
