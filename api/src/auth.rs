@@ -447,6 +447,10 @@ impl Mint {
 #[derive(Debug, Clone)]
 pub struct Auth(pub Claims);
 
+/// The longest `sub`, `iss` or `Origin` a build's `requested_by` keeps
+/// ([`Auth::requested_by`]), in bytes.
+pub const REQUESTER_LIMIT: usize = 256;
+
 impl<S> FromRequestParts<S> for Auth
 where
     AppState: FromRef<S>,
@@ -466,6 +470,28 @@ impl Auth {
             Ok(())
         } else {
             Err(ApiError::forbidden(format!("this token may not touch deployment {id}")))
+        }
+    }
+
+    /// Who asks, as the run history records it: the token's `sub` and
+    /// `iss`, and the request's `Origin` when a browser sent one. Each is
+    /// kept only when it is visible ASCII of at most [`REQUESTER_LIMIT`]
+    /// bytes (an `Origin` also only as `http://…` or `https://…`), so a
+    /// history never carries a terminal escape or a megabyte.
+    pub fn requested_by(&self, headers: &HeaderMap) -> slipway_jobs::provenance::RequestedBy {
+        let keep = |s: &str| {
+            (!s.is_empty() && s.len() <= REQUESTER_LIMIT && s.bytes().all(|b| b.is_ascii_graphic() || b == b' '))
+                .then(|| s.to_owned())
+        };
+        let origin = headers
+            .get(header::ORIGIN)
+            .and_then(|v| v.to_str().ok())
+            .filter(|o| o.starts_with("https://") || o.starts_with("http://"))
+            .and_then(keep);
+        slipway_jobs::provenance::RequestedBy {
+            sub: keep(&self.0.sub),
+            iss: self.0.iss.as_deref().and_then(keep),
+            origin,
         }
     }
 

@@ -20,6 +20,7 @@ mod api;
 mod database;
 mod metrics;
 mod openbao;
+mod safe_change;
 mod sandbox;
 mod sources;
 mod worker;
@@ -28,6 +29,7 @@ pub use api::ApiConfig;
 pub use database::DatabaseConfig;
 pub use metrics::MetricsConfig;
 pub use openbao::OpenBaoConfig;
+pub use safe_change::SafeChangeConfig;
 pub use sandbox::{parse_size, GitConfig, SandboxConfig};
 pub use sources::SourcesConfig;
 pub use worker::WorkerConfig;
@@ -126,6 +128,8 @@ pub struct Config {
     /// (PRODUCT.md §8): where operator secrets live; `None` when
     /// `OPENBAO_ADDR` is unset (a submit with a secret value is then refused).
     pub openbao: Option<OpenBaoConfig>,
+    /// Plans and rollbacks (`PLAN_TTL`, `KEEP_GENERATIONS`).
+    pub safe_change: SafeChangeConfig,
     /// A worker's metrics address and the scrape token of both binaries
     /// (`SLIPWAY_METRICS_ADDR`, `SLIPWAY_METRICS_TOKEN`).
     pub metrics: MetricsConfig,
@@ -221,6 +225,8 @@ pub const KEYS: &[&str] = &[
     "READY_TIMEOUT",
     "QUEUE_SIZE",
     "RETENTION",
+    "PLAN_TTL",
+    "KEEP_GENERATIONS",
     "SLIPWAY_METRICS_ADDR",
     "SLIPWAY_METRICS_TOKEN",
     "SLIPWAY_REQUEST_TIMEOUT",
@@ -377,6 +383,8 @@ impl Config {
         let ready_timeout = duration(keys, "READY_TIMEOUT", 600)?;
         let queue_size = number(keys, "QUEUE_SIZE", 1000)?;
         let retention = duration(keys, "RETENTION", 14 * 86400)?;
+        let plan_ttl = duration(keys, "PLAN_TTL", 3600)?;
+        let keep_generations = number(keys, "KEEP_GENERATIONS", 5)?;
         let heartbeat = duration(keys, "SLIPWAY_HEARTBEAT", 5)?;
         let postgres_poll = duration(keys, "SLIPWAY_POSTGRES_POLL", crate::store::queue::POSTGRES_POLL.as_secs())?;
         let metrics_addr = match get("SLIPWAY_METRICS_ADDR") {
@@ -448,6 +456,7 @@ impl Config {
                 nix_slots,
             },
             openbao,
+            safe_change: SafeChangeConfig { plan_ttl, keep_generations },
             metrics: MetricsConfig { addr: metrics_addr, token: metrics_token },
             sandbox,
             git,

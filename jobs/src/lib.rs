@@ -18,6 +18,7 @@ pub mod openbao;
 pub mod openbao_token;
 pub mod outbound;
 pub mod probe;
+pub mod provenance;
 pub mod read;
 pub mod renames;
 pub mod sandbox;

@@ -17,6 +17,7 @@
 use crate::id::{new_build_id, DeploymentId};
 use crate::nix::Names;
 use crate::openbao::{OpenBao, OpenBaoError};
+use crate::provenance::{PlanInputs, Provenance, RequestedBy, Trigger};
 use crate::secrets::{plan_secrets_without_store, take_back, SecretPins, Written};
 use crate::source::policy::{NamesEval, Sources};
 use crate::source::SourceError;
@@ -181,6 +182,12 @@ pub struct SubmitRequest {
     pub queueing: Queueing,
     /// A dry run (§11): evaluate and build, change nothing (a deploy only).
     pub dry_run: bool,
+    /// Who asks (the token's `sub` and `iss`, the `Origin`), recorded on
+    /// the build; the submit adds the names eval, the domain and, for a
+    /// plan, its inputs.
+    pub requested_by: Option<RequestedBy>,
+    /// How long a plan (a dry run) can be applied (`PLAN_TTL`).
+    pub plan_ttl: std::time::Duration,
 }
 
 /// What a submit and a preview refuse a secret value with when no OpenBao
@@ -229,15 +236,23 @@ pub async fn submit(
     let dry_run = request.dry_run && kind == BuildKind::Deploy;
     // The versions this submit writes: taken back if it is refused after.
     let mut written = Vec::new();
+    let mut provenance = Provenance {
+        requested_by: request.requested_by,
+        names: names_value.clone(),
+        domain: checked.domain.clone(),
+        ..Provenance::default()
+    };
     let (pins, warnings) = match secrets {
         _ if dry_run => {
             // Nothing is written anywhere; the secrets a real run would set
             // are the earlier build's and the ones given now.
             let mut conn = db.acquire().await?;
-            if deployments::get(&mut conn, id.as_str()).await?.is_none() {
+            let Some(deployment) = deployments::get(&mut conn, id.as_str()).await? else {
                 return Err(SubmitError::DryRunUnknown(id.to_string()));
-            }
+            };
             let previous = builds::latest_secret_pins(&mut conn, id.as_str()).await?.unwrap_or_default();
+            let active = builds::latest_succeeded(&mut conn, id.as_str()).await?;
+            provenance.plan = Some(plan_inputs(&deployment, active.as_ref(), &previous, &checked, request.plan_ttl));
             plan_secrets_without_store(&previous, &mut checked);
             (SecretPins::default(), Vec::new())
         }
@@ -260,6 +275,7 @@ pub async fn submit(
         stored_source.as_deref(),
         names_value.as_ref(),
         &pins,
+        &provenance,
         dry_run,
         secrets.is_none(),
         kind,
@@ -296,6 +312,34 @@ pub async fn submit(
     })
 }
 
+/// What a plan is made from (a dry run's [`PlanInputs`]): the
+/// deployment's version and active build now, the secret versions a real
+/// run would read, the fields given new values (which a plan never
+/// stores), the configuration's SHA-256, and when the plan expires.
+fn plan_inputs(
+    deployment: &deployments::DeploymentRow,
+    active: Option<&BuildRow>,
+    pins: &SecretPins,
+    checked: &crate::validate::Checked,
+    ttl: std::time::Duration,
+) -> PlanInputs {
+    use sha2::{Digest, Sha256};
+    let secret_versions = pins.set.iter().map(|p| (format!("{}.{}", p.application, p.field), p.version)).collect();
+    let secret_values_given = checked
+        .secrets
+        .iter()
+        .flat_map(|app| app.given.iter().map(move |(field, _)| format!("{}.{field}", app.application)))
+        .collect();
+    PlanInputs {
+        deployment_version: deployment.version,
+        active_build: active.filter(|b| b.kind == BuildKind::Deploy).map(|b| b.id.clone()),
+        secret_versions,
+        secret_values_given,
+        configuration_sha256: hex::encode(Sha256::digest(checked.configuration.to_string().as_bytes())),
+        expires_at: now_ms() + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2),
+    }
+}
+
 /// The store-and-queue step of [`submit`]: the transaction, run again under
 /// the exclusive admission lock near the Q-3 bound; the build's id.
 #[allow(clippy::too_many_arguments)]
@@ -306,6 +350,7 @@ async fn store_and_queue(
     module_source: Option<&str>,
     names: Option<&Value>,
     pins: &SecretPins,
+    provenance: &Provenance,
     dry_run: bool,
     without_store: bool,
     kind: BuildKind,
@@ -318,6 +363,7 @@ async fn store_and_queue(
             module_source,
             names,
             operator_secrets: Some(pins),
+            provenance,
             dry_run,
             // Without OpenBao here, a deployment whose earlier builds pin
             // secrets that OpenBao keeps is refused (an api replica
@@ -413,6 +459,9 @@ struct Stored<'a> {
     module_source: Option<&'a str>,
     names: Option<&'a Value>,
     operator_secrets: Option<&'a SecretPins>,
+    /// Who asked and what the build records besides (the names eval and
+    /// domain, a plan's inputs).
+    provenance: &'a Provenance,
     dry_run: bool,
     /// Roll back with [`SubmitError::SecretStoreMissing`] when the
     /// deployment's latest earlier build pins secrets OpenBao keeps.
@@ -461,7 +510,7 @@ async fn store(
     admission: Admission,
 ) -> Result<Option<String>, SubmitError> {
     use crate::store::submit::{lock_and_upsert, write_build, AdmissionLock, WriteBuild};
-    let Stored { checked, module_source, names, operator_secrets, dry_run, refuse_kept_secrets } = stored;
+    let Stored { checked, module_source, names, operator_secrets, provenance, dry_run, refuse_kept_secrets } = stored;
     let mut tx = db.begin_write().await?;
     let snapshot = deployments::Snapshot {
         id: id.as_str(),
@@ -493,6 +542,8 @@ async fn store(
         operator_secrets,
         readiness: Some(&checked.readiness),
         dry_run,
+        trigger: if dry_run { Trigger::DryRun } else { Trigger::Submit },
+        provenance: Some(provenance),
     };
     // A real submit's build decides the deployment's state from now on (ST-1,
     // DL-3); a dry run never counts.
@@ -556,7 +607,12 @@ pub struct Deleted {
 /// succeeded, the same build is answered; a callback given with a repeat
 /// replaces the earlier one while the destroy has not ended, and is not
 /// stored once it reached idle.
-pub async fn delete(db: &Db, id: &DeploymentId, callback: Option<&Callback>) -> Result<Option<Deleted>, StoreError> {
+pub async fn delete(
+    db: &Db,
+    id: &DeploymentId,
+    callback: Option<&Callback>,
+    requested_by: Option<&RequestedBy>,
+) -> Result<Option<Deleted>, StoreError> {
     use secrecy::ExposeSecret as _;
     let mut tx = db.begin_write().await?;
     tx.lock_deployment(id.as_str()).await?;
@@ -573,6 +629,7 @@ pub async fn delete(db: &Db, id: &DeploymentId, callback: Option<&Callback>) -> 
         }
         _ => {
             let build_id = new_build_id(id, crate::clock::now());
+            let provenance = Provenance { requested_by: requested_by.cloned(), ..Provenance::default() };
             let new = builds::NewBuild {
                 id: &build_id,
                 deployment_id: id.as_str(),
@@ -583,6 +640,8 @@ pub async fn delete(db: &Db, id: &DeploymentId, callback: Option<&Callback>) -> 
                 operator_secrets: None,
                 readiness: None,
                 dry_run: false,
+                trigger: Trigger::Delete,
+                provenance: Some(&provenance),
             };
             builds::insert(&mut tx, new, now).await?;
             builds::dispatch_next(&mut tx, id.as_str()).await?;

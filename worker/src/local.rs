@@ -229,6 +229,8 @@ async fn run_one(
         // A local run has no shared queue to protect.
         queueing: Queueing { kind, limit: None },
         dry_run,
+        requested_by: None,
+        plan_ttl: std::time::Duration::from_secs(3600),
     };
     if dry_run {
         // A dry run compares with what the provider state holds; its

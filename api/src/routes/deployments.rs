@@ -6,7 +6,7 @@ use crate::error::ApiError;
 use crate::extract::{DeploymentIdPath, Json, NoQuery, OptionalJson, Query, StrictQuery};
 use crate::state::AppState;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use slipway_jobs::callback::check_delete_callback;
@@ -312,6 +312,7 @@ pub async fn submit(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
+    headers: HeaderMap,
     StrictQuery(query): StrictQuery<SubmitQuery>,
     Json(body): Json<SubmitBody>,
 ) -> Result<(StatusCode, Json<submit::Accepted>), ApiError> {
@@ -322,6 +323,8 @@ pub async fn submit(
         module_source: body.module_source,
         queueing: Queueing { kind: BuildKind::Deploy, limit: Some(app.config.api.queue_size) },
         dry_run: query.dry_run,
+        requested_by: Some(auth.requested_by(&headers)),
+        plan_ttl: app.config.safe_change.plan_ttl,
     };
     let accepted = submit::submit(&app.db, &app.sources, app.secrets.as_ref(), request)
         .await
@@ -365,6 +368,8 @@ pub async fn preview(
         module_source: body.module_source,
         queueing: Queueing { kind: BuildKind::Deploy, limit: None },
         dry_run: false,
+        requested_by: None,
+        plan_ttl: app.config.safe_change.plan_ttl,
     };
     Ok(Json(submit::preview(&app.sources, app.secrets.is_some(), request).await?))
 }
@@ -430,6 +435,7 @@ pub async fn delete(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
+    headers: HeaderMap,
     _query: StrictQuery<NoQuery>,
     OptionalJson(body): OptionalJson<Map<String, Value>>,
 ) -> Result<(StatusCode, Json<Deleted>), ApiError> {
@@ -442,7 +448,7 @@ pub async fn delete(
             Err(refused) => (None, Some(CallbackAnswer::refused(refused.to_string()))),
         },
     };
-    let deleted = submit::delete(&app.db, &id, callback.as_ref())
+    let deleted = submit::delete(&app.db, &id, callback.as_ref(), Some(&auth.requested_by(&headers)))
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
     let accepted = deleted.accepted;

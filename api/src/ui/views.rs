@@ -361,6 +361,8 @@ mod tests {
             operator_secrets: None,
             readiness: None,
             dry_run: false,
+            trigger: slipway_jobs::provenance::Trigger::Submit,
+            provenance: Default::default(),
         }
     }
 

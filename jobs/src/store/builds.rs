@@ -19,6 +19,7 @@ pub use callback_columns::{
 
 use super::queue::{push, BuildJob};
 use super::{json_col, Conn, Engine, Row, StoreError, Q};
+use crate::provenance::{Provenance, Trigger};
 use crate::source::outputs::Instance;
 use crate::state::{BuildKind, BuildStatus};
 use serde_json::Value;
@@ -76,22 +77,34 @@ pub struct BuildRow {
     /// A dry run (§11): evaluates and builds, changes nothing, and never
     /// counts for the deployment's state.
     pub dry_run: bool,
+    /// Why it was queued (a build stored before triggers were recorded:
+    /// [`Trigger::of_legacy`]).
+    pub trigger: Trigger,
+    /// Who asked, what it was made from and what it must activate
+    /// (empty on older builds).
+    pub provenance: Provenance,
 }
 
 const COLUMNS: &str = "id, seq, deployment_id, kind, status, reason, error, configuration, module_source, instances, \
                        report, attempts, cancel_requested, worker, version, queued_at, started_at, finished_at, \
-                       callback_url, callback, operator_secrets, readiness, dry_run";
+                       callback_url, callback, operator_secrets, readiness, dry_run, trigger_kind, provenance";
 
 fn parse<T: std::str::FromStr<Err = String>>(col: &str, v: String) -> Result<T, StoreError> {
     v.parse().map_err(|e: String| StoreError::Corrupt(format!("builds.{col}: {e}")))
 }
 
 fn from_row(r: &Row) -> Result<BuildRow, StoreError> {
+    let kind: BuildKind = parse("kind", r.text("kind")?)?;
+    let dry_run = r.int("dry_run")? != 0;
+    let trigger = match r.opt_text("trigger_kind")? {
+        Some(t) => parse("trigger_kind", t)?,
+        None => Trigger::of_legacy(kind, dry_run),
+    };
     Ok(BuildRow {
         id: r.text("id")?,
         seq: r.int("seq")?,
         deployment_id: r.text("deployment_id")?,
-        kind: parse("kind", r.text("kind")?)?,
+        kind,
         status: parse("status", r.text("status")?)?,
         reason: r.opt_text("reason")?,
         error: r.opt_text("error")?,
@@ -113,7 +126,13 @@ fn from_row(r: &Row) -> Result<BuildRow, StoreError> {
             .map(|t| json_col(&t, "builds.operator_secrets"))
             .transpose()?,
         readiness: r.opt_text("readiness")?.map(|t| json_col(&t, "builds.readiness")).transpose()?,
-        dry_run: r.int("dry_run")? != 0,
+        dry_run,
+        trigger,
+        provenance: r
+            .opt_text("provenance")?
+            .map(|t| json_col(&t, "builds.provenance"))
+            .transpose()?
+            .unwrap_or_default(),
     })
 }
 
@@ -290,6 +309,10 @@ pub struct NewBuild<'a> {
     pub readiness: Option<&'a crate::source::outputs::ReadinessMeta>,
     /// A dry run (§11).
     pub dry_run: bool,
+    /// Why it is queued.
+    pub trigger: Trigger,
+    /// Who asked and what it was made from; `None`: nothing recorded.
+    pub provenance: Option<&'a Provenance>,
 }
 
 /// The pins of `deployment`'s latest build that has operator secrets
@@ -345,12 +368,14 @@ pub async fn insert(conn: &mut Conn, b: NewBuild<'_>, now: i64) -> Result<(), St
     bind_new_build(
         Q::new(
             "INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
-                                 operator_secrets, readiness, dry_run)
-             VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10)",
+                                 operator_secrets, readiness, dry_run, trigger_kind, provenance)
+             VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         ),
         &b,
         now,
     )
+    .text(b.trigger.as_str())
+    .opt_text(provenance_text(&b).as_deref())
     .execute(conn)
     .await?;
     Ok(())
@@ -377,6 +402,13 @@ pub(crate) fn bind_new_build(q: Q, b: &NewBuild<'_>, now: i64) -> Q {
         )
         .opt_text(b.readiness.map(|r| serde_json::to_string(r).expect("readiness settings serialise")).as_deref())
         .int(i64::from(b.dry_run))
+}
+
+/// The `provenance` column of a new build: its JSON, `None` when nothing
+/// is recorded. Every statement that inserts a build binds it after the
+/// trigger's name (`trigger_kind`).
+pub(crate) fn provenance_text(b: &NewBuild<'_>) -> Option<String> {
+    b.provenance.filter(|p| !p.is_empty()).map(|p| serde_json::to_string(p).expect("provenance serialises"))
 }
 
 /// ST-2: when no build of `deployment` is dispatched and unfinished, pushes

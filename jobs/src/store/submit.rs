@@ -232,7 +232,8 @@ const SUPERSEDE: &str = "UPDATE builds SET status = 'superseded', reason = 'supe
 /// `$12` whether to supersede, `$13` the job's id, `$14` its queue, `$15`
 /// its attempts, `$16` when it runs (seconds), `$17` the event's state,
 /// `$18` the admission cap. The caller binds the job's payload as `$19`, in
-/// its engine's type.
+/// its engine's type, then (PostgreSQL `$20`–`$21`, SQLite, after the job's
+/// metadata `$20`, `$21`–`$22`) the build's trigger and provenance.
 fn bind_statement_2(q: Q, b: &builds::NewBuild<'_>, w: WriteBuild, now: i64) -> Q {
     let WriteBuild { supersede, event, cap, .. } = w;
     builds::bind_new_build(q, b, now)
@@ -267,8 +268,8 @@ async fn write_build_postgres(
          ),
          ins AS (
            INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
-                               operator_secrets, readiness, dry_run, dispatched, version)
-           SELECT $1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10,
+                               operator_secrets, readiness, dry_run, trigger_kind, provenance, dispatched, version)
+           SELECT $1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, $20, $21,
                   CASE WHEN blocked THEN 0 ELSE 1 END, CASE WHEN blocked THEN 0 ELSE 1 END
            FROM st
            RETURNING dispatched
@@ -300,8 +301,12 @@ async fn write_build_postgres(
                 {kept}",
         kept = kept_pins_column(w.check_kept_secrets)
     );
-    let row =
-        bind_statement_2(Q::new(sql), &b, w, now).text(super::queue::build_job_payload(b.id)).fetch_one(conn).await?;
+    let row = bind_statement_2(Q::new(sql), &b, w, now)
+        .text(super::queue::build_job_payload(b.id))
+        .text(b.trigger.as_str())
+        .opt_text(builds::provenance_text(&b).as_deref())
+        .fetch_one(conn)
+        .await?;
     crate::failpoint::hit("build_inserted");
     // Sent once the transaction has committed (`Conn::notify`).
     if let Some(job) = row.opt_text("job_id")? {
@@ -341,8 +346,8 @@ async fn write_build_sqlite(
     let sql = format!(
         "{SUPERSEDE};
          INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
-                             operator_secrets, readiness, dry_run, dispatched, version)
-         SELECT $1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, turn, turn
+                             operator_secrets, readiness, dry_run, trigger_kind, provenance, dispatched, version)
+         SELECT $1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, $21, $22, turn, turn
          FROM (SELECT CASE WHEN EXISTS (SELECT 1 FROM builds WHERE deployment_id = $2
                                           AND status IN ('queued', 'running'))
                            THEN 0 ELSE 1 END AS turn) AS t;
@@ -366,6 +371,8 @@ async fn write_build_sqlite(
     let rows = bind_statement_2(Q::new(sql), &b, w, now)
         .bytes(super::queue::build_job_payload(b.id))
         .text(super::queue::SQLITE_JOB_METADATA)
+        .text(b.trigger.as_str())
+        .opt_text(builds::provenance_text(&b).as_deref())
         .fetch_all(conn)
         .await?;
     let row = rows.last().ok_or_else(|| StoreError::Queue("the submit's statement read nothing back".to_owned()))?;

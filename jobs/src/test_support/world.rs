@@ -49,6 +49,8 @@ impl World {
             module_source: source.map(str::to_owned),
             queueing: crate::submit::Queueing { kind, limit: None },
             dry_run: false,
+            requested_by: None,
+            plan_ttl: std::time::Duration::from_secs(3600),
         };
         crate::submit::submit(&self.ctx.db, &AnySource(checker()), None, request)
             .await
@@ -152,6 +154,8 @@ pub async fn submit_demo(
         module_source: None,
         queueing: crate::submit::Queueing { kind: crate::state::BuildKind::Deploy, limit: Some(queue_size) },
         dry_run: false,
+        requested_by: None,
+        plan_ttl: std::time::Duration::from_secs(3600),
     };
     crate::submit::submit(db, sources, None, request).await
 }

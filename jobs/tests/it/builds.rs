@@ -56,7 +56,7 @@ async fn a_deploy_stores_every_nodes_sbom_and_a_destroy_removes_them(engine: Eng
     drop(conn);
 
     let destroy =
-        submit::delete(&w.ctx.db, &DeploymentId::parse("demo").unwrap(), None).await.unwrap().unwrap().accepted;
+        submit::delete(&w.ctx.db, &DeploymentId::parse("demo").unwrap(), None, None).await.unwrap().unwrap().accepted;
     let report = w.run(&destroy.build_id).await;
     assert_eq!(report.status, BuildStatus::Succeeded, "{report:?}");
     assert_eq!(w.state("demo").await, DeploymentState::Idle);

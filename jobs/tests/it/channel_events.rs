@@ -60,9 +60,9 @@ async fn every_change_of_the_derived_state_is_one_numbered_event(engine: Engine)
     // state goes back to the build before it.
     let second = w.queue("demo", BuildKind::Deploy, None).await;
     assert_eq!(submit::cancel(&w.ctx.db, &second).await.unwrap(), Cancel::Cancelled);
-    let destroy = submit::delete(&w.ctx.db, &demo_id(), None).await.unwrap().unwrap().accepted.build_id;
+    let destroy = submit::delete(&w.ctx.db, &demo_id(), None, None).await.unwrap().unwrap().accepted.build_id;
     // A repeated delete changes nothing either.
-    submit::delete(&w.ctx.db, &demo_id(), None).await.unwrap().unwrap();
+    submit::delete(&w.ctx.db, &demo_id(), None, None).await.unwrap().unwrap();
     w.run(&destroy).await;
     let want = vec![
         (1, Building, Some(first.clone())),
@@ -86,10 +86,10 @@ async fn a_destroy_that_reaches_idle_queues_one_push_that_only_one_worker_can_ta
     let w = world(engine, &[]).await;
     let deploy = w.queue("demo", BuildKind::Deploy, None).await;
     w.run(&deploy).await;
-    let deleted = submit::delete(&w.ctx.db, &demo_id(), Some(&callback("first-token"))).await.unwrap().unwrap();
+    let deleted = submit::delete(&w.ctx.db, &demo_id(), Some(&callback("first-token")), None).await.unwrap().unwrap();
     assert!(deleted.callback_stored);
     // A repeat while the destroy waits replaces the callback.
-    let again = submit::delete(&w.ctx.db, &demo_id(), Some(&callback("second-token"))).await.unwrap().unwrap();
+    let again = submit::delete(&w.ctx.db, &demo_id(), Some(&callback("second-token")), None).await.unwrap().unwrap();
     assert!(again.callback_stored);
     assert_eq!(again.accepted.build_id, deleted.accepted.build_id);
     let destroy = deleted.accepted.build_id;
@@ -117,7 +117,7 @@ async fn a_destroy_that_reaches_idle_queues_one_push_that_only_one_worker_can_ta
     callback::run(CallbackJob { build_id: destroy.clone() }, &w.ctx).await.unwrap();
     assert_eq!(w.build(&destroy).await.callback.unwrap(), outcome, "a third delivery changed the outcome");
     // After idle, a delete's callback is not stored: nothing would send it.
-    let late = submit::delete(&w.ctx.db, &demo_id(), Some(&callback("late-token"))).await.unwrap().unwrap();
+    let late = submit::delete(&w.ctx.db, &demo_id(), Some(&callback("late-token")), None).await.unwrap().unwrap();
     assert!(!late.callback_stored);
     assert_eq!(late.accepted.state, DeploymentState::Idle);
     assert_eq!(stored_tokens(&w).await, 0);
@@ -130,7 +130,7 @@ async fn a_destroy_that_fails_or_is_cancelled_drops_the_token_and_queues_no_push
     // Cancelled before it ran.
     let deploy = w.queue("demo", BuildKind::Deploy, None).await;
     w.run(&deploy).await;
-    let destroy = submit::delete(&w.ctx.db, &demo_id(), Some(&callback("cancelled-token")))
+    let destroy = submit::delete(&w.ctx.db, &demo_id(), Some(&callback("cancelled-token")), None)
         .await
         .unwrap()
         .unwrap()
@@ -158,7 +158,7 @@ async fn a_destroy_that_fails_or_is_cancelled_drops_the_token_and_queues_no_push
     w.run(&other).await;
     let id = DeploymentId::parse("other").unwrap();
     let destroy =
-        submit::delete(&w.ctx.db, &id, Some(&callback("failed-token"))).await.unwrap().unwrap().accepted.build_id;
+        submit::delete(&w.ctx.db, &id, Some(&callback("failed-token")), None).await.unwrap().unwrap().accepted.build_id;
     let report = w.run(&destroy).await;
     assert_eq!(report.status, BuildStatus::Failed, "{report:?}");
     let outcome = w.build(&destroy).await.callback.unwrap();

@@ -29,6 +29,8 @@ async fn submitted(
         module_source: Some(source.to_owned()),
         queueing: Queueing { kind: BuildKind::Deploy, limit: None },
         dry_run: false,
+        requested_by: None,
+        plan_ttl: std::time::Duration::from_secs(3600),
     };
     submit::submit(&w.ctx.db, &AnySource(checker()), Some(&bao.api()), request).await.expect("accepted").build_id
 }
