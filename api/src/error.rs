@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use slipway_jobs::nix::{FailureCode, NixFailure};
+use slipway_jobs::safe_change::ChangeError;
 use slipway_jobs::source::SourceError;
 use slipway_jobs::store::StoreError;
 use slipway_jobs::submit::SubmitError;
@@ -112,6 +113,18 @@ pub enum ErrorCode {
     Conflict,
     /// `409`: the build already finished.
     BuildFinished,
+    /// `409`: something a plan was made from moved since (`details.moved`).
+    PlanStale,
+    /// `409`: the plan did not succeed, or gave secret values it cannot keep.
+    PlanNotAppliable,
+    /// `409`: a rollback's target is not a successful deploy of the deployment.
+    InvalidRollbackTarget,
+    /// `409`: a secret version a rollback's target read was cleared since (`details.field`).
+    SecretGone,
+    /// `409`: the deployment is being destroyed, or was.
+    DeploymentDestroyed,
+    /// `410`: the plan's `PLAN_TTL` has passed.
+    PlanExpired,
     /// `411`: the request needs a `Content-Length`.
     LengthRequired,
     /// `413`: the body is over the limit.
@@ -170,7 +183,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the document.
-    pub const ALL: [ErrorCode; 41] = {
+    pub const ALL: [ErrorCode; 47] = {
         use ErrorCode::*;
         [
             InvalidRequest,
@@ -188,6 +201,12 @@ impl ErrorCode {
             RequestTimeout,
             Conflict,
             BuildFinished,
+            PlanStale,
+            PlanNotAppliable,
+            InvalidRollbackTarget,
+            SecretGone,
+            DeploymentDestroyed,
+            PlanExpired,
             LengthRequired,
             PayloadTooLarge,
             UriTooLong,
@@ -493,6 +512,28 @@ impl From<NixFailure> for ApiError {
             | FailureCode::SourceRevisionNotFound => (StatusCode::UNPROCESSABLE_ENTITY, f.code.as_str()),
         };
         Self::new(status, code, f.message).with_details(details)
+    }
+}
+
+impl From<ChangeError> for ApiError {
+    fn from(e: ChangeError) -> Self {
+        let conflict = |code: &'static str, e: &ChangeError| Self::new(StatusCode::CONFLICT, code, e.to_string());
+        match e {
+            e @ (ChangeError::UnknownDeployment(_) | ChangeError::NotFound(_)) => Self::not_found(e.to_string()),
+            ChangeError::PlanStale(ref moved) => {
+                let details = json!({ "moved": moved });
+                conflict("plan_stale", &e).with_details(details)
+            }
+            e @ ChangeError::PlanExpired { .. } => Self::new(StatusCode::GONE, "plan_expired", e.to_string()),
+            e @ ChangeError::PlanNotAppliable(_) => conflict("plan_not_appliable", &e),
+            e @ ChangeError::InvalidTarget(_) => conflict("invalid_rollback_target", &e),
+            ChangeError::SecretGone { ref field, .. } => {
+                let details = json!({ "field": field });
+                conflict("secret_gone", &e).with_details(details)
+            }
+            e @ ChangeError::Destroyed(_) => conflict("deployment_destroyed", &e),
+            ChangeError::Store(s) => s.into(),
+        }
     }
 }
 

@@ -251,7 +251,7 @@ pub async fn submit(
                 return Err(SubmitError::DryRunUnknown(id.to_string()));
             };
             let previous = builds::latest_secret_pins(&mut conn, id.as_str()).await?.unwrap_or_default();
-            let active = builds::latest_succeeded(&mut conn, id.as_str()).await?;
+            let active = builds::succeeded_deploy_before(&mut conn, id.as_str(), i64::MAX).await?;
             provenance.plan = Some(plan_inputs(&deployment, active.as_ref(), &previous, &checked, request.plan_ttl));
             plan_secrets_without_store(&previous, &mut checked);
             (SecretPins::default(), Vec::new())
@@ -332,7 +332,7 @@ fn plan_inputs(
         .collect();
     PlanInputs {
         deployment_version: deployment.version,
-        active_build: active.filter(|b| b.kind == BuildKind::Deploy).map(|b| b.id.clone()),
+        active_build: active.map(|b| b.id.clone()),
         secret_versions,
         secret_values_given,
         configuration_sha256: hex::encode(Sha256::digest(checked.configuration.to_string().as_bytes())),

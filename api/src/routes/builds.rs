@@ -1,4 +1,6 @@
-//! `GET /builds/{id}`: status, timings, log so far, report.
+//! `GET /builds/{id}`: status, timings, log so far, report, and the run
+//! history's fields (who asked, why, what changed, why it waits);
+//! `GET /builds/{id}/diff`; `POST /builds/{id}/cancel`.
 
 use super::rfc3339;
 use crate::auth::Auth;
@@ -8,9 +10,12 @@ use crate::state::AppState;
 use axum::extract::State;
 use serde::Serialize;
 use serde_json::Value;
+use slipway_jobs::history::{self, BuildDiff, WaitingFor};
+use slipway_jobs::provenance::{PlanInputs, RequestedBy, Trigger};
 use slipway_jobs::source::outputs::Instance;
 use slipway_jobs::state::{BuildKind, BuildStatus};
-use slipway_jobs::store::builds;
+use slipway_jobs::store::builds::{self, BuildRow};
+use slipway_jobs::store::Conn;
 
 /// A build with its log.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -48,7 +53,59 @@ pub struct BuildView {
     /// `not_sent`. Never the token.
     #[schema(required = true, value_type = Option<CallbackView>)]
     callback: Option<Value>,
+    /// Why it was queued.
+    trigger: Trigger,
+    /// Who asked: the token's `sub` and `iss`, the browser's `Origin`;
+    /// `null` for a build made before this was recorded.
+    #[schema(required = true)]
+    requested_by: Option<RequestedBy>,
+    /// The plan an apply activates, or the build a rollback returns to.
+    #[schema(required = true)]
+    based_on: Option<String>,
+    /// The system store paths an apply or a rollback must activate, by node.
+    #[schema(required = true)]
+    expected_systems: Option<std::collections::BTreeMap<String, String>>,
+    /// A plan's inputs (dry runs only): an apply is refused when any moved.
+    #[schema(required = true)]
+    plan: Option<PlanView>,
+    /// Why a queued build waits; `null` once it runs.
+    #[schema(required = true)]
+    waiting_for: Option<WaitingFor>,
+    /// What it changed from the build before it (RFC 6902, secrets by
+    /// version only); also `GET /builds/{id}/diff`.
+    changes: BuildDiff,
     log: String,
+}
+
+/// What a plan was made from (the `plan` of a dry run's [`BuildView`]).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PlanView {
+    /// The deployment's version then (ST-3).
+    deployment_version: i64,
+    /// The deployment's active build then.
+    #[schema(required = true)]
+    active_build: Option<String>,
+    /// `<application>.<field>` → the KV version an apply reads.
+    secret_versions: std::collections::BTreeMap<String, u64>,
+    /// The fields the plan gave new values for (such a plan cannot be applied).
+    secret_values_given: Vec<String>,
+    /// SHA-256 (hex) of the migrated configuration planned.
+    configuration_sha256: String,
+    /// When it can no longer be applied (RFC 3339, `PLAN_TTL`).
+    expires_at: String,
+}
+
+impl From<&PlanInputs> for PlanView {
+    fn from(p: &PlanInputs) -> Self {
+        Self {
+            deployment_version: p.deployment_version,
+            active_build: p.active_build.clone(),
+            secret_versions: p.secret_versions.clone(),
+            secret_values_given: p.secret_values_given.clone(),
+            configuration_sha256: p.configuration_sha256.clone(),
+            expires_at: rfc3339(p.expires_at),
+        }
+    }
 }
 
 /// A destroy's reconcile push as a build view shows it (the `callback` of
@@ -117,6 +174,8 @@ pub async fn show(
         return Err(missing());
     }
     let log = builds::log(&mut conn, &id).await?.unwrap_or_default();
+    let changes = history::diff_of(&mut conn, &b).await?;
+    let waiting_for = waiting_for(&app, &mut conn, &b).await?;
     let end = b.finished_at.unwrap_or_else(slipway_jobs::store::now_ms);
     Ok(Json(BuildView {
         duration_ms: b.started_at.map(|s| end - s),
@@ -135,8 +194,52 @@ pub async fn show(
         finished_at: b.finished_at.map(rfc3339),
         report: b.report,
         callback: callback_view(b.callback_url, b.callback),
+        trigger: b.trigger,
+        requested_by: b.provenance.requested_by,
+        based_on: b.provenance.based_on,
+        expected_systems: b.provenance.expected_systems,
+        plan: b.provenance.plan.as_ref().map(PlanView::from),
+        waiting_for,
+        changes,
         log,
     }))
+}
+
+/// Why `b` waits, when it is queued: one statement, and the live workers
+/// of the `builds` queue only when no earlier build of its deployment holds it.
+async fn waiting_for(app: &AppState, conn: &mut Conn, b: &BuildRow) -> Result<Option<WaitingFor>, ApiError> {
+    if b.status != BuildStatus::Queued {
+        return Ok(None);
+    }
+    let queues = crate::observe::queue_states(app, conn).await?;
+    let workers = queues.iter().find(|q| q.queue == slipway_jobs::store::queue::BUILDS_QUEUE).map_or(0, |q| q.workers);
+    Ok(history::waiting_for(conn, b, workers).await?)
+}
+
+/// `GET /builds/{id}/diff`: what the build changed from the build before
+/// it, as an RFC 6902 JSON Patch over `{"configuration", "secret_versions"}`
+/// (a secret appears only as its KV version, never its value), with the
+/// build it is counted from and a one-line summary.
+#[utoipa::path(get, path = "/builds/{id}/diff", tag = "builds",
+    params(("id" = String, Path, description = "A build id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The build's changes from the build before it", body = BuildDiff),
+        (status = 404, description = "`not_found`: no such build, or one outside the token's scope", body = crate::error::ErrorBody),
+    ))]
+pub async fn diff(
+    State(app): State<AppState>,
+    auth: Auth,
+    BuildIdPath(id): BuildIdPath,
+    _query: StrictQuery<NoQuery>,
+) -> Result<Json<BuildDiff>, ApiError> {
+    let mut conn = app.db.acquire().await?;
+    let missing = || ApiError::not_found(format!("no build {}", slipway_jobs::id::quoted(&id)));
+    let b = builds::get(&mut conn, &id).await?.ok_or_else(missing)?;
+    if !auth.0.allows(&b.deployment_id) {
+        return Err(missing());
+    }
+    Ok(Json(history::diff_of(&mut conn, &b).await?))
 }
 
 /// `POST /builds/{id}/cancel`: a queued build is cancelled at once (`200`,

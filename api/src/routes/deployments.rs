@@ -61,11 +61,41 @@ pub struct BuildSummary {
     started_at: Option<String>,
     #[schema(required = true)]
     finished_at: Option<String>,
+    /// Why it was queued.
+    trigger: slipway_jobs::provenance::Trigger,
+    /// Who asked (`null` for a build made before this was recorded).
+    #[schema(required = true)]
+    requested_by: Option<slipway_jobs::provenance::RequestedBy>,
+    /// The plan an apply activates, or the build a rollback returns to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    based_on: Option<String>,
+    /// A dry run (a plan): it changed nothing.
+    dry_run: bool,
+    /// One line on what it changed from the build before it
+    /// (`GET /builds/{id}/diff` has the whole patch); in the run history
+    /// (`GET /deployments/{id}/builds`) only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    changes: Option<String>,
+}
+
+impl BuildSummary {
+    /// The summary of `b` in the run history, whose changes are counted
+    /// from `previous`.
+    fn of(b: &BuildRow, previous: Option<&BuildRow>) -> Self {
+        Self { changes: Some(slipway_jobs::history::diff(b, previous).summary), ..Self::from(b) }
+    }
 }
 
 impl From<&BuildRow> for BuildSummary {
     fn from(b: &BuildRow) -> Self {
         Self {
+            trigger: b.trigger,
+            requested_by: b.provenance.requested_by.clone(),
+            based_on: b.provenance.based_on.clone(),
+            dry_run: b.dry_run,
+            changes: None,
             id: b.id.clone(),
             kind: b.kind,
             status: b.status,
@@ -469,7 +499,7 @@ pub async fn delete(
     Ok((StatusCode::ACCEPTED, Json(Deleted { accepted, callback: answer })))
 }
 
-/// `?limit=&before=` of `GET /deployments/{id}/builds`.
+/// `?limit=&before=&trigger=` of `GET /deployments/{id}/builds`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -479,10 +509,16 @@ pub struct BuildsQuery {
     limit: Option<usize>,
     /// A build id of this deployment: the page starts after it (older builds).
     before: Option<String>,
+    /// Only the builds of this trigger (`submit`, `delete`, `dry_run`,
+    /// `apply`, `rollback`, `auto_rollback`).
+    #[param(value_type = Option<slipway_jobs::provenance::Trigger>)]
+    trigger: Option<String>,
 }
 
-/// `GET /deployments/{id}/builds?limit=&before=`: the deployment's builds,
-/// newest first, a page of at most `limit` (1–100, default 100).
+/// `GET /deployments/{id}/builds?limit=&before=&trigger=`: the
+/// deployment's run history, newest first, a page of at most `limit`
+/// (1–100, default 100), each build with who asked (`requested_by`), why
+/// (`trigger`) and a one-line summary of what it changed (`changes`).
 /// `{"builds": [...], "next": <build id> | null}`: pass `next` as `before`
 /// for the following page; `null` means this was the last.
 #[utoipa::path(get, path = "/deployments/{id}/builds", tag = "deployments",
@@ -519,11 +555,28 @@ pub async fn builds(
             }
         },
     };
-    let mut rows = builds::list(&mut conn, id.as_str(), before, limit as i64 + 1).await?;
+    let trigger = q
+        .trigger
+        .as_deref()
+        .map(str::parse::<slipway_jobs::provenance::Trigger>)
+        .transpose()
+        .map_err(|e| ApiError::bad_request("invalid_request", format!("trigger: {e}")))?;
+    let mut rows = builds::list(&mut conn, id.as_str(), before, limit as i64 + 1, trigger).await?;
     let more = rows.len() > limit;
     rows.truncate(limit);
     let next = if more { rows.last().map(|r| r.id.clone()) } else { None };
-    let list: Vec<BuildSummary> = rows.iter().map(BuildSummary::from).collect();
+    // Each build's changes count from the one before it that is not a dry
+    // run: the next such row of the page, else one read past the page.
+    // (A filtered page is not consecutive: each build reads its own.)
+    let mut list = Vec::with_capacity(rows.len());
+    for (i, b) in rows.iter().enumerate() {
+        let in_page = trigger.is_none().then(|| rows[i + 1..].iter().find(|r| !r.dry_run)).flatten();
+        let previous = match in_page {
+            Some(r) => Some(r.clone()),
+            None => builds::previous_real(&mut conn, id.as_str(), b.seq).await?,
+        };
+        list.push(BuildSummary::of(b, previous.as_ref()));
+    }
     Ok(Json(BuildPage { builds: list, next }))
 }
 

@@ -428,6 +428,7 @@ fn state_event(e: &events::Event) -> Event {
             "state": e.state,
             "build_id": e.build_id,
             "at": rfc3339(e.at),
+            "trigger": e.trigger,
         })
         .to_string(),
     )
@@ -439,7 +440,11 @@ fn state_event(e: &events::Event) -> Event {
 /// sends the events after it. Each event is `event: state`, `id: <n>`
 /// (numbers per deployment, from 1; `0` stands for the state of a
 /// deployment with no recorded event yet) and `data: {"deployment_id",
-/// "state", "build_id", "at"}`. The stream ends after a terminal state
+/// "state", "build_id", "at", "trigger"}`; `trigger` says why that build
+/// was queued (`submit`, `delete`, `apply`, `rollback`, `auto_rollback`;
+/// `null` without a build): after an `apply`, a `rollback` or an
+/// `auto_rollback` the deployment's stored configuration is that build's,
+/// so read it again. The stream ends after a terminal state
 /// (`active`, `idle`, `failed`); a reconnect with nothing new after a
 /// terminal state answers `204`. `404` for an unknown deployment, `403`
 /// outside the token's scope, `429` past a stream cap ([`crate::stream_caps`]).
@@ -452,7 +457,7 @@ fn state_event(e: &events::Event) -> Event {
     ),
     security(("bearer" = []), ("access_token" = []), ("ticket" = [])),
     responses(
-        (status = 200, description = "Server-sent events: `event: state`, `data: {deployment_id, state, build_id, at}`",
+        (status = 200, description = "Server-sent events: `event: state`, `data: {deployment_id, state, build_id, at, trigger}`",
          body = String, content_type = "text/event-stream"),
         (status = 204, description = "Nothing new after a terminal state: stop reconnecting"),
         (status = 400, description = "`invalid_request` (a bad `Last-Event-ID` or query string) or `invalid_deployment_id`", body = crate::error::ErrorBody),
@@ -486,6 +491,7 @@ pub async fn deployment(
                 deployment_id: id.to_string(),
                 n: 0,
                 state: read.state,
+                trigger: read.state_build.as_ref().map(|b| b.trigger),
                 build_id: read.state_build.map(|b| b.id),
                 at: read.deployment.updated_at,
             });

@@ -2,6 +2,7 @@
 //! `slipway_jobs`; views (the JSON shapes) live next to their handlers.
 
 pub mod builds;
+pub mod changes;
 pub mod deployments;
 pub mod drafts;
 pub mod events;

@@ -163,7 +163,7 @@ async fn deployment(
     let read = slipway_jobs::read::deployment(&mut conn, id.as_str())
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
-    let rows = builds::list(&mut conn, id.as_str(), None, BUILDS_SHOWN).await?;
+    let rows = builds::list(&mut conn, id.as_str(), None, BUILDS_SHOWN, None).await?;
     Ok(views::deployment(&read, &rows))
 }
 

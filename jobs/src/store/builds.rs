@@ -521,23 +521,107 @@ pub async fn finish(conn: &mut Conn, build: &BuildRow, outcome: &Finish, now: i6
     Ok(changed == 1)
 }
 
+/// The stored trigger of a build aliased `b`, with the one a build made
+/// before triggers were recorded has ([`Trigger::of_legacy`]).
+const TRIGGER_SQL: &str = "COALESCE(b.trigger_kind, CASE WHEN b.kind = 'destroy' THEN 'delete' \
+                           WHEN b.dry_run = 1 THEN 'dry_run' ELSE 'submit' END)";
+
 /// A deployment's builds, newest first, at most `limit`; with `before`
-/// (a `seq`), only those submitted before it (keyset paging).
+/// (a `seq`), only those submitted before it (keyset paging); with
+/// `trigger`, only those it made.
 pub async fn list(
     conn: &mut Conn,
     deployment: &str,
     before: Option<i64>,
     limit: i64,
+    trigger: Option<Trigger>,
 ) -> Result<Vec<BuildRow>, StoreError> {
-    let rows = Q::new(format!(
-        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3"
+    let filter = if trigger.is_some() { format!(" AND {TRIGGER_SQL} = $4") } else { String::new() };
+    let mut q = Q::new(format!(
+        "SELECT {COLUMNS} FROM builds b WHERE deployment_id = $1 AND seq < $2{filter} ORDER BY seq DESC LIMIT $3"
     ))
     .text(deployment)
     .int(before.unwrap_or(i64::MAX))
-    .int(limit)
+    .int(limit);
+    if let Some(t) = trigger {
+        q = q.text(t.as_str());
+    }
+    let rows = q.fetch_all(conn).await?;
+    rows.iter().map(from_row).collect()
+}
+
+/// The newest build of `deployment` submitted before `seq` that is not a
+/// dry run: what a build's changes are counted from (the run history).
+pub async fn previous_real(conn: &mut Conn, deployment: &str, seq: i64) -> Result<Option<BuildRow>, StoreError> {
+    let row = Q::new(format!(
+        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND seq < $2 AND dry_run = 0 ORDER BY seq DESC LIMIT 1"
+    ))
+    .text(deployment)
+    .int(seq)
+    .fetch_optional(conn)
+    .await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// The newest successful deploy of `deployment` (not a dry run) submitted
+/// before `seq`: a rollback's default target, before the active build.
+pub async fn succeeded_deploy_before(
+    conn: &mut Conn,
+    deployment: &str,
+    seq: i64,
+) -> Result<Option<BuildRow>, StoreError> {
+    let row = Q::new(format!(
+        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND seq < $2 AND dry_run = 0 AND kind = 'deploy'
+           AND status = 'succeeded' ORDER BY seq DESC LIMIT 1"
+    ))
+    .text(deployment)
+    .int(seq)
+    .fetch_optional(conn)
+    .await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// The `(application, field, build id)` of each OpenBao entry a successful
+/// build of `deployment` submitted after `seq` cleared (§8: a clear
+/// deletes every version), so that no build before it can read them again.
+pub async fn cleared_after_by(
+    conn: &mut Conn,
+    deployment: &str,
+    seq: i64,
+) -> Result<Vec<(String, String, String)>, StoreError> {
+    let rows = Q::new(
+        "SELECT id, operator_secrets FROM builds WHERE deployment_id = $1 AND seq > $2 AND status = 'succeeded'
+           AND dry_run = 0 AND operator_secrets IS NOT NULL",
+    )
+    .text(deployment)
+    .int(seq)
     .fetch_all(conn)
     .await?;
-    rows.iter().map(from_row).collect()
+    let mut cleared = Vec::new();
+    for r in rows {
+        let pins: crate::secrets::SecretPins = json_col(&r.text("operator_secrets")?, "builds.operator_secrets")?;
+        let id = r.text("id")?;
+        cleared.extend(pins.clear.into_iter().map(|c| (c.application, c.field, id.clone())));
+    }
+    Ok(cleared)
+}
+
+/// Why queued build `build` waits, as two counts read in one statement:
+/// the oldest other build of its deployment submitted before it that is
+/// queued or running (ST-2: it waits for that one), and the queued builds
+/// already handed to the queue before it (its position among those
+/// waiting for a build slot).
+pub async fn waiting_ahead(conn: &mut Conn, build: &BuildRow) -> Result<(Option<String>, i64), StoreError> {
+    let row = Q::new(
+        "SELECT (SELECT id FROM builds WHERE deployment_id = $1 AND seq < $2 AND status IN ('queued', 'running')
+                 ORDER BY seq LIMIT 1) AS ahead,
+                (SELECT COUNT(*) FROM builds WHERE status = 'queued' AND dispatched = 1 AND seq < $2) AS before",
+    )
+    .text(&build.deployment_id)
+    .int(build.seq)
+    .fetch_one(conn)
+    .await?;
+    Ok((row.opt_text("ahead")?, row.int("before")?))
 }
 
 /// How many builds wait for a worker, counted up to `cap` (Q-3 admission

@@ -34,7 +34,17 @@ pub struct Event {
     pub build_id: Option<String>,
     /// When it was recorded, Unix ms.
     pub at: i64,
+    /// Why that build was queued (`None`: no build). An `apply`,
+    /// `rollback` or `auto_rollback` replaced the deployment's stored
+    /// configuration: a front-end reads it again.
+    pub trigger: Option<crate::provenance::Trigger>,
 }
+
+/// The columns of an event read with its build's trigger
+/// (`deployment_events e LEFT JOIN builds b ON b.id = e.build_id`).
+const EVENT_COLUMNS: &str = "e.deployment_id, e.n, e.state, e.build_id, e.at, \
+     CASE WHEN b.id IS NULL THEN NULL ELSE COALESCE(b.trigger_kind, CASE WHEN b.kind = 'destroy' THEN 'delete' \
+     ELSE 'submit' END) END AS trigger_kind";
 
 fn from_row(r: &super::Row) -> Result<Event, StoreError> {
     Ok(Event {
@@ -46,6 +56,10 @@ fn from_row(r: &super::Row) -> Result<Event, StoreError> {
             .map_err(|e: String| StoreError::Corrupt(format!("deployment_events.state: {e}")))?,
         build_id: r.opt_text("build_id")?,
         at: r.int("at")?,
+        trigger: r
+            .opt_text("trigger_kind")?
+            .map(|t| t.parse().map_err(|e: String| StoreError::Corrupt(format!("builds.trigger_kind: {e}"))))
+            .transpose()?,
     })
 }
 
@@ -56,12 +70,14 @@ fn from_row(r: &super::Row) -> Result<Event, StoreError> {
 pub async fn record(conn: &mut Conn, id: &str, now: i64) -> Result<Option<Event>, StoreError> {
     let deciding = builds::deciding(conn, id).await?;
     let state = DeploymentState::derive(deciding.as_ref().map(|b| (b.kind, b.status)));
+    let trigger = deciding.as_ref().map(|b| b.trigger);
     let build_id = deciding.map(|b| b.id);
     let last = latest(conn, id).await?;
     if last.as_ref().is_some_and(|e| e.state == state && e.build_id == build_id) {
         return Ok(None);
     }
-    let event = Event { deployment_id: id.to_owned(), n: last.map_or(1, |e| e.n + 1), state, build_id, at: now };
+    let n = last.map_or(1, |e| e.n + 1);
+    let event = Event { deployment_id: id.to_owned(), n, state, build_id, at: now, trigger };
     Q::new("INSERT INTO deployment_events (deployment_id, n, state, build_id, at) VALUES ($1, $2, $3, $4, $5)")
         .text(id)
         .int(event.n)
@@ -76,10 +92,10 @@ pub async fn record(conn: &mut Conn, id: &str, now: i64) -> Result<Option<Event>
 
 /// The last event of deployment `id`, if any.
 pub async fn latest(conn: &mut Conn, id: &str) -> Result<Option<Event>, StoreError> {
-    let row = Q::new(
-        "SELECT deployment_id, n, state, build_id, at FROM deployment_events
-         WHERE deployment_id = $1 ORDER BY n DESC LIMIT 1",
-    )
+    let row = Q::new(format!(
+        "SELECT {EVENT_COLUMNS} FROM deployment_events e LEFT JOIN builds b ON b.id = e.build_id
+         WHERE e.deployment_id = $1 ORDER BY e.n DESC LIMIT 1"
+    ))
     .text(id)
     .fetch_optional(conn)
     .await?;
@@ -89,10 +105,10 @@ pub async fn latest(conn: &mut Conn, id: &str) -> Result<Option<Event>, StoreErr
 /// The events of deployment `id` numbered after `n`, oldest first, at most
 /// `limit`.
 pub async fn since(conn: &mut Conn, id: &str, n: i64, limit: i64) -> Result<Vec<Event>, StoreError> {
-    Q::new(
-        "SELECT deployment_id, n, state, build_id, at FROM deployment_events
-         WHERE deployment_id = $1 AND n > $2 ORDER BY n LIMIT $3",
-    )
+    Q::new(format!(
+        "SELECT {EVENT_COLUMNS} FROM deployment_events e LEFT JOIN builds b ON b.id = e.build_id
+         WHERE e.deployment_id = $1 AND e.n > $2 ORDER BY e.n LIMIT $3"
+    ))
     .text(id)
     .int(n)
     .int(limit)

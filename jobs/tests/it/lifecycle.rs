@@ -79,7 +79,7 @@ async fn concurrent_submits_to_one_deployment_are_timed_in_submit_order(engine: 
         answer.unwrap();
     }
     let mut conn = w.ctx.db.acquire().await.unwrap();
-    let mut list = builds::list(&mut conn, "demo", None, 100).await.unwrap();
+    let mut list = builds::list(&mut conn, "demo", None, 100, None).await.unwrap();
     list.reverse();
     assert_eq!(list.len(), 24);
     for pair in list.windows(2) {

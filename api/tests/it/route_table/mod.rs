@@ -142,6 +142,10 @@ pub fn routes() -> Vec<Route> {
         route(Method::POST, "/deployments/{id}/events/ticket", Deployment, &[200]),
         // 503 while no worker serves the nix queue for the names eval (EV-2).
         with_body(route(Method::POST, "/deployments/{id}/preview", Deployment, &[200, 503]), submit_body),
+        // Not a plan of the deployment: a domain 404.
+        with_body(route(Method::POST, "/deployments/{id}/apply", Deployment, &[404]), || json!({ "plan": "nope" })),
+        // No successful deploy to return to: a domain 409.
+        Route { input: Input::OptionalJson, ..route(Method::POST, "/deployments/{id}/rollback", Deployment, &[409]) },
         with_body(route(Method::POST, "/schema/get_for", Token, &[200]), || json!({})),
         with_body(route(Method::POST, "/renames/get_for", Token, &[200]), || json!({})),
         route(Method::GET, "/builds/{build}", Build, &[200]),
@@ -149,6 +153,7 @@ pub fn routes() -> Vec<Route> {
         route(Method::POST, "/builds/{build}/log/ticket", Build, &[200]),
         // Cancelled at once while queued, or asked of its worker, or finished.
         route(Method::POST, "/builds/{build}/cancel", Build, &[200, 202, 409]),
+        route(Method::GET, "/builds/{build}/diff", Build, &[200]),
         route(Method::GET, "/sbom-list/{id}", Deployment, &[200]),
         // No deploy has produced an SBOM: a domain 404.
         with_query(route(Method::GET, "/sbom/{id}?node=web", Deployment, &[404]), "node=a&node=b"),
