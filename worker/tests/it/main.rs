@@ -27,6 +27,7 @@ mod newer_database;
 mod observability;
 mod readiness;
 mod run_migrate;
+mod safe_change;
 mod sandbox;
 mod sbom_standard;
 mod secrets;

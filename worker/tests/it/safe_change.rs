@@ -1,0 +1,253 @@
+//! Safe change (plans, apply, rollback and the run history) end to end:
+//! the real api and worker, a real `bao server -dev`, real Nix builds of
+//! the reference source, on both engines. Polls with deadlines; never
+//! sleeps to synchronise.
+
+use crate::common;
+
+use common::{binary, command, demo, free_port, start, wait_for, Api, Running, ENDED};
+use reqwest::Method;
+use serde_json::{json, Value};
+use slipway_jobs::store::Engine;
+use slipway_jobs::test_support::{TestDatabase, TestOpenBao};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const ENDS: Duration = Duration::from_secs(240);
+const MASTODON: &str = "mastodon-operator-secrets";
+
+/// A database, OpenBao, and the api and a worker on them.
+struct Fleet {
+    db: TestDatabase,
+    bao: TestOpenBao,
+    api: Api,
+    _processes: (Running, Running),
+}
+
+async fn fleet(engine: Engine) -> Fleet {
+    let db = TestDatabase::new(engine).await;
+    let bao = TestOpenBao::new().await;
+    let port = free_port();
+    let mut api = command(&binary("slipway-api"), &db, port);
+    api.envs(bao.keys(false));
+    let mut worker = command(&binary("slipway-worker"), &db, port);
+    worker.arg("work").env("READY_TIMEOUT", "1s").envs(bao.keys(true));
+    let processes = (start(api, &db, "api.log"), start(worker, &db, "worker.log"));
+    let api = Api::connect(&db, port).await;
+    Fleet { db, bao, api, _processes: processes }
+}
+
+/// The demo with mastodon's translation key set to `key` and its subdomain `subdomain`.
+fn config(key: &str, subdomain: &str) -> Value {
+    let mut c = demo();
+    c["applications"]["mastodon"]["translationApiKey"] = json!(key);
+    c["applications"]["mastodon"]["subdomain"] = json!(subdomain);
+    c
+}
+
+/// Waits until build `id` ended; the build.
+async fn ended(api: &Api, id: &str) -> Value {
+    let path = format!("/builds/{id}");
+    wait_for("the build to end", ENDS, || async {
+        let (_, _, b) = api.get(&path).await;
+        b["status"].as_str().is_some_and(|s| ENDED.contains(&s)).then_some(b)
+    })
+    .await
+}
+
+/// Submits `config` (a plan with `dry_run`) and waits until its build succeeded; the build.
+async fn submitted(api: &Api, id: &str, config: &Value, dry_run: bool) -> Value {
+    let path = format!("/deployments/{id}{}", if dry_run { "?dry_run=true" } else { "" });
+    let (status, accepted) = api.call(Method::PUT, &path, Some(&json!({ "configuration": config }))).await.unwrap();
+    assert_eq!(status, 202, "{accepted}");
+    let build = ended(api, accepted["build_id"].as_str().unwrap()).await;
+    assert_eq!(build["status"], "succeeded", "{build}");
+    build
+}
+
+/// Node → the system its report names.
+fn systems(build: &Value) -> BTreeMap<String, String> {
+    build["report"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| Some((n["name"].as_str()?.to_owned(), n["system"].as_str()?.to_owned())))
+        .collect()
+}
+
+/// Node → the system its profile link activates now.
+fn active_systems(db: &TestDatabase, id: &str) -> BTreeMap<String, String> {
+    let nodes = db.path("state").join("provider").join(id).join("nodes");
+    std::fs::read_dir(&nodes)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let target = std::fs::read_link(e.path().join("system")).ok()?;
+            Some((e.file_name().to_string_lossy().into_owned(), target.display().to_string()))
+        })
+        .collect()
+}
+
+fn secret_file(db: &TestDatabase, id: &str) -> PathBuf {
+    let node = db.path("state").join("provider").join(id).join("nodes/mastodon");
+    node.join("secrets").join(MASTODON).join("translationApiKey")
+}
+
+async fn post(api: &Api, path: &str, body: Option<Value>) -> (u16, Value) {
+    api.call(Method::POST, path, body.as_ref()).await.unwrap()
+}
+
+async fn a_rollback_returns_every_node_to_its_old_system_and_its_old_secret_version(engine: Engine) {
+    let Fleet { db, api, .. } = &fleet(engine).await;
+
+    let first = submitted(api, "back", &config("key-of-the-first-deploy", "social"), false).await;
+    let first_systems = systems(&first);
+    assert_eq!(active_systems(db, "back"), first_systems);
+    let (_, _, first_snapshot) = api.get("/deployments/back").await;
+    let second = submitted(api, "back", &config("key-of-the-second-deploy", "chat"), false).await;
+    assert_ne!(active_systems(db, "back")["mastodon"], first_systems["mastodon"], "the change changed no system");
+    assert_eq!(std::fs::read_to_string(secret_file(db, "back")).unwrap(), "key-of-the-second-deploy");
+
+    // The history says who asked, why, and what changed, by secret version only.
+    let (_, diff) =
+        api.call(Method::GET, &format!("/builds/{}/diff", second["id"].as_str().unwrap()), None).await.unwrap();
+    assert_eq!(diff["previous_build_id"], first["id"], "{diff}");
+    let ops: Vec<(&str, &str)> = diff["patch"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["op"].as_str().unwrap(), o["path"].as_str().unwrap()))
+        .collect();
+    assert!(ops.contains(&("replace", "/configuration/applications/mastodon/subdomain")), "{diff}");
+    assert!(ops.contains(&("replace", "/secret_versions/mastodon/translationApiKey")), "{diff}");
+    assert_eq!(second["trigger"], "submit", "{second}");
+    assert!(second["requested_by"]["sub"].is_string(), "{second}");
+    assert_eq!(second["changes"], diff);
+
+    // Roll back to the build before the active one (the default target).
+    let (status, accepted) = post(api, "/deployments/back/rollback", None).await;
+    assert_eq!(status, 202, "{accepted}");
+    let rollback = ended(api, accepted["build_id"].as_str().unwrap()).await;
+    assert_eq!(rollback["status"], "succeeded", "{rollback}");
+    assert_eq!((&rollback["trigger"], &rollback["based_on"]), (&json!("rollback"), &first["id"]), "{rollback}");
+    assert_eq!(active_systems(db, "back"), first_systems, "a node did not return to its old system");
+    assert_eq!(std::fs::read_to_string(secret_file(db, "back")).unwrap(), "key-of-the-first-deploy");
+    let (_, _, now) = api.get("/deployments/back").await;
+    assert_eq!(now["configuration"], first_snapshot["configuration"], "the stored snapshot is not the target's");
+    assert_eq!((&now["state"], &now["last_build"]["id"]), (&json!("active"), &accepted["build_id"]), "{now}");
+
+    // The channel records the rollback: a front-end learns its snapshot changed.
+    let (_, body) = api.call(Method::GET, "/deployments/back/events", None).await.unwrap();
+    let events = body.as_str().unwrap_or_default();
+    assert!(events.contains("\"trigger\":\"rollback\""), "{events}");
+
+    // The history filters by trigger, and no secret value is anywhere in it.
+    let (_, page) = api.call(Method::GET, "/deployments/back/builds?trigger=rollback", None).await.unwrap();
+    let ids: Vec<&Value> = page["builds"].as_array().unwrap().iter().map(|b| &b["id"]).collect();
+    assert_eq!(ids, vec![&accepted["build_id"]], "{page}");
+    let (_, all) = api.call(Method::GET, "/deployments/back/builds", None).await.unwrap();
+    for place in [all.to_string(), diff.to_string(), rollback.to_string()] {
+        assert!(!place.contains("key-of-the-"), "a secret value leaked: {place}");
+    }
+    assert!(all["builds"][0]["changes"].as_str().unwrap().contains("/configuration/applications/mastodon/subdomain"));
+}
+
+async fn a_plan_applies_exactly_and_a_stale_or_expired_plan_changes_nothing(engine: Engine) {
+    let Fleet { db, bao, api, .. } = &fleet(engine).await;
+
+    submitted(api, "plans", &config("plan-key", "social"), false).await;
+    let mut changed = demo();
+    changed["applications"]["mastodon"]["subdomain"] = json!("chat");
+    let plan = submitted(api, "plans", &changed, true).await;
+    assert_eq!(plan["trigger"], "dry_run", "{plan}");
+    assert!(plan["plan"]["expires_at"].is_string() && plan["plan"]["deployment_version"].is_i64(), "{plan}");
+    let planned = systems(&plan);
+
+    // A plan made before another submit is stale, and nothing is queued.
+    let stale = submitted(api, "plans", &changed, true).await;
+    submitted(api, "plans", &config("plan-key", "social"), false).await;
+    let before = api.builds("plans").await.unwrap().len();
+    let (status, refused) = post(api, "/deployments/plans/apply", Some(json!({ "plan": stale["id"] }))).await;
+    assert_eq!((status, refused["error"].as_str()), (409, Some("plan_stale")), "{refused}");
+    assert!(refused["details"]["moved"][0].as_str().unwrap().contains("version"), "{refused}");
+    assert_eq!(api.builds("plans").await.unwrap().len(), before, "a refused apply queued a build");
+
+    // A fresh plan applies: every node's system link resolves to the planned path.
+    let plan = submitted(api, "plans", &changed, true).await;
+    let planned_again = systems(&plan);
+    assert_eq!(planned_again, planned, "the same configuration planned other systems");
+    let (status, accepted) = post(api, "/deployments/plans/apply", Some(json!({ "plan": plan["id"] }))).await;
+    assert_eq!(status, 202, "{accepted}");
+    let applied = ended(api, accepted["build_id"].as_str().unwrap()).await;
+    assert_eq!(applied["status"], "succeeded", "{applied}");
+    assert_eq!((&applied["trigger"], &applied["based_on"]), (&json!("apply"), &plan["id"]), "{applied}");
+    assert_eq!(active_systems(db, "plans"), planned, "the apply activated other systems than planned");
+    assert_eq!(std::fs::read_to_string(secret_file(db, "plans")).unwrap(), "plan-key");
+    // Applied once, the plan is stale.
+    let (status, again) = post(api, "/deployments/plans/apply", Some(json!({ "plan": plan["id"] }))).await;
+    assert_eq!((status, again["error"].as_str()), (409, Some("plan_stale")), "{again}");
+
+    // A build that is no plan of the deployment is 404; a plan with a secret value cannot be applied.
+    let (status, refused) = post(api, "/deployments/plans/apply", Some(json!({ "plan": applied["id"] }))).await;
+    assert_eq!((status, refused["error"].as_str()), (404, Some("not_found")), "{refused}");
+    let with_value = submitted(api, "plans", &config("a-value-no-plan-keeps", "chat"), true).await;
+    let (status, refused) = post(api, "/deployments/plans/apply", Some(json!({ "plan": with_value["id"] }))).await;
+    assert_eq!((status, refused["error"].as_str()), (409, Some("plan_not_appliable")), "{refused}");
+    assert!(!refused.to_string().contains("a-value-no-plan-keeps"), "{refused}");
+
+    // A plan past PLAN_TTL (an api whose plans live one second) is 410.
+    let short_port = free_port();
+    let mut short = command(&binary("slipway-api"), db, short_port);
+    short.envs(bao.keys(false)).env("PLAN_TTL", "1s");
+    let _short = start(short, db, "short-api.log");
+    let short_api = Api::connect(db, short_port).await;
+    let expiring = submitted(&short_api, "plans", &changed, true).await;
+    let expires = common::ms_of(&expiring["plan"]["expires_at"]);
+    wait_for("the plan to expire", Duration::from_secs(30), || async { (common::now_ms() > expires).then_some(()) })
+        .await;
+    let (status, refused) = post(api, "/deployments/plans/apply", Some(json!({ "plan": expiring["id"] }))).await;
+    assert_eq!((status, refused["error"].as_str()), (410, Some("plan_expired")), "{refused}");
+}
+
+async fn a_rollback_that_cannot_be_exact_is_refused_naming_why(engine: Engine) {
+    let Fleet { api, .. } = &fleet(engine).await;
+
+    // Nothing to return to yet.
+    let (status, refused) = post(api, "/deployments/gone/rollback", None).await;
+    assert_eq!((status, refused["error"].as_str()), (404, Some("not_found")), "{refused}");
+    let first = submitted(api, "gone", &config("key-that-is-cleared-later", "social"), false).await;
+    let (status, refused) = post(api, "/deployments/gone/rollback", None).await;
+    assert_eq!((status, refused["error"].as_str()), (409, Some("invalid_rollback_target")), "{refused}");
+
+    // A plan is not a target; an unknown build is 404.
+    let plan = submitted(api, "gone", &demo(), true).await;
+    let (status, refused) = post(api, "/deployments/gone/rollback", Some(json!({ "to": plan["id"] }))).await;
+    assert_eq!((status, refused["error"].as_str()), (409, Some("invalid_rollback_target")), "{refused}");
+    let (status, refused) = post(api, "/deployments/gone/rollback", Some(json!({ "to": "gone.nothing" }))).await;
+    assert_eq!((status, refused["error"].as_str()), (404, Some("not_found")), "{refused}");
+
+    // A later clear deleted every version the first build read.
+    let mut cleared = demo();
+    cleared["applications"]["mastodon"]["secretsClear"] = json!(["translationApiKey"]);
+    submitted(api, "gone", &cleared, false).await;
+    let before = api.builds("gone").await.unwrap().len();
+    let (status, refused) = post(api, "/deployments/gone/rollback", Some(json!({ "to": first["id"] }))).await;
+    assert_eq!((status, refused["error"].as_str()), (409, Some("secret_gone")), "{refused}");
+    assert_eq!(refused["details"]["field"], "mastodon.translationApiKey", "{refused}");
+    assert!(!refused.to_string().contains("key-that-is-cleared-later"), "{refused}");
+    assert_eq!(api.builds("gone").await.unwrap().len(), before, "a refused rollback queued a build");
+
+    // A deployment being destroyed is not rolled back.
+    let (status, _) = api.delete("gone").await;
+    assert_eq!(status, 202);
+    let (status, refused) = post(api, "/deployments/gone/rollback", None).await;
+    assert_eq!((status, refused["error"].as_str()), (409, Some("deployment_destroyed")), "{refused}");
+}
+
+slipway_jobs::on_both_engines!(
+    a_rollback_returns_every_node_to_its_old_system_and_its_old_secret_version,
+    a_plan_applies_exactly_and_a_stale_or_expired_plan_changes_nothing,
+    a_rollback_that_cannot_be_exact_is_refused_naming_why,
+);
