@@ -128,7 +128,8 @@ pub struct Config {
     /// (PRODUCT.md §8): where operator secrets live; `None` when
     /// `OPENBAO_ADDR` is unset (a submit with a secret value is then refused).
     pub openbao: Option<OpenBaoConfig>,
-    /// Plans and rollbacks (`PLAN_TTL`, `KEEP_GENERATIONS`).
+    /// Plans, rollbacks and health gates (`PLAN_TTL`, `KEEP_GENERATIONS`,
+    /// `HEALTH_GATE`).
     pub safe_change: SafeChangeConfig,
     /// A worker's metrics address and the scrape token of both binaries
     /// (`SLIPWAY_METRICS_ADDR`, `SLIPWAY_METRICS_TOKEN`).
@@ -227,6 +228,7 @@ pub const KEYS: &[&str] = &[
     "RETENTION",
     "PLAN_TTL",
     "KEEP_GENERATIONS",
+    "HEALTH_GATE",
     "SLIPWAY_METRICS_ADDR",
     "SLIPWAY_METRICS_TOKEN",
     "SLIPWAY_REQUEST_TIMEOUT",
@@ -385,6 +387,14 @@ impl Config {
         let retention = duration(keys, "RETENTION", 14 * 86400)?;
         let plan_ttl = duration(keys, "PLAN_TTL", 3600)?;
         let keep_generations = number(keys, "KEEP_GENERATIONS", 5)?;
+        let health_gate = match get("HEALTH_GATE").map(str::trim).filter(|v| *v != "off") {
+            None => None,
+            Some(v) => Some(crate::provenance::HealthGate::from_setting(v).map_err(|_| ConfigError::Invalid {
+                key: "HEALTH_GATE",
+                value: v.to_owned(),
+                reason: "expected off, a duration from 1s to 24h, or one followed by ,rollback (such as 5m,rollback)",
+            })?),
+        };
         let heartbeat = duration(keys, "SLIPWAY_HEARTBEAT", 5)?;
         let postgres_poll = duration(keys, "SLIPWAY_POSTGRES_POLL", crate::store::queue::POSTGRES_POLL.as_secs())?;
         let metrics_addr = match get("SLIPWAY_METRICS_ADDR") {
@@ -456,7 +466,7 @@ impl Config {
                 nix_slots,
             },
             openbao,
-            safe_change: SafeChangeConfig { plan_ttl, keep_generations },
+            safe_change: SafeChangeConfig { plan_ttl, keep_generations, health_gate },
             metrics: MetricsConfig { addr: metrics_addr, token: metrics_token },
             sandbox,
             git,

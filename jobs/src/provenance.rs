@@ -105,6 +105,34 @@ pub struct HealthGate {
     pub rollback: bool,
 }
 
+impl HealthGate {
+    /// The longest gate: a day.
+    pub const LONGEST: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+    /// A gate of `timeout` (a duration as the settings write it: `90s`,
+    /// `5m`, `1h`, or whole seconds), 1 s to a day; why not otherwise.
+    pub fn new(timeout: &str, rollback: bool) -> Result<Self, String> {
+        let d = crate::config::parse_duration(timeout)
+            .filter(|d| *d >= std::time::Duration::from_secs(1) && *d <= Self::LONGEST)
+            .ok_or_else(|| {
+                format!(
+                    "the health gate's timeout {} is not a duration from 1s to 24h (such as 90s, 5m or 1h)",
+                    crate::id::quoted(timeout)
+                )
+            })?;
+        Ok(Self { timeout_ms: d.as_millis() as u64, rollback })
+    }
+
+    /// The `HEALTH_GATE` setting: `<timeout>` or `<timeout>,rollback`.
+    pub fn from_setting(value: &str) -> Result<Self, String> {
+        match value.split_once(',') {
+            None => Self::new(value.trim(), false),
+            Some((timeout, "rollback")) => Self::new(timeout.trim(), true),
+            Some((_, other)) => Err(format!("unknown part {}: expected rollback", crate::id::quoted(other))),
+        }
+    }
+}
+
 /// What a plan was made from: an apply is refused (`409 plan_stale`) when
 /// any of it moved, and past `expires_at` (`410 plan_expired`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

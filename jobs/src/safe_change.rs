@@ -18,7 +18,7 @@
 //! the deployment whose secret versions no later build cleared.
 
 use crate::id::{new_build_id, DeploymentId};
-use crate::provenance::{Provenance, RequestedBy, Trigger};
+use crate::provenance::{HealthGate, Provenance, RequestedBy, Trigger};
 use crate::secrets::{Pin, SecretPins};
 use crate::state::{BuildKind, BuildStatus, DeploymentState};
 use crate::store::builds::{self, BuildRow};
@@ -153,7 +153,11 @@ pub async fn rollback_in(tx: &mut Conn, request: &RollbackRequest) -> Result<Acc
         requested_by: request.requested_by.clone(),
         based_on: Some(target.id.clone()),
         expected_systems: systems_of(&target, "deployed"),
-        health_gate: target.provenance.health_gate,
+        // An automatic rollback is verified, but never rolled back in turn.
+        health_gate: match request.trigger {
+            Trigger::AutoRollback => target.provenance.health_gate.map(|g| HealthGate { rollback: false, ..g }),
+            _ => target.provenance.health_gate,
+        },
         names: target.provenance.names.clone(),
         domain: target.provenance.domain.clone(),
         ..Provenance::default()

@@ -188,6 +188,8 @@ pub struct SubmitRequest {
     pub requested_by: Option<RequestedBy>,
     /// How long a plan (a dry run) can be applied (`PLAN_TTL`).
     pub plan_ttl: std::time::Duration,
+    /// The health gate the deploy waits for, if any.
+    pub health_gate: Option<crate::provenance::HealthGate>,
 }
 
 /// What a submit and a preview refuse a secret value with when no OpenBao
@@ -240,6 +242,7 @@ pub async fn submit(
         requested_by: request.requested_by,
         names: names_value.clone(),
         domain: checked.domain.clone(),
+        health_gate: request.health_gate,
         ..Provenance::default()
     };
     let (pins, warnings) = match secrets {

@@ -9,6 +9,9 @@
 -- apply or rollback must activate), a plan's inputs (`plan`), the health
 -- gate it waits for (`health_gate`), and the names eval and domain its
 -- deployment's snapshot takes when a rollback returns to it. Never a
--- secret value. NULL on older builds.
+-- secret value. NULL on older builds. `phase`: where a running build
+-- is beyond running its effect (`verifying`: its health gate waits for
+-- its instances to be ready); NULL otherwise.
 ALTER TABLE builds ADD COLUMN trigger_kind TEXT;
 ALTER TABLE builds ADD COLUMN provenance TEXT;
+ALTER TABLE builds ADD COLUMN phase TEXT;

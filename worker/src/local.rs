@@ -231,6 +231,7 @@ async fn run_one(
         dry_run,
         requested_by: None,
         plan_ttl: std::time::Duration::from_secs(3600),
+        health_gate: None,
     };
     if dry_run {
         // A dry run compares with what the provider state holds; its

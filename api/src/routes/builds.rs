@@ -53,6 +53,13 @@ pub struct BuildView {
     /// `not_sent`. Never the token.
     #[schema(required = true, value_type = Option<CallbackView>)]
     callback: Option<Value>,
+    /// Where a running build is beyond its effect: `verifying` while its
+    /// health gate waits for its instances to be ready; `null` otherwise.
+    #[schema(required = true)]
+    phase: Option<String>,
+    /// The health gate it waits for (`timeout_ms`, `rollback`), if any.
+    #[schema(required = true)]
+    health_gate: Option<slipway_jobs::provenance::HealthGate>,
     /// Why it was queued.
     trigger: Trigger,
     /// Who asked: the token's `sub` and `iss`, the browser's `Origin`;
@@ -194,6 +201,8 @@ pub async fn show(
         finished_at: b.finished_at.map(rfc3339),
         report: b.report,
         callback: callback_view(b.callback_url, b.callback),
+        phase: b.phase,
+        health_gate: b.provenance.health_gate,
         trigger: b.trigger,
         requested_by: b.provenance.requested_by,
         based_on: b.provenance.based_on,

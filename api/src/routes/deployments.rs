@@ -296,6 +296,23 @@ pub struct SubmitBody {
     /// A module source to deploy with; absent: the built-in one.
     #[serde(default)]
     module_source: Option<String>,
+    /// Wait for every deployed instance to be ready before the deploy
+    /// succeeds; absent: `HEALTH_GATE`'s (none by default). Ignored by a
+    /// preview and a dry run.
+    #[serde(default)]
+    health_gate: Option<HealthGateBody>,
+}
+
+/// The `health_gate` of a submit.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HealthGateBody {
+    /// How long the instances have to become ready: `90s`, `5m`, `1h`
+    /// (1 s to 24 h); past it the build fails `health_gate`.
+    timeout: String,
+    /// Roll back to the previous successful deploy when the gate fails.
+    #[serde(default)]
+    rollback: bool,
 }
 
 /// The query of `PUT /deployments/{id}`.
@@ -355,6 +372,13 @@ pub async fn submit(
         dry_run: query.dry_run,
         requested_by: Some(auth.requested_by(&headers)),
         plan_ttl: app.config.safe_change.plan_ttl,
+        health_gate: match body.health_gate {
+            Some(g) => Some(
+                slipway_jobs::provenance::HealthGate::new(&g.timeout, g.rollback)
+                    .map_err(|e| ApiError::bad_request("invalid_request", format!("health_gate.timeout: {e}")))?,
+            ),
+            None => app.config.safe_change.health_gate,
+        },
     };
     let accepted = submit::submit(&app.db, &app.sources, app.secrets.as_ref(), request)
         .await
@@ -400,6 +424,7 @@ pub async fn preview(
         dry_run: false,
         requested_by: None,
         plan_ttl: app.config.safe_change.plan_ttl,
+        health_gate: None,
     };
     Ok(Json(submit::preview(&app.sources, app.secrets.is_some(), request).await?))
 }

@@ -363,6 +363,7 @@ mod tests {
             dry_run: false,
             trigger: slipway_jobs::provenance::Trigger::Submit,
             provenance: Default::default(),
+            phase: None,
         }
     }
 

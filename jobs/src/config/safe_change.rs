@@ -16,4 +16,7 @@ pub struct SafeChangeConfig {
     /// rollback to one of them activates the same store paths without a
     /// rebuild.
     pub keep_generations: u32,
+    /// `HEALTH_GATE` (default: none): the health gate of a submit that
+    /// names none, `<timeout>` or `<timeout>,rollback` (`5m,rollback`).
+    pub health_gate: Option<crate::provenance::HealthGate>,
 }

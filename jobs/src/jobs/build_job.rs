@@ -189,7 +189,10 @@ async fn run_claimed(build: BuildRow, mut marks: Marks, ctx: &Ctx) -> Result<Ran
             crate::effect::kill_stale(&build.id, build.attempts);
             Outcome::unchanged(cancelled(blank_report(&build)))
         }
-        BuildKind::Deploy => deploy::run(&build, ctx).await,
+        BuildKind::Deploy => {
+            let judged = deploy::run(&build, ctx).await;
+            super::health_gate::verify(&build, ctx, judged).await
+        }
         BuildKind::Destroy => destroy::run(&build, ctx).await,
     };
     if ctx.process.abandoned() {
@@ -293,7 +296,7 @@ async fn record_once(
     }
     crate::failpoint::hit("build_finishing");
     match build.kind {
-        BuildKind::Deploy => deploy::record_end(&mut tx, ctx, build, finish.status, now).await?,
+        BuildKind::Deploy => deploy::record_end(&mut tx, ctx, build, report, now).await?,
         BuildKind::Destroy => destroy::record_end(&mut tx, build, finish.status, now).await?,
     }
     builds::dispatch_next(&mut tx, &build.deployment_id).await?;

@@ -111,15 +111,22 @@ impl Kind for Deploy {
 /// What a deploy's end adds to the transaction that records it: a
 /// successful deploy's instances are probed until ready or the deadline
 /// (§10: their readiness rows, and the first `readiness` job when it has
-/// any); a dry run changes nothing (§11).
+/// any); a dry run changes nothing (§11); a failed health gate that asked
+/// for it queues a rollback to the previous successful deploy (trigger
+/// `auto_rollback`), after the failure's own event, unless a newer build
+/// of the deployment already waits (a newer submit wins).
 pub(crate) async fn record_end(
     tx: &mut Conn,
     ctx: &Ctx,
     build: &BuildRow,
-    status: BuildStatus,
+    report: &Report,
     now: i64,
 ) -> Result<(), StoreError> {
-    if status != BuildStatus::Succeeded || build.dry_run {
+    let gate_rollback = build.provenance.health_gate.is_some_and(|g| g.rollback);
+    if report.reason == Some(Reason::HealthGate) && gate_rollback {
+        return auto_rollback(tx, build, now).await;
+    }
+    if report.status != BuildStatus::Succeeded || build.dry_run {
         return Ok(());
     }
     let deadline = now + ctx.config.worker.ready_timeout.as_millis() as i64;
@@ -133,6 +140,38 @@ pub(crate) async fn record_end(
         queue::push(tx, &job, None).await?;
     }
     Ok(())
+}
+
+/// Queues the rollback of a deploy whose health gate failed (see
+/// [`record_end`]). A rollback that cannot be made (no earlier successful
+/// deploy, a secret version cleared since) leaves the deployment `failed`,
+/// logged.
+async fn auto_rollback(tx: &mut Conn, build: &BuildRow, now: i64) -> Result<(), StoreError> {
+    use crate::safe_change::{rollback_in, ChangeError, RollbackRequest};
+    if crate::store::builds::newer_waiting(tx, build).await? {
+        tracing::warn!("the health gate failed, but a newer build of the deployment waits: it is not rolled back");
+        return Ok(());
+    }
+    // The failure is the channel's event before the rollback's.
+    crate::store::events::record(tx, &build.deployment_id, now).await?;
+    let request = RollbackRequest {
+        deployment: crate::id::DeploymentId::parse(&build.deployment_id)
+            .map_err(|e| StoreError::Corrupt(format!("builds.deployment_id: {e}")))?,
+        to: None,
+        requested_by: build.provenance.requested_by.clone(),
+        trigger: crate::provenance::Trigger::AutoRollback,
+    };
+    match rollback_in(tx, &request).await {
+        Ok(accepted) => {
+            tracing::warn!(rollback.build = %accepted.build_id, "the health gate failed: rolling back to the previous successful deploy");
+            Ok(())
+        }
+        Err(ChangeError::Store(e)) => Err(e),
+        Err(refused) => {
+            tracing::warn!(reason = %refused, "the health gate failed and the deployment cannot be rolled back");
+            Ok(())
+        }
+    }
 }
 
 /// A dry run's nodes (§11): each node's outcome (`planned`, or `failed`

@@ -24,6 +24,7 @@ pub mod callback;
 pub mod deploy;
 pub mod destroy;
 pub mod effect_output;
+pub mod health_gate;
 pub mod nix;
 pub mod operator_secrets;
 pub mod outcome;

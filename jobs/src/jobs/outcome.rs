@@ -53,6 +53,7 @@ pub(crate) fn blank_report(build: &BuildRow) -> Report {
         summary: Default::default(),
         dry_run: build.dry_run,
         timings: None,
+        health_gate: None,
     }
 }
 

@@ -26,6 +26,10 @@ pub enum Reason {
     /// OpenBao, OpenBao away, a pinned version gone), or could not delete
     /// a cleared one afterwards.
     OperatorSecrets,
+    /// The health gate failed: an instance was not `ready` within the
+    /// gate's timeout (the error names each, with its last probe's state
+    /// and reason). Its systems were activated.
+    HealthGate,
     /// Cancelled on request.
     Cancelled,
     /// Another worker took the build over; this attempt's outcome is never stored.
@@ -45,6 +49,7 @@ impl Reason {
             Self::SourceUnavailable => "source_unavailable",
             Self::WorkerError => "worker_error",
             Self::OperatorSecrets => "operator_secrets",
+            Self::HealthGate => "health_gate",
             Self::Cancelled => "cancelled",
             Self::ClaimLost => "claim_lost",
             Self::Superseded => "superseded",
@@ -118,6 +123,9 @@ pub struct Report {
     /// while it ran ([`super::timing`]); absent in reports stored before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timings: Option<super::timing::Timings>,
+    /// The health gate's verdict, when the deploy had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_gate: Option<super::health_gate::GateReport>,
 }
 
 /// One node's outcome.
@@ -298,6 +306,7 @@ mod tests {
             summary: Summary::default(),
             dry_run: true,
             timings: None,
+            health_gate: None,
         };
         report.summarise();
         let text = report.to_text();

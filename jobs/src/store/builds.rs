@@ -83,11 +83,14 @@ pub struct BuildRow {
     /// Who asked, what it was made from and what it must activate
     /// (empty on older builds).
     pub provenance: Provenance,
+    /// Where a running build is beyond its effect: `verifying` while its
+    /// health gate waits for its instances; `None` otherwise.
+    pub phase: Option<String>,
 }
 
 const COLUMNS: &str = "id, seq, deployment_id, kind, status, reason, error, configuration, module_source, instances, \
                        report, attempts, cancel_requested, worker, version, queued_at, started_at, finished_at, \
-                       callback_url, callback, operator_secrets, readiness, dry_run, trigger_kind, provenance";
+                       callback_url, callback, operator_secrets, readiness, dry_run, trigger_kind, provenance, phase";
 
 fn parse<T: std::str::FromStr<Err = String>>(col: &str, v: String) -> Result<T, StoreError> {
     v.parse().map_err(|e: String| StoreError::Corrupt(format!("builds.{col}: {e}")))
@@ -133,6 +136,7 @@ fn from_row(r: &Row) -> Result<BuildRow, StoreError> {
             .map(|t| json_col(&t, "builds.provenance"))
             .transpose()?
             .unwrap_or_default(),
+        phase: r.opt_text("phase")?,
     })
 }
 
@@ -454,13 +458,29 @@ pub async fn push_recheck(conn: &mut Conn, id: &str, delay: std::time::Duration)
 pub async fn claim(conn: &mut Conn, row: &BuildRow, worker: &str, now: i64) -> Result<bool, StoreError> {
     let changed = Q::new(
         "UPDATE builds SET status = 'running', attempts = attempts + 1, worker = $1, started_at = $2,
-                version = version + 1
+                phase = NULL, version = version + 1
          WHERE id = $3 AND version = $4",
     )
     .text(worker)
     .int(now)
     .text(&row.id)
     .int(row.version)
+    .execute(conn)
+    .await?;
+    Ok(changed == 1)
+}
+
+/// Sets the phase of `build` (`verifying`, or `None`), only while its
+/// claim holds (same worker, same attempt, still running); whether it did.
+pub async fn set_phase(conn: &mut Conn, build: &BuildRow, phase: Option<&str>) -> Result<bool, StoreError> {
+    let changed = Q::new(
+        "UPDATE builds SET phase = $1, version = version + 1
+         WHERE id = $2 AND status = 'running' AND worker = $3 AND attempts = $4",
+    )
+    .opt_text(phase)
+    .text(&build.id)
+    .opt_text(build.worker.clone())
+    .int(build.attempts)
     .execute(conn)
     .await?;
     Ok(changed == 1)
@@ -505,7 +525,8 @@ pub struct Finish {
 /// worker from recording the end.
 pub async fn finish(conn: &mut Conn, build: &BuildRow, outcome: &Finish, now: i64) -> Result<bool, StoreError> {
     let changed = Q::new(
-        "UPDATE builds SET status = $1, reason = $2, error = $3, report = $4, finished_at = $5, version = version + 1
+        "UPDATE builds SET status = $1, reason = $2, error = $3, report = $4, finished_at = $5, phase = NULL,
+                           version = version + 1
          WHERE id = $6 AND status = 'running' AND worker = $7 AND attempts = $8",
     )
     .text(outcome.status.as_str())
@@ -604,6 +625,20 @@ pub async fn cleared_after_by(
         cleared.extend(pins.clear.into_iter().map(|c| (c.application, c.field, id.clone())));
     }
     Ok(cleared)
+}
+
+/// Whether a build of `build`'s deployment submitted after it (not a dry
+/// run) is queued: a newer submit, which an automatic rollback must not
+/// supersede.
+pub async fn newer_waiting(conn: &mut Conn, build: &BuildRow) -> Result<bool, StoreError> {
+    let row = Q::new(
+        "SELECT id FROM builds WHERE deployment_id = $1 AND seq > $2 AND status = 'queued' AND dry_run = 0 LIMIT 1",
+    )
+    .text(&build.deployment_id)
+    .int(build.seq)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.is_some())
 }
 
 /// Why queued build `build` waits, as two counts read in one statement:

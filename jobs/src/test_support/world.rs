@@ -51,6 +51,7 @@ impl World {
             dry_run: false,
             requested_by: None,
             plan_ttl: std::time::Duration::from_secs(3600),
+        health_gate: None,
         };
         crate::submit::submit(&self.ctx.db, &AnySource(checker()), None, request)
             .await
@@ -156,6 +157,7 @@ pub async fn submit_demo(
         dry_run: false,
         requested_by: None,
         plan_ttl: std::time::Duration::from_secs(3600),
+        health_gate: None,
     };
     crate::submit::submit(db, sources, None, request).await
 }

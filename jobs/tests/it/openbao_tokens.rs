@@ -31,6 +31,7 @@ async fn submitted(
         dry_run: false,
         requested_by: None,
         plan_ttl: std::time::Duration::from_secs(3600),
+        health_gate: None,
     };
     submit::submit(&w.ctx.db, &AnySource(checker()), Some(&bao.api()), request).await.expect("accepted").build_id
 }
