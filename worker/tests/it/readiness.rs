@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A copy of the reference source whose probes connect to `front_door`.
-fn source_probing(dir: &std::path::Path, front_door: std::net::SocketAddr) -> String {
+pub(crate) fn source_probing(dir: &std::path::Path, front_door: std::net::SocketAddr) -> String {
     let status = std::process::Command::new("cp").arg("-r").arg(common::repo().join("nix")).arg(dir).status().unwrap();
     assert!(status.success());
     let meta = dir.join("nix/core/meta.nix");

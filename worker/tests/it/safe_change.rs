@@ -9,9 +9,10 @@ use common::{binary, command, demo, free_port, start, wait_for, Api, Running, EN
 use reqwest::Method;
 use serde_json::{json, Value};
 use slipway_jobs::store::Engine;
-use slipway_jobs::test_support::{TestDatabase, TestOpenBao};
+use slipway_jobs::test_support::{Reply, StubServer, TestDatabase, TestOpenBao};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 const ENDS: Duration = Duration::from_secs(240);
@@ -250,4 +251,152 @@ slipway_jobs::on_both_engines!(
     a_rollback_returns_every_node_to_its_old_system_and_its_old_secret_version,
     a_plan_applies_exactly_and_a_stale_or_expired_plan_changes_nothing,
     a_rollback_that_cannot_be_exact_is_refused_naming_why,
+);
+
+/// A fleet whose module source sends its readiness probes to a front door
+/// that answers for every instance but those named `broken.…`, which it
+/// answers as another host (`wrong_host`); the source, as submitted.
+async fn gated_fleet(engine: Engine) -> (Fleet, StubServer, String) {
+    let door = StubServer::start(Arc::new(|_, host: &str| {
+        let host = host.split(':').next().unwrap_or_default().to_owned();
+        if host.starts_with("broken.") {
+            Reply::Answer(200, vec![("X-Instance-Host", "elsewhere.example.org".into())])
+        } else {
+            Reply::Answer(200, vec![("X-Instance-Host", host)])
+        }
+    }))
+    .await;
+    let db = TestDatabase::new(engine).await;
+    let bao = TestOpenBao::new().await;
+    let source = crate::readiness::source_probing(db.dir.path(), door.addr);
+    let port = free_port();
+    let mut api = command(&binary("slipway-api"), &db, port);
+    api.envs(bao.keys(false)).env("SLIPWAY_ALLOW_PATH_SOURCES", "true");
+    let mut worker = command(&binary("slipway-worker"), &db, port);
+    worker
+        .arg("work")
+        .envs(bao.keys(true))
+        .env("SLIPWAY_ALLOW_PATH_SOURCES", "true")
+        .env("SLIPWAY_READINESS_CONNECT", format!("http://{}", door.addr));
+    let processes = (start(api, &db, "api.log"), start(worker, &db, "worker.log"));
+    let api = Api::connect(&db, port).await;
+    (Fleet { db, bao, api, _processes: processes }, door, source)
+}
+
+/// Submits `config` from `source` with a health gate; the accepted answer.
+async fn gated(api: &Api, id: &str, source: &str, config: &Value, timeout: &str, rollback: bool) -> Value {
+    let body = json!({
+        "configuration": config,
+        "module_source": source,
+        "health_gate": { "timeout": timeout, "rollback": rollback },
+    });
+    // Until the worker is seen alive on the nix queue, a cold source is refused (503).
+    let (status, accepted) = wait_for("the worker to serve the nix queue", Duration::from_secs(60), || async {
+        let answer = api.call(Method::PUT, &format!("/deployments/{id}"), Some(&body)).await.unwrap();
+        (answer.0 != 503).then_some(answer)
+    })
+    .await;
+    assert_eq!(status, 202, "{accepted}");
+    accepted
+}
+
+/// Every event of deployment `id`'s channel so far, as `(state, build, trigger)`.
+async fn channel(api: &Api, id: &str) -> Vec<(String, String, String)> {
+    let r = api
+        .http
+        .get(format!("{}/deployments/{id}/events", api.base))
+        .bearer_auth(&api.token)
+        .header("Last-Event-ID", "0")
+        .send()
+        .await
+        .unwrap();
+    let text = r.text().await.unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+            (s("state"), s("build_id"), s("trigger"))
+        })
+        .collect()
+}
+
+async fn a_deploy_whose_instances_fail_the_health_gate_is_rolled_back_to_the_old_build(engine: Engine) {
+    let (Fleet { db, api, .. }, _door, source) = &gated_fleet(engine).await;
+
+    let first = gated(api, "gate", source, &demo(), "60s", true).await;
+    let first = ended(api, first["build_id"].as_str().unwrap()).await;
+    assert_eq!(first["status"], "succeeded", "{first}");
+    assert_eq!(first["report"]["health_gate"]["verdict"], "passed", "{first}");
+    let first_systems = active_systems(db, "gate");
+
+    // mastodon moves to a name the front door does not serve.
+    let mut broken = demo();
+    broken["applications"]["mastodon"]["subdomain"] = json!("broken");
+    let accepted = gated(api, "gate", source, &broken, "3s", true).await;
+    let path = format!("/builds/{}", accepted["build_id"].as_str().unwrap());
+    // While it verifies, the build runs with phase `verifying` and the deployment is building.
+    let seen = wait_for("the build to verify", ENDS, || async {
+        let (_, _, b) = api.get(&path).await;
+        let (_, _, d) = api.get("/deployments/gate").await;
+        (b["phase"] == "verifying").then_some((b, d))
+    })
+    .await;
+    assert_eq!((&seen.0["status"], &seen.1["state"]), (&json!("running"), &json!("building")), "{seen:?}");
+    let failed = ended(api, accepted["build_id"].as_str().unwrap()).await;
+    assert_eq!((&failed["status"], &failed["reason"]), (&json!("failed"), &json!("health_gate")), "{failed}");
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.contains("broken.demo.example.org") && error.contains("wrong_host"), "{error}");
+    assert_eq!(failed["report"]["health_gate"]["verdict"], "failed", "{failed}");
+
+    // The failure's transaction queued the rollback; the deployment ends active on it.
+    let (_, page) = api.call(Method::GET, "/deployments/gate/builds?trigger=auto_rollback", None).await.unwrap();
+    let rollback = page["builds"][0].clone();
+    assert_eq!(rollback["based_on"], first["id"], "{page}");
+    let rollback = ended(api, rollback["id"].as_str().unwrap()).await;
+    assert_eq!(rollback["status"], "succeeded", "{rollback}");
+    let (_, _, d) = api.get("/deployments/gate").await;
+    assert_eq!((&d["state"], &d["last_build"]["id"]), (&json!("active"), &rollback["id"]), "{d}");
+    assert_eq!(active_systems(db, "gate"), first_systems, "a node did not return to its old system");
+    assert_eq!(d["configuration"]["applications"]["mastodon"]["subdomain"], "social", "{d}");
+
+    // The channel carries both: the failure, then the rollback.
+    let events = channel(api, "gate").await;
+    let failed_at = events.iter().position(|e| e.0 == "failed" && e.1 == failed["id"].as_str().unwrap());
+    let rolled_at = events.iter().position(|e| e.0 == "active" && e.2 == "auto_rollback");
+    assert!(failed_at.is_some() && rolled_at.is_some() && failed_at < rolled_at, "{events:?}");
+
+    // Without rollback, a failed gate leaves the deployment failed.
+    let accepted = gated(api, "gate", source, &broken, "2s", false).await;
+    let failed = ended(api, accepted["build_id"].as_str().unwrap()).await;
+    assert_eq!(failed["reason"], "health_gate", "{failed}");
+    let (_, _, d) = api.get("/deployments/gate").await;
+    assert_eq!(d["state"], "failed", "{d}");
+}
+
+async fn a_cancel_while_verifying_stops_the_gate_and_keeps_the_activation(engine: Engine) {
+    let (Fleet { db, api, .. }, _door, source) = &gated_fleet(engine).await;
+    let mut broken = demo();
+    broken["applications"]["mastodon"]["subdomain"] = json!("broken");
+    let accepted = gated(api, "cancel-gate", source, &broken, "10m", true).await;
+    let id = accepted["build_id"].as_str().unwrap();
+    wait_for("the build to verify", ENDS, || async {
+        let (_, _, b) = api.get(&format!("/builds/{id}")).await;
+        (b["phase"] == "verifying").then_some(())
+    })
+    .await;
+    let (status, answer) = post(api, &format!("/builds/{id}/cancel"), None).await;
+    assert_eq!(status, 202, "{answer}");
+    let build = ended(api, id).await;
+    assert_eq!(build["status"], "succeeded", "{build}");
+    assert_eq!(build["report"]["health_gate"]["verdict"], "cancelled", "{build}");
+    assert!(build["report"]["warnings"].to_string().contains("not verified"), "{build}");
+    assert_eq!(systems(&build), active_systems(db, "cancel-gate"), "the activation was undone");
+    let (_, _, d) = api.get("/deployments/cancel-gate").await;
+    assert_eq!(d["state"], "active", "{d}");
+}
+
+slipway_jobs::on_both_engines!(
+    a_deploy_whose_instances_fail_the_health_gate_is_rolled_back_to_the_old_build,
+    a_cancel_while_verifying_stops_the_gate_and_keeps_the_activation,
 );
