@@ -64,7 +64,12 @@ pub(crate) async fn verify(build: &BuildRow, ctx: &Ctx, judged: Outcome) -> Outc
     if let Ok(mut conn) = ctx.db.acquire().await {
         let _ = builds::set_phase(&mut conn, build, Some("verifying")).await;
     }
-    tracing::info!(timeout_ms = gate.timeout_ms, instances = build.instances.len(), "verifying: the health gate waits for every instance to be ready");
+    crate::failpoint::hit("gate_verifying");
+    tracing::info!(
+        timeout_ms = gate.timeout_ms,
+        instances = build.instances.len(),
+        "verifying: the health gate waits for every instance to be ready"
+    );
     let Some(settings) = build.readiness.clone() else {
         judged.report.health_gate = Some(GateReport { verdict: "passed".into(), waited_ms: 0, instances: Vec::new() });
         return judged;
@@ -128,12 +133,7 @@ fn report(verdict: &str, started: Instant, instances: Vec<GateInstance>) -> Gate
 fn failed(judged: Outcome, gate: HealthGate, started: Instant, mut last: Vec<GateInstance>) -> Outcome {
     let mut named = Vec::new();
     for i in last.iter_mut().filter(|i| i.state != State::Ready) {
-        named.push(format!(
-            "{} ({}: {})",
-            i.name,
-            i.state.as_str(),
-            i.reason.as_deref().unwrap_or("no reason given")
-        ));
+        named.push(format!("{} ({}: {})", i.name, i.state.as_str(), i.reason.as_deref().unwrap_or("no reason given")));
         if i.state == State::Pending {
             i.state = State::NotReady;
         }

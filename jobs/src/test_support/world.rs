@@ -51,7 +51,7 @@ impl World {
             dry_run: false,
             requested_by: None,
             plan_ttl: std::time::Duration::from_secs(3600),
-        health_gate: None,
+            health_gate: None,
         };
         crate::submit::submit(&self.ctx.db, &AnySource(checker()), None, request)
             .await

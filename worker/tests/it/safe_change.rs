@@ -255,8 +255,19 @@ slipway_jobs::on_both_engines!(
 
 /// A fleet whose module source sends its readiness probes to a front door
 /// that answers for every instance but those named `broken.…`, which it
-/// answers as another host (`wrong_host`); the source, as submitted.
-async fn gated_fleet(engine: Engine) -> (Fleet, StubServer, String) {
+/// answers as another host (`wrong_host`).
+struct Gated {
+    db: TestDatabase,
+    bao: TestOpenBao,
+    api: Api,
+    port: u16,
+    door: StubServer,
+    /// The module source, as submitted.
+    source: String,
+    _api: Running,
+}
+
+async fn gated_fleet(engine: Engine) -> (Gated, Running) {
     let door = StubServer::start(Arc::new(|_, host: &str| {
         let host = host.split(':').next().unwrap_or_default().to_owned();
         if host.starts_with("broken.") {
@@ -272,15 +283,27 @@ async fn gated_fleet(engine: Engine) -> (Fleet, StubServer, String) {
     let port = free_port();
     let mut api = command(&binary("slipway-api"), &db, port);
     api.envs(bao.keys(false)).env("SLIPWAY_ALLOW_PATH_SOURCES", "true");
-    let mut worker = command(&binary("slipway-worker"), &db, port);
-    worker
-        .arg("work")
-        .envs(bao.keys(true))
-        .env("SLIPWAY_ALLOW_PATH_SOURCES", "true")
-        .env("SLIPWAY_READINESS_CONNECT", format!("http://{}", door.addr));
-    let processes = (start(api, &db, "api.log"), start(worker, &db, "worker.log"));
+    let api_process = start(api, &db, "api.log");
     let api = Api::connect(&db, port).await;
-    (Fleet { db, bao, api, _processes: processes }, door, source)
+    let gated = Gated { db, bao, api, port, door, source, _api: api_process };
+    let worker = gated.worker(None, "worker.log");
+    (gated, worker)
+}
+
+impl Gated {
+    /// A worker of this fleet, crashing at `failpoint` when given.
+    fn worker(&self, failpoint: Option<&str>, log: &str) -> Running {
+        let mut worker = command(&binary("slipway-worker"), &self.db, self.port);
+        worker
+            .arg("work")
+            .envs(self.bao.keys(true))
+            .env("SLIPWAY_ALLOW_PATH_SOURCES", "true")
+            .env("SLIPWAY_READINESS_CONNECT", format!("http://{}", self.door.addr));
+        if let Some(point) = failpoint {
+            worker.env("SLIPWAY_FAILPOINTS", point);
+        }
+        start(worker, &self.db, log)
+    }
 }
 
 /// Submits `config` from `source` with a health gate; the accepted answer.
@@ -322,7 +345,8 @@ async fn channel(api: &Api, id: &str) -> Vec<(String, String, String)> {
 }
 
 async fn a_deploy_whose_instances_fail_the_health_gate_is_rolled_back_to_the_old_build(engine: Engine) {
-    let (Fleet { db, api, .. }, _door, source) = &gated_fleet(engine).await;
+    let (fleet, _worker) = gated_fleet(engine).await;
+    let Gated { db, api, source, .. } = &fleet;
 
     let first = gated(api, "gate", source, &demo(), "60s", true).await;
     let first = ended(api, first["build_id"].as_str().unwrap()).await;
@@ -375,7 +399,8 @@ async fn a_deploy_whose_instances_fail_the_health_gate_is_rolled_back_to_the_old
 }
 
 async fn a_cancel_while_verifying_stops_the_gate_and_keeps_the_activation(engine: Engine) {
-    let (Fleet { db, api, .. }, _door, source) = &gated_fleet(engine).await;
+    let (fleet, _worker) = gated_fleet(engine).await;
+    let Gated { db, api, source, .. } = &fleet;
     let mut broken = demo();
     broken["applications"]["mastodon"]["subdomain"] = json!("broken");
     let accepted = gated(api, "cancel-gate", source, &broken, "10m", true).await;
@@ -396,7 +421,75 @@ async fn a_cancel_while_verifying_stops_the_gate_and_keeps_the_activation(engine
     assert_eq!(d["state"], "active", "{d}");
 }
 
+/// What a crashed worker was doing.
+#[derive(Debug, Clone, Copy)]
+enum Crash {
+    /// Verifying a failing gate.
+    Verifying,
+    /// Recording the gate's failure (and queuing its rollback).
+    RecordingTheFailure,
+    /// Running a rollback's build, its effect just ended.
+    RollingBack,
+}
+
+async fn a_worker_killed_during_a_gate_or_a_rollback_leaves_the_deployment_consistent(engine: Engine) {
+    let (fleet, worker) = gated_fleet(engine).await;
+    let Gated { db, api, source, .. } = &fleet;
+    let mut worker = Some(worker);
+    let mut broken = demo();
+    broken["applications"]["mastodon"]["subdomain"] = json!("broken");
+    for (i, crash) in [Crash::Verifying, Crash::RecordingTheFailure, Crash::RollingBack].into_iter().enumerate() {
+        let id = format!("crash-{i}");
+        if worker.is_none() {
+            worker = Some(fleet.worker(None, &format!("worker-{i}.log")));
+        }
+        let first = gated(api, &id, source, &demo(), "60s", true).await;
+        let first = ended(api, first["build_id"].as_str().unwrap()).await;
+        assert_eq!(first["status"], "succeeded", "{crash:?}: {first}");
+        let first_systems = active_systems(db, &id);
+        if let Crash::RollingBack = crash {
+            submitted(api, &id, &config("", "chat"), false).await;
+        }
+        // The crashing worker takes over from here.
+        drop(worker.take());
+        let point = match crash {
+            Crash::Verifying => "gate_verifying",
+            Crash::RecordingTheFailure => "build_finishing",
+            Crash::RollingBack => "effect_ended",
+        };
+        let log = format!("crashing-{i}.log");
+        let crashing = fleet.worker(Some(point), &log);
+        let crashed_build = match crash {
+            Crash::RollingBack => post(api, &format!("/deployments/{id}/rollback"), None).await.1,
+            _ => gated(api, &id, source, &broken, "3s", true).await,
+        };
+        let status = common::wait_exit(crashing, "the crashing worker", ENDS, &db.path(&log)).await;
+        assert!(!status.success(), "{crash:?}: the worker did not crash at {point}");
+        worker = Some(fleet.worker(None, &format!("worker-{i}-after.log")));
+
+        // After the takeover, the deployment is active on the first build's systems, once.
+        let crashed = ended(api, crashed_build["build_id"].as_str().unwrap()).await;
+        assert_eq!(crashed["attempts"], 2, "{crash:?}: {crashed}");
+        let active = wait_for("the deployment to settle", ENDS, || async {
+            let (_, _, d) = api.get(&format!("/deployments/{id}")).await;
+            (d["state"] == "active").then_some(d)
+        })
+        .await;
+        assert_eq!(active_systems(db, &id), first_systems, "{crash:?}: the nodes do not run the first build's systems");
+        let history = api.builds(&id).await.unwrap();
+        let rollbacks: Vec<&Value> =
+            history.iter().filter(|b| b["trigger"] == "auto_rollback" || b["trigger"] == "rollback").collect();
+        assert_eq!(rollbacks.len(), 1, "{crash:?}: {history:?}");
+        assert_eq!(rollbacks[0]["based_on"], first["id"], "{crash:?}");
+        assert_eq!(active["last_build"]["id"], rollbacks[0]["id"], "{crash:?}: {active}");
+        if !matches!(crash, Crash::RollingBack) {
+            assert_eq!((&crashed["status"], &crashed["reason"]), (&json!("failed"), &json!("health_gate")));
+        }
+    }
+}
+
 slipway_jobs::on_both_engines!(
     a_deploy_whose_instances_fail_the_health_gate_is_rolled_back_to_the_old_build,
     a_cancel_while_verifying_stops_the_gate_and_keeps_the_activation,
+    a_worker_killed_during_a_gate_or_a_rollback_leaves_the_deployment_consistent,
 );
