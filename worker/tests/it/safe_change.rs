@@ -488,7 +488,39 @@ async fn a_worker_killed_during_a_gate_or_a_rollback_leaves_the_deployment_consi
     }
 }
 
+async fn a_queued_build_says_why_it_waits(engine: Engine) {
+    let db = TestDatabase::new(engine).await;
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    let api = Api::connect(&db, port).await;
+    let waiting = |accepted: Value| {
+        let api = &api;
+        async move {
+            let (_, _, b) = api.get(&format!("/builds/{}", accepted["build_id"].as_str().unwrap())).await;
+            b["waiting_for"].clone()
+        }
+    };
+
+    // No worker serves the builds queue.
+    let (_, first) = api.submit("wait-a", &demo()).await.unwrap();
+    assert_eq!(waiting(first.clone()).await, json!({ "reason": "worker" }));
+
+    // One worker with one slot, busy with wait-a's build for a while.
+    let source = db.path("slow-source");
+    common::slow_source(&source, 8);
+    let mut worker = common::slow_worker(&db, port, &source);
+    worker.env("BUILD_SLOTS", "1");
+    let _worker = start(worker, &db, "worker.log");
+    let path = format!("/builds/{}", first["build_id"].as_str().unwrap());
+    common::wait_build(&api, &path, "wait-a's build to run", &["running"]).await;
+    let (_, second) = api.submit("wait-a", &demo()).await.unwrap();
+    assert_eq!(waiting(second).await, json!({ "reason": "deployment", "build_id": first["build_id"] }));
+    let (_, other) = api.submit("wait-b", &demo()).await.unwrap();
+    assert_eq!(waiting(other).await, json!({ "reason": "slot", "position": 1 }));
+}
+
 slipway_jobs::on_both_engines!(
+    a_queued_build_says_why_it_waits,
     a_deploy_whose_instances_fail_the_health_gate_is_rolled_back_to_the_old_build,
     a_cancel_while_verifying_stops_the_gate_and_keeps_the_activation,
     a_worker_killed_during_a_gate_or_a_rollback_leaves_the_deployment_consistent,
