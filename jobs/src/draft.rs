@@ -157,6 +157,7 @@ mod tests {
             }],
             catalog: vec![],
             readiness: Default::default(),
+            capabilities: Vec::new(),
         }
     }
 

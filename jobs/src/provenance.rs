@@ -155,6 +155,11 @@ pub struct PlanInputs {
     pub configuration_sha256: String,
     /// Unix ms after which the plan can no longer be applied (`PLAN_TTL`).
     pub expires_at: i64,
+    /// Whether its module source declares the `plan` capability
+    /// (`meta.json`): its deploy effect refuses to activate other systems
+    /// than an apply expects. A plan of a source without it cannot be applied.
+    #[serde(default)]
+    pub source_supports_plans: bool,
 }
 
 /// What a build records besides its configuration: who asked, what it

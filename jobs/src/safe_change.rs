@@ -224,6 +224,13 @@ pub async fn apply(db: &Db, request: ApplyRequest) -> Result<Accepted, ChangeErr
     if now_ms() > inputs.expires_at {
         return Err(ChangeError::PlanExpired { plan: plan.id.clone(), expired_at_ms: inputs.expires_at });
     }
+    if !inputs.source_supports_plans {
+        return Err(ChangeError::PlanNotAppliable(format!(
+            "plan {}'s module source does not declare the plan capability (meta.json capabilities), so its deploy \
+             could not be held to the planned systems: submit the configuration instead",
+            plan.id
+        )));
+    }
     if !inputs.secret_values_given.is_empty() {
         return Err(ChangeError::PlanNotAppliable(format!(
             "plan {} was made with new values for operator secrets {}, and a plan never stores a value: submit the \

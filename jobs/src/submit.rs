@@ -255,7 +255,9 @@ pub async fn submit(
             };
             let previous = builds::latest_secret_pins(&mut conn, id.as_str()).await?.unwrap_or_default();
             let active = builds::succeeded_deploy_before(&mut conn, id.as_str(), i64::MAX).await?;
-            provenance.plan = Some(plan_inputs(&deployment, active.as_ref(), &previous, &checked, request.plan_ttl));
+            let mut inputs = plan_inputs(&deployment, active.as_ref(), &previous, &checked, request.plan_ttl);
+            inputs.source_supports_plans = checker.outputs().meta.supports_plans();
+            provenance.plan = Some(inputs);
             plan_secrets_without_store(&previous, &mut checked);
             (SecretPins::default(), Vec::new())
         }
@@ -340,6 +342,7 @@ fn plan_inputs(
         secret_values_given,
         configuration_sha256: hex::encode(Sha256::digest(checked.configuration.to_string().as_bytes())),
         expires_at: now_ms() + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2),
+        source_supports_plans: false,
     }
 }
 

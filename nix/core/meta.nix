@@ -27,4 +27,9 @@ in
     header = "X-Instance-Host";
     connect = "http://127.0.0.1:8470";
   };
+  # What the effects implement beyond the base contract (MODULE-SOURCE.md
+  # "Capabilities"): "plan", dry runs that say each node's closure diff and
+  # keep the planned systems alive, deploys that activate only the expected
+  # systems, and generations kept for rollbacks.
+  capabilities = [ "plan" ];
 }

@@ -98,9 +98,11 @@ pub async fn run(
 
 /// What a dry run finds missing in the state folder before it runs, to
 /// remove when it ends: the state folder itself, `builds/`, `locks/`,
-/// `provider/` (and `nix/`, `outputs/`), the deployment's lock file and
-/// provider folder, and the build's work folder (new by definition), each
-/// with the GC roots of Nix that point into it. What was there before stays.
+/// `provider/`, `plans/` (and `nix/`, `outputs/`), the deployment's lock
+/// file, provider folder and plans folder, and the build's work folder and
+/// plan GC roots (new by definition), each with the GC roots of Nix that
+/// point into it: a local run's plan cannot be applied. What was there
+/// before stays.
 struct Trace {
     /// The state folder, and whether it was there.
     state_dir: (std::path::PathBuf, bool),
@@ -108,6 +110,8 @@ struct Trace {
     missing: Vec<std::path::PathBuf>,
     /// The dry run's build, once it is known: its work folder goes.
     build: std::sync::Mutex<Option<String>>,
+    /// The deployment, whose plans folder holds the build's GC roots.
+    deployment: String,
 }
 
 impl Trace {
@@ -116,7 +120,9 @@ impl Trace {
         let candidates = [
             format!("provider/{id}"),
             format!("locks/{id}.lock"),
+            format!("plans/{id}"),
             "provider".to_owned(),
+            "plans".to_owned(),
             "locks".to_owned(),
             "builds".to_owned(),
             "nix".to_owned(),
@@ -124,7 +130,12 @@ impl Trace {
         ];
         let missing = candidates.iter().map(|c| state_dir.join(c)).filter(|p| p.symlink_metadata().is_err()).collect();
         let there = state_dir.symlink_metadata().is_ok();
-        Self { state_dir: (state_dir.to_path_buf(), there), missing, build: std::sync::Mutex::new(None) }
+        Self {
+            state_dir: (state_dir.to_path_buf(), there),
+            missing,
+            build: std::sync::Mutex::new(None),
+            deployment: id.to_owned(),
+        }
     }
 
     /// Notes the dry run's build.
@@ -143,6 +154,7 @@ impl Trace {
         }
         if let Some(build) = self.build.lock().expect("trace lock").as_deref() {
             remove_folder_and_roots(&state_dir.join("builds").join(build))?;
+            remove_folder_and_roots(&state_dir.join("plans").join(&self.deployment).join(build))?;
         }
         for path in &self.missing {
             let Ok(meta) = path.symlink_metadata() else { continue };

@@ -8,14 +8,17 @@
 //! 4. Succeeded only when the effect exited 0 and every node deployed; then
 //!    the SBOMs replace the deployment's (stored in the transaction that marks
 //!    the build succeeded). A failed build changes no SBOM, and its error
-//!    names each failed node.
+//!    names each failed node. An apply's deploy that found the systems
+//!    differ from its plan's (exit 3 with `plan-mismatch.json`) fails
+//!    `plan_mismatch`, naming each differing node.
 
-use super::effect_output::{read_effect_file, read_nodes};
+use super::effect_output::{read_effect_file, read_nodes, read_plan_mismatch, PlanMismatch};
 use super::outcome::{fail, Outcome, SbomChange};
 use super::report::{NodeOutcome, NodeReport, Reason, Report};
 use super::workspace::{run_kind, EffectRun, Kind};
 use super::Ctx;
 use crate::config::Config;
+use crate::provenance::Trigger;
 use crate::state::BuildStatus;
 use crate::store::builds::BuildRow;
 use crate::store::queue::{self, ReadinessJob};
@@ -35,14 +38,14 @@ struct Deploy;
 impl Kind for Deploy {
     const EFFECT: &'static str = "deploy";
     const TIMEOUT_SETTING: &'static str = "DEPLOY_TIMEOUT";
-    /// The nodes' SBOMs (none for a dry run).
-    type Read = Vec<(String, NodeSbom)>;
+    type Read = DeployRead;
 
     fn deadline(config: &Config) -> Duration {
         config.worker.deploy_timeout
     }
 
-    /// A dry run's planned nodes, or each deployed node and its SBOM.
+    /// A dry run's planned nodes, or each deployed node and its SBOM, and
+    /// the nodes an apply found differing from its plan.
     fn read(build: &BuildRow, report: &mut Report, sbom_dir: &Path) -> Self::Read {
         report.dry_run = build.dry_run;
         let (nodes, sboms) = if build.dry_run {
@@ -51,15 +54,22 @@ impl Kind for Deploy {
             read_sbom_dir(sbom_dir, &mut report.warnings)
         };
         report.nodes = nodes;
-        sboms
+        let mismatch = if build.dry_run { None } else { read_plan_mismatch(sbom_dir, &mut report.warnings) };
+        DeployRead { sboms, mismatch }
     }
 
     /// Succeeded only when the effect exited 0 and every node it reported
     /// deployed (or, for a dry run, was planned); then the SBOMs replace
-    /// the deployment's, except for a dry run.
-    fn exited(build: &BuildRow, report: Report, code: i32, sboms: Self::Read) -> Outcome {
+    /// the deployment's, except for a dry run. An exit 3 with the nodes
+    /// that differ from the plan is `plan_mismatch`.
+    fn exited(build: &BuildRow, report: Report, code: i32, read: Self::Read) -> Outcome {
         let no_change = Outcome::unchanged;
+        let DeployRead { sboms, mismatch } = read;
         let mut report = report;
+        if let (PLAN_MISMATCH_EXIT, Some(differing)) = (code, mismatch) {
+            report.exit_code = Some(code);
+            return no_change(fail(report, Reason::PlanMismatch, mismatch_error(&differing)));
+        }
         let reported = report.nodes.len();
         let failed: Vec<String> = report
             .nodes
@@ -97,8 +107,19 @@ impl Kind for Deploy {
     }
 
     /// §8: a deploy whose cleared operator secrets could not be deleted
-    /// from OpenBao fails with `operator_secrets`.
-    fn after(_: &BuildRow, _: &Ctx, judged: Outcome, run: &EffectRun) -> Outcome {
+    /// from OpenBao fails with `operator_secrets`. A dry run that failed
+    /// or was cancelled is no plan to apply: its GC roots go at once
+    /// (unless another attempt takes the build over: a lost claim, or this
+    /// process stopping at once).
+    fn after(build: &BuildRow, ctx: &Ctx, judged: Outcome, run: &EffectRun) -> Outcome {
+        let ended = matches!(judged.report.status, BuildStatus::Failed | BuildStatus::Cancelled)
+            && judged.report.reason != Some(Reason::ClaimLost)
+            && !ctx.process.abandoned();
+        if build.dry_run && ended {
+            if let Err(e) = super::sweep::drop_plan_roots(ctx, &build.deployment_id, &build.id) {
+                tracing::warn!(build.id = %build.id, error = %e, "cannot remove a failed plan's GC roots; the sweep tries again");
+            }
+        }
         match &run.secrets_problem {
             Some(problem) if judged.report.status == BuildStatus::Succeeded => {
                 Outcome::unchanged(fail(judged.report, Reason::OperatorSecrets, problem.clone()))
@@ -128,6 +149,12 @@ pub(crate) async fn record_end(
     }
     if report.status != BuildStatus::Succeeded || build.dry_run {
         return Ok(());
+    }
+    if let (Trigger::Apply, Some(plan)) = (build.trigger, &build.provenance.based_on) {
+        // The plan's systems are this build's now, kept by its generations.
+        if let Err(e) = super::sweep::drop_plan_roots(ctx, &build.deployment_id, plan) {
+            tracing::warn!(plan = %plan, error = %e, "the applied plan's GC roots could not be removed; the sweep removes them after PLAN_TTL");
+        }
     }
     let deadline = now + ctx.config.worker.ready_timeout.as_millis() as i64;
     instance_readiness::begin(tx, &build.deployment_id, &build.id, &build.instances, now, deadline).await?;
@@ -172,6 +199,37 @@ async fn auto_rollback(tx: &mut Conn, build: &BuildRow, now: i64) -> Result<(), 
             Ok(())
         }
     }
+}
+
+/// What a deploy reads from its effect's output folder.
+pub(crate) struct DeployRead {
+    /// The nodes' SBOMs (none for a dry run).
+    sboms: Vec<(String, NodeSbom)>,
+    /// The nodes whose systems differ from the plan's, when an apply's
+    /// effect wrote `plan-mismatch.json`.
+    mismatch: Option<Vec<PlanMismatch>>,
+}
+
+/// The exit code of a deploy that found the systems differ from the ones
+/// expected of it (`EXPECTED_SYSTEMS_FILE`) and activated nothing.
+const PLAN_MISMATCH_EXIT: i32 = 3;
+
+/// The error of a `plan_mismatch` build: each differing node, its
+/// expected and its actual system.
+fn mismatch_error(differing: &[PlanMismatch]) -> String {
+    let none = |path: &Option<String>, why: &str| path.clone().unwrap_or_else(|| format!("none ({why})"));
+    let nodes: Vec<String> = differing
+        .iter()
+        .map(|m| {
+            format!(
+                "{}: expected {}, actual {}",
+                m.node,
+                none(&m.expected, "not in the plan"),
+                none(&m.actual, "not built by this configuration")
+            )
+        })
+        .collect();
+    format!("the systems differ from the plan's, so nothing was activated: {}", nodes.join("; "))
 }
 
 /// A dry run's nodes (§11): each node's outcome (`planned`, or `failed`

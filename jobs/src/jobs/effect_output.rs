@@ -1,6 +1,7 @@
 //! What an effect leaves in its output folder (`$SBOM_OUT_DIR`), read only
 //! as bounded regular files of that folder (SEC-3): `nodes.json`, which
-//! deploy and destroy write, and any other file by name.
+//! deploy and destroy write, an apply's `plan-mismatch.json`, and any
+//! other file by name.
 
 use super::report::NodeChange;
 use super::timing::EffectTimes;
@@ -46,6 +47,43 @@ pub(crate) fn read_nodes(dir: &Path, warnings: &mut Vec<String>) -> Option<Vec<N
         Ok(n) => Some(n.nodes),
         Err(e) => {
             warnings.push(format!("nodes.json is not of the documented shape: {e}"));
+            None
+        }
+    }
+}
+
+/// One node whose system differs from its plan's, as an apply's deploy
+/// reports it in `$SBOM_OUT_DIR/plan-mismatch.json` (docs/MODULE-SOURCE.md).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub(crate) struct PlanMismatch {
+    /// The node.
+    pub(crate) node: String,
+    /// The system the plan recorded; `None`: the plan has no such node.
+    #[serde(default)]
+    pub(crate) expected: Option<String>,
+    /// The system the configuration builds now; `None`: no such node, or
+    /// its system did not evaluate.
+    #[serde(default)]
+    pub(crate) actual: Option<String>,
+}
+
+/// Reads `$SBOM_OUT_DIR/plan-mismatch.json`, which an apply's deploy
+/// writes before it exits 3; `None` when it is missing, malformed or
+/// empty (a malformed one is a warning).
+pub(crate) fn read_plan_mismatch(dir: &Path, warnings: &mut Vec<String>) -> Option<Vec<PlanMismatch>> {
+    let text = match read_effect_file(dir, "plan-mismatch.json", NODES_LIMIT) {
+        Ok(Some(text)) => text,
+        Ok(None) => return None,
+        Err(e) => {
+            warnings.push(e);
+            return None;
+        }
+    };
+    match serde_json::from_slice::<Vec<PlanMismatch>>(&text) {
+        Ok(list) if !list.is_empty() => Some(list),
+        Ok(_) => None,
+        Err(e) => {
+            warnings.push(format!("plan-mismatch.json is not of the documented shape: {e}"));
             None
         }
     }

@@ -292,6 +292,20 @@ impl Ctx {
         self.config.state_dir.join("provider").join(deployment)
     }
 
+    /// The folder of a plan's GC roots on this host (a dry run's
+    /// `PLAN_ROOTS_DIR`): `<state dir>/plans/<deployment>/<build id>`, one
+    /// indirect GC root per planned node's system, kept until the plan is
+    /// applied ([`sweep::drop_plan_roots`]) or older than `PLAN_TTL`
+    /// (the retention sweep).
+    pub fn plan_roots_dir(&self, deployment: &str, build_id: &str) -> PathBuf {
+        self.plans_dir().join(deployment).join(build_id)
+    }
+
+    /// Where every plan's GC roots sit on this host: `<state dir>/plans`.
+    pub fn plans_dir(&self) -> PathBuf {
+        self.config.state_dir.join("plans")
+    }
+
     /// The lock file one deployment's effects hold on this host:
     /// `<state dir>/locks/<id>.lock`.
     pub fn deployment_lock(&self, deployment: &str) -> PathBuf {

@@ -34,6 +34,11 @@ pub enum Reason {
     Cancelled,
     /// Another worker took the build over; this attempt's outcome is never stored.
     ClaimLost,
+    /// An apply's deploy found that the configuration no longer builds the
+    /// systems its plan recorded (the effect's exit 3 with
+    /// `plan-mismatch.json`): nothing was activated; the error names each
+    /// differing node, expected and actual.
+    PlanMismatch,
     /// A newer submit made the queued build pointless: written by the
     /// store, never by a worker's report.
     Superseded,
@@ -52,6 +57,7 @@ impl Reason {
             Self::HealthGate => "health_gate",
             Self::Cancelled => "cancelled",
             Self::ClaimLost => "claim_lost",
+            Self::PlanMismatch => "plan_mismatch",
             Self::Superseded => "superseded",
         }
     }
@@ -172,6 +178,86 @@ pub struct NodeChange {
     /// Links a real run would remove.
     #[serde(default)]
     pub remove_links: Vec<String>,
+    /// The packages a real run would add, remove or change on the node,
+    /// and the change of its closure's size; absent when the source did
+    /// not say (one without the `plan` capability).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closure: Option<Closure>,
+}
+
+/// The diff of a node's closure before and after a change, as
+/// `nix store diff-closures` groups it: by package name (a store path's
+/// name less its hash, split into name and version at the first `-`
+/// followed by a digit). Read from `nodes.json` (`sizeDelta`), written
+/// in reports as `size_delta`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Closure {
+    /// Packages only the new closure has.
+    #[serde(default)]
+    pub added: Vec<Package>,
+    /// Packages only the old closure has.
+    #[serde(default)]
+    pub removed: Vec<Package>,
+    /// Packages both have, with other versions.
+    #[serde(default)]
+    pub changed: Vec<ChangedPackage>,
+    /// The new closure's NAR size less the old one's, in bytes.
+    #[serde(default, alias = "sizeDelta")]
+    pub size_delta: i64,
+}
+
+/// A package added or removed: its name and its versions (sorted,
+/// `, `-separated; `""` for a store path without a version).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Package {
+    /// The package's name.
+    pub name: String,
+    /// Its versions.
+    #[serde(default)]
+    pub version: String,
+}
+
+/// A package whose versions changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangedPackage {
+    /// The package's name.
+    pub name: String,
+    /// Its versions before.
+    #[serde(default)]
+    pub before: String,
+    /// Its versions after.
+    #[serde(default)]
+    pub after: String,
+}
+
+impl Closure {
+    /// The diff in plain words: `+3 −1 ~2 packages, +1.2 MiB`.
+    pub fn to_text(&self) -> String {
+        format!(
+            "+{} \u{2212}{} ~{} packages, {}",
+            self.added.len(),
+            self.removed.len(),
+            self.changed.len(),
+            signed_size(self.size_delta)
+        )
+    }
+}
+
+/// A size change in bytes in plain words, signed (`+1.2 MiB`, `−512 B`).
+fn signed_size(bytes: i64) -> String {
+    let sign = if bytes < 0 { "\u{2212}" } else { "+" };
+    let magnitude = bytes.unsigned_abs();
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if magnitude < 1024 {
+        return format!("{sign}{magnitude} B");
+    }
+    let mut value = magnitude as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{sign}{value:.1} {}", UNITS[unit])
 }
 
 /// Counters of a report.
@@ -234,6 +320,9 @@ impl Report {
                     }
                     _ => {}
                 }
+                if let Some(closure) = c.closure.as_ref().filter(|_| c.action != "unchanged") {
+                    let _ = write!(s, "\n      {}", closure.to_text());
+                }
                 for l in &c.add_links {
                     let _ = write!(s, "\n      + link {l}");
                 }
@@ -282,8 +371,51 @@ mod tests {
                 after: after.map(str::to_owned),
                 add_links: Vec::new(),
                 remove_links: Vec::new(),
+                closure: None,
             }),
         }
+    }
+
+    #[test]
+    fn a_closure_is_read_as_the_effect_writes_it_and_reported_with_size_delta() {
+        let written = serde_json::json!({
+            "action": "update", "before": "/nix/store/a", "after": "/nix/store/b",
+            "closure": {
+                "added": [{"name": "php", "version": "8.3.8"}],
+                "removed": [{"name": "configuration.nix", "version": ""}],
+                "changed": [{"name": "nodejs", "before": "20.15.0", "after": "20.16.0"}],
+                "sizeDelta": -2048
+            }
+        });
+        let change: NodeChange = serde_json::from_value(written).unwrap();
+        let closure = change.closure.clone().unwrap();
+        assert_eq!(closure.size_delta, -2048);
+        assert_eq!(closure.changed[0].after, "20.16.0");
+        let reported = serde_json::to_value(&change).unwrap();
+        assert_eq!(reported["closure"]["size_delta"], -2048, "{reported}");
+        assert!(reported["closure"].get("sizeDelta").is_none(), "{reported}");
+        // Read back from a stored report.
+        assert_eq!(serde_json::from_value::<NodeChange>(reported).unwrap(), change);
+        assert_eq!(serde_json::to_value(planned("x", "add", None, None).change).unwrap().get("closure"), None);
+    }
+
+    #[test]
+    fn a_closure_is_said_in_plain_words_with_its_size_in_binary_units() {
+        let package = |name: &str| Package { name: name.into(), version: "1".into() };
+        let closure = Closure {
+            added: vec![package("a"), package("b"), package("c")],
+            removed: vec![package("d")],
+            changed: vec![
+                ChangedPackage { name: "e".into(), before: "1".into(), after: "2".into() },
+                ChangedPackage { name: "f".into(), before: "1".into(), after: "2".into() },
+            ],
+            size_delta: 1_258_291,
+        };
+        assert_eq!(closure.to_text(), "+3 \u{2212}1 ~2 packages, +1.2 MiB");
+        let shrunk = Closure { size_delta: -512, ..Closure::default() };
+        assert_eq!(shrunk.to_text(), "+0 \u{2212}0 ~0 packages, \u{2212}512 B");
+        assert_eq!(signed_size(0), "+0 B");
+        assert_eq!(signed_size(3 * 1024 * 1024 * 1024), "+3.0 GiB");
     }
 
     #[test]
@@ -314,5 +446,11 @@ mod tests {
         assert!(same.ends_with(" unchanged") && !same.contains("would"), "{text}");
         let moved = text.lines().find(|l| l.contains("node moved")).unwrap();
         assert!(moved.contains(" would update: /nix/store/a -> /nix/store/b"), "{text}");
+        assert!(!text.contains("packages"), "a plan without closures has none to tell: {text}");
+        if let Some(change) = report.nodes[1].change.as_mut() {
+            change.closure = Some(Closure { size_delta: 4096, ..Closure::default() });
+        }
+        let text = report.to_text();
+        assert!(text.contains("\n      +0 \u{2212}0 ~0 packages, +4.0 KiB\n"), "{text}");
     }
 }

@@ -9,6 +9,11 @@
 //! (`attempt-<n>/secrets`) of attempts that can no longer run: their build has
 //! finished or moved on to a later attempt. An effect removes its own
 //! scratch folder however it ends; this catches a worker killed with it.
+//!
+//! And it removes the GC roots of plans (a dry run's
+//! `<state dir>/plans/<deployment>/<build>`, [`Ctx::plan_roots_dir`])
+//! older than `PLAN_TTL`, after which the plan can no longer be applied;
+//! an applied plan's go at once ([`drop_plan_roots`]).
 
 use super::Ctx;
 use crate::store::{builds, now_ms, StoreError};
@@ -27,6 +32,8 @@ pub struct Swept {
     /// `nix`-queue rows deleted: names evals and failed builds that ended
     /// more than [`NIX_RESULTS_KEPT`] ago (their waiters have read them).
     pub nix_results: u64,
+    /// Plans' GC root folders older than `PLAN_TTL` removed from this host.
+    pub plan_roots: u64,
 }
 
 /// How long the row of a names eval, or of a failed schema build, is kept
@@ -49,6 +56,7 @@ pub async fn tick(ctx: &Ctx) {
             work_dirs = swept.work_dirs,
             scratch_dirs = swept.scratch_dirs,
             nix_results = swept.nix_results,
+            plan_roots = swept.plan_roots,
             "retention sweep"
         ),
         Err(e) => tracing::warn!(error = %e, "retention sweep failed; the next tick tries again"),
@@ -101,5 +109,56 @@ pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
     }
     let nix_results =
         crate::store::nix_results::sweep(&mut conn, now_ms() - NIX_RESULTS_KEPT.as_millis() as i64).await?;
-    Ok(Swept { logs, work_dirs, scratch_dirs, nix_results })
+    let plan_roots = sweep_plan_roots(ctx);
+    Ok(Swept { logs, work_dirs, scratch_dirs, nix_results, plan_roots })
+}
+
+/// Removes the plans' GC root folders (`<state dir>/plans/<deployment>/<build>`)
+/// last changed more than `PLAN_TTL` ago, with Nix's roots into them, and
+/// a deployment's folder once it holds none. The folder is made, and its
+/// roots added, when the dry run runs, after its plan's `expires_at` was
+/// set: a plan's systems outlive the time it can be applied. Returns how
+/// many it removed; one it cannot remove is logged and left to the next
+/// sweep.
+fn sweep_plan_roots(ctx: &Ctx) -> u64 {
+    let ttl = ctx.config.safe_change.plan_ttl;
+    let mut removed = 0;
+    for deployment in std::fs::read_dir(ctx.plans_dir()).into_iter().flatten().flatten() {
+        for plan in std::fs::read_dir(deployment.path()).into_iter().flatten().flatten() {
+            let age = plan.metadata().and_then(|m| m.modified()).ok().and_then(|at| at.elapsed().ok());
+            if age.is_none_or(|age| age <= ttl) {
+                continue;
+            }
+            match crate::nix::output::remove_folder_and_roots(&plan.path()) {
+                Ok(()) => removed += 1,
+                Err(e) => tracing::warn!(plan = %plan.path().display(), error = %e, "cannot remove a plan's GC roots"),
+            }
+        }
+        // Only an empty folder goes: a dry run may be making one in it now.
+        let _ = std::fs::remove_dir(deployment.path());
+    }
+    removed
+}
+
+/// Removes the GC roots of the plan that build `build` of `deployment`
+/// made on this host (its folder [`Ctx::plan_roots_dir`], with Nix's roots
+/// into it), as an apply does once it activated the plan's systems, and
+/// the deployment's plans folder when no other plan is left in it. A plan
+/// that has none here (another host's, or already dropped) is fine.
+/// `deployment` and `build` must be ids (ID-1, ST-4), never paths.
+pub fn drop_plan_roots(ctx: &Ctx, deployment: &str, build: &str) -> std::io::Result<()> {
+    let plain = |s: &str| !s.is_empty() && !s.starts_with('.') && !s.contains(['/', '\0']);
+    if !plain(deployment) || !plain(build) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} or {} is not an id", crate::id::quoted(deployment), crate::id::quoted(build)),
+        ));
+    }
+    crate::nix::output::remove_folder_and_roots(&ctx.plan_roots_dir(deployment, build))?;
+    match std::fs::remove_dir(ctx.plans_dir().join(deployment)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {
+            Ok(())
+        }
+        other => other,
+    }
 }

@@ -97,6 +97,15 @@ async fn run_effect(
 ) -> Result<EffectRun, (Reason, String)> {
     let work = ctx.attempt_dir(&build.id, build.attempts);
     let state = ctx.provider_state_dir(&build.deployment_id);
+    let deploy = effect == "deploy";
+    // A plan's systems are kept alive by GC roots of its own, outside the
+    // provider state a dry run must not touch.
+    let plan_roots = (deploy && build.dry_run).then(|| ctx.plan_roots_dir(&build.deployment_id, &build.id));
+    // An apply activates only its plan's systems.
+    let expected = match build.provenance.expected_systems.as_ref().filter(|_| deploy && !build.dry_run) {
+        Some(systems) => Some(expected_systems_text(systems).map_err(|e| (Reason::WorkerError, e))?),
+        None => None,
+    };
     // A worker that died (or was taken for dead) on this host may have left
     // an older attempt's effect running: stop it before running again (Q-1;
     // one build of a deployment at a time). A first attempt has no older
@@ -134,6 +143,12 @@ async fn run_effect(
         }
         std::fs::create_dir_all(work.join("sbom"))?;
         std::fs::create_dir_all(&state)?;
+        if let Some(dir) = &plan_roots {
+            std::fs::create_dir_all(dir)?;
+        }
+        if let Some(text) = &expected {
+            std::fs::write(work.join(EXPECTED_SYSTEMS_FILE), text)?;
+        }
         let file = work.join("configuration.json");
         std::fs::write(&file, serde_json::to_vec_pretty(&build.configuration).expect("configuration serialises"))?;
         Ok(file)
@@ -145,12 +160,15 @@ async fn run_effect(
             // The effect runs as the sandbox user: its own folders are its to write.
             policy.give(&work)?;
             policy.give(&state)?;
+            if let Some(dir) = &plan_roots {
+                policy.give(dir)?;
+            }
             Ok(file)
         })
         .map_err(|e| worker_error(format!("cannot prepare the build's work folder: {e}")))?;
     let abs = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
     let (work_abs, state_abs, source_abs) = (abs(&work), abs(&state), abs(source));
-    let handed = if effect == "deploy" && !build.dry_run {
+    let handed = if deploy && !build.dry_run {
         operator_secrets::hand_over(build, ctx, &work, &policy).await.map_err(|e| {
             operator_secrets::take_back(&work);
             (Reason::OperatorSecrets, e)
@@ -173,6 +191,16 @@ async fn run_effect(
         // §11: evaluate and build, activate nothing, store no SBOM.
         env.push(("DRY_RUN".to_owned(), "1".to_owned()));
     }
+    if let Some(dir) = &plan_roots {
+        env.push(("PLAN_ROOTS_DIR".to_owned(), abs(dir)));
+    }
+    if deploy && !build.dry_run {
+        // Each node keeps its latest systems for rollbacks.
+        env.push(("KEEP_GENERATIONS".to_owned(), ctx.config.safe_change.keep_generations.to_string()));
+    }
+    if expected.is_some() {
+        env.push(("EXPECTED_SYSTEMS_FILE".to_owned(), abs(&work.join(EXPECTED_SYSTEMS_FILE))));
+    }
     let spec = EffectSpec {
         program: source.join("core/effects").join(effect),
         args: Vec::new(),
@@ -187,18 +215,20 @@ async fn run_effect(
             policy,
             view: crate::sandbox::View {
                 read: vec![source.to_path_buf()],
-                write: vec![work.clone(), state.clone()],
+                write: [work.clone(), state.clone()].into_iter().chain(plan_roots.clone()).collect(),
                 network: ctx.config.sandbox.effect_network,
             },
         },
     };
     // Each folder as the effect sees it, and as the worker's configuration names it.
+    let plans = plan_roots.as_ref().map(|dir| (abs(dir), dir, "$PLAN_ROOTS_DIR"));
     let paths = [
         (work_abs, &work, "."),
         (state_abs, &state, "$STATE_DIR"),
         (source_abs, &source.to_path_buf(), "$MODULE_SOURCE_DIR"),
     ]
     .into_iter()
+    .chain(plans)
     .flat_map(|(canonical, given, to)| [(canonical, to.to_owned()), (given.display().to_string(), to.to_owned())])
     .filter(|(from, _)| from.starts_with('/'))
     .collect();
@@ -215,6 +245,15 @@ async fn run_effect(
     operator_secrets::take_back(&work);
     let ended_us = now_us();
     watcher.abort();
+    if deploy && !build.dry_run {
+        // The effect cannot write Nix's roots folder: the roots of the
+        // links it removed (pruned generations, removed nodes) go here.
+        match crate::nix::output::remove_dangling_roots_into(&state) {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(roots = n, "removed the GC roots of links the deploy removed"),
+            Err(e) => tracing::warn!(error = %e, "cannot remove the GC roots of links the deploy removed"),
+        }
+    }
     let span = EffectSpan { spawned_us, ended_us, times: read_times(&work.join("sbom")) };
     let mut secrets_problem = None;
     if let Ok(EffectOutcome::Exited(_)) = &outcome {
@@ -229,6 +268,29 @@ async fn run_effect(
     log.flush(RECORD_PATIENCE).await;
     let outcome = outcome.map_err(|e| (Reason::WorkerError, e.to_string()))?;
     Ok(EffectRun { outcome, work, span, secrets_problem })
+}
+
+/// The file, in the attempt's work folder, that an apply's effect gets as
+/// `EXPECTED_SYSTEMS_FILE`.
+const EXPECTED_SYSTEMS_FILE: &str = "expected-systems";
+
+/// The text of `EXPECTED_SYSTEMS_FILE`: one `<node>` TAB `<system store
+/// path>` line per node. A node name or path that cannot be written so
+/// (empty, or holding a tab, a line break or another control character,
+/// or a `/` in a node's name) is an error naming it.
+fn expected_systems_text(systems: &std::collections::BTreeMap<String, String>) -> Result<String, String> {
+    let plain = |s: &str| !s.is_empty() && !s.chars().any(char::is_control);
+    let mut text = String::new();
+    for (node, system) in systems {
+        if !plain(node) || node.contains('/') || node.starts_with('.') {
+            return Err(format!("the plan's node {} cannot be named to the effect", crate::id::quoted(node)));
+        }
+        if !plain(system) {
+            return Err(format!("the plan's system of node {node} cannot be named to the effect"));
+        }
+        text.push_str(&format!("{node}\t{system}\n"));
+    }
+    Ok(text)
 }
 
 /// How an effect run by [`run_effect`] went.

@@ -122,6 +122,30 @@ pub fn remove_roots_into(dir: &Path) -> std::io::Result<usize> {
     Ok(removed)
 }
 
+/// Removes the indirect GC roots of Nix ([`auto_roots_dir`]) that point
+/// into `dir` (as given or canonical) at a link that is no longer there:
+/// what an effect, which cannot write Nix's roots folder, leaves when it
+/// removes a link Nix registered (a pruned generation, a removed node).
+/// Nix registers a root only after its link exists, so a root whose link
+/// is missing is one that was removed. Returns how many it removed.
+pub fn remove_dangling_roots_into(dir: &Path) -> std::io::Result<usize> {
+    let canonical = std::fs::canonicalize(dir).ok();
+    let mut removed = 0;
+    for entry in std::fs::read_dir(auto_roots_dir()).into_iter().flatten().flatten() {
+        let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+        let inside = target.starts_with(dir) || canonical.as_ref().is_some_and(|c| target.starts_with(c));
+        let gone = std::fs::symlink_metadata(&target).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+        if inside && gone {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(removed)
+}
+
 /// Removes folder `dir` (absent is fine) and the GC roots into it
 /// ([`remove_roots_into`]): how a job's work folder, whose out links Nix
 /// registered as roots, goes without leaving a root behind.

@@ -24,6 +24,12 @@ pub struct Meta {
     /// How the instances' readiness is probed (§10).
     #[serde(default)]
     pub readiness: ReadinessMeta,
+    /// What the source's effects implement beyond the base contract
+    /// (docs/MODULE-SOURCE.md "Capabilities"): [`Meta::PLAN`] is the only
+    /// one Slipway knows; other names are kept but mean nothing to it.
+    /// Empty for a source that names none.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
 }
 
 /// How a worker probes an instance (PRODUCT.md §10; `meta.json`'s
@@ -136,6 +142,18 @@ pub fn get_path<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
 }
 
 impl Meta {
+    /// The capability of a source whose dry runs say each node's closure
+    /// diff and keep its planned systems alive (`PLAN_ROOTS_DIR`), whose
+    /// deploys keep generations (`KEEP_GENERATIONS`) and activate only the
+    /// systems expected of them (`EXPECTED_SYSTEMS_FILE`).
+    pub const PLAN: &'static str = "plan";
+
+    /// Whether the source implements plans, apply and rollback
+    /// ([`Meta::PLAN`] among its capabilities).
+    pub fn supports_plans(&self) -> bool {
+        self.capabilities.iter().any(|c| c == Self::PLAN)
+    }
+
     /// The deployment's domain, if the configuration sets one.
     pub fn domain_of(&self, configuration: &Value) -> Option<String> {
         get_path(configuration, &self.domain).and_then(Value::as_str).map(str::to_owned)
@@ -222,5 +240,35 @@ impl SourceOutputs {
             &read("renames.json")?,
             &read("meta.json")?,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Meta;
+
+    fn meta(extra: &str) -> Meta {
+        serde_json::from_str(&format!(r#"{{"domain": ["domain"], "applications": {{}}{extra}}}"#)).unwrap()
+    }
+
+    #[test]
+    fn a_source_without_capabilities_supports_no_plans() {
+        let meta = meta("");
+        assert!(meta.capabilities.is_empty());
+        assert!(!meta.supports_plans());
+    }
+
+    #[test]
+    fn the_plan_capability_is_found_among_names_slipway_does_not_know() {
+        assert!(meta(r#", "capabilities": ["teleport", "plan", "x-later"]"#).supports_plans());
+        assert!(!meta(r#", "capabilities": ["plans", "PLAN"]"#).supports_plans());
+    }
+
+    #[test]
+    fn the_reference_sources_meta_says_it_supports_plans() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../api/default-source/meta.json"));
+        let text = text.unwrap();
+        let meta: Meta = serde_json::from_str(&text).unwrap();
+        assert!(meta.supports_plans(), "{:?}", meta.capabilities);
     }
 }

@@ -338,7 +338,7 @@ async fn the_sweep_empties_old_logs_and_work_folders_and_keeps_the_rows(engine: 
         }
         tokio::task::yield_now().await;
     };
-    assert_eq!(swept, sweep::Swept { logs: 1, work_dirs: 1, scratch_dirs: 0, nix_results: 0 });
+    assert_eq!(swept, sweep::Swept { logs: 1, work_dirs: 1, scratch_dirs: 0, nix_results: 0, plan_roots: 0 });
     assert!(!w.ctx.work_dir(&id).exists());
     let mut conn = w.ctx.db.acquire().await.unwrap();
     assert_eq!(builds::log(&mut conn, &id).await.unwrap().as_deref(), Some(""));
@@ -397,4 +397,30 @@ async fn a_worker_whose_build_was_taken_over_writes_no_more_log(engine: Engine) 
     let mut conn = w.ctx.db.acquire().await.unwrap();
     let log = builds::log(&mut conn, &id).await.unwrap().unwrap();
     assert_eq!(log, "first attempt\nsecond attempt\n");
+}
+
+/// A plan's GC root folder (`<state>/plans/<deployment>/<build>`) goes
+/// once it is older than `PLAN_TTL`, a younger one stays, and so does its
+/// deployment's folder while it holds one.
+#[tokio::test]
+async fn the_sweep_removes_plan_roots_older_than_the_plan_ttl() {
+    let w = world(Engine::Sqlite, &[("PLAN_TTL", "1h")]).await;
+    let (old, young) = (w.ctx.plan_roots_dir("demo", "demo.old"), w.ctx.plan_roots_dir("demo", "demo.young"));
+    let gone = w.ctx.plan_roots_dir("other", "other.old");
+    for dir in [&old, &young, &gone] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("web"), "a plan root stands here").unwrap();
+    }
+    let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    for dir in [&old, &gone] {
+        std::fs::File::open(dir).unwrap().set_modified(two_hours_ago).unwrap();
+    }
+    let swept = sweep::run(&w.ctx).await.unwrap();
+    assert_eq!(swept.plan_roots, 2);
+    assert!(!old.exists() && young.exists(), "the plan older than PLAN_TTL stayed, or the younger one went");
+    assert!(!gone.parent().unwrap().exists(), "an emptied deployment's plans folder stayed");
+    // An applied plan's folder goes at once.
+    sweep::drop_plan_roots(&w.ctx, "demo", "demo.young").unwrap();
+    assert!(!young.parent().unwrap().exists());
+    assert!(sweep::drop_plan_roots(&w.ctx, "demo", "../escape").is_err());
 }

@@ -2,7 +2,8 @@
 //! `slipway-worker run deploy --dry-run` evaluate and build every node and
 //! say per node what a real run would change, and change nothing: not the
 //! deployment's state, configuration, last build, SBOMs or readiness, not a
-//! profile link, not a GC root. Real api and worker, real Nix. Polls with
+//! profile link, not a GC root of the provider state (the plan's own GC
+//! roots sit in the worker's `plans/` folder). Real api and worker, real Nix. Polls with
 //! deadlines; never sleeps to synchronise.
 
 use crate::common;
@@ -119,6 +120,15 @@ async fn a_dry_run_says_what_would_change_and_changes_nothing(engine: Engine) {
     let pixelfed = report["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "pixelfed").unwrap();
     assert!(pixelfed["change"]["addLinks"][0].as_str().unwrap().ends_with("nodes/pixelfed/system"), "{pixelfed}");
     assert!(report["nodes"].as_array().unwrap().iter().all(|n| n["outcome"] == "planned" && n["sbom"].is_null()));
+    // Each node's closure diff, and the plan's systems kept alive outside the provider state.
+    let plan_roots = db.path("state").join("plans/dry").join(accepted["build_id"].as_str().unwrap());
+    for node in report["nodes"].as_array().unwrap() {
+        assert!(node["change"]["closure"]["size_delta"].is_i64(), "{node}");
+        if let Some(system) = node["change"]["after"].as_str() {
+            let root = std::fs::read_link(plan_roots.join(node["name"].as_str().unwrap())).unwrap();
+            assert_eq!(root.to_str(), Some(system), "{node}");
+        }
+    }
     assert!(build["log"].as_str().unwrap().contains("dry run"), "{build}");
 
     let after = (seen(&api, "dry").await, links_and_roots(&state_dir));
@@ -169,6 +179,7 @@ fn a_local_dry_run_reports_the_plan_and_leaves_the_nodes_as_they_are() {
     assert_eq!(report["dry_run"], true, "{report}");
     assert!(report["nodes"].as_array().unwrap().iter().any(|n| n["change"]["action"] == "add"), "{report}");
     assert_eq!(links_and_roots(&nodes), before, "a local dry run changed a link or a GC root");
+    assert!(!dir.path().join("plans").exists(), "a local dry run left its plan's GC roots");
     let status = std::process::Command::new(binary("slipway-worker"))
         .args(["run", "destroy", "--dry-run", "--source", &source, "--config", "/dev/null"])
         .status()

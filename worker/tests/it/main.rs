@@ -25,6 +25,7 @@ mod local_problems;
 mod local_run;
 mod newer_database;
 mod observability;
+mod plans;
 mod readiness;
 mod run_migrate;
 mod safe_change;
