@@ -10,7 +10,8 @@
 //! real OpenBao (the api's and the workers' own tokens) and reach the
 //! nodes, a submit that keeps them, one that clears one (its deploy deletes
 //! it from OpenBao), one refused while OpenBao is sealed, reads of builds
-//! and their logs, the deployment channel
+//! and their logs and diffs, a replaced secret rolled back from, a plan
+//! given a secret value and its refused apply, the deployment channel
 //! with `access_token`, a delete whose reconcile push is delivered, a delete
 //! whose callback is refused (an origin outside the allowlist), a delete of
 //! an unknown deployment and one with a malformed callback, and a cancel.
@@ -204,6 +205,8 @@ impl Front {
         for build in &builds {
             let (status, b) = self.call(Some(token), Method::GET, &format!("/builds/{build}"), None).await;
             assert_eq!(status, 200, "{b}");
+            let (status, diff) = self.call(Some(token), Method::GET, &format!("/builds/{build}/diff"), None).await;
+            assert_eq!(status, 200, "{diff}");
             self.stream(&format!("/builds/{build}/log"), None, Some(token)).await;
         }
         builds
@@ -289,6 +292,7 @@ async fn no_token_callback_token_or_operator_secret_appears_in_a_log_an_answer_o
     let operator_secret = random_token("op-secret");
     let (op_mastodon, op_peertube) = (random_token("op-mastodon"), random_token("op-peertube"));
     let (op_preview, op_sealed) = (random_token("op-preview"), random_token("op-sealed"));
+    let (op_plan, op_second) = (random_token("op-plan"), random_token("op-second"));
     let mut secrets = vec![
         Secret::bearer("the bearer token for every deployment", &api.token),
         Secret::bearer("the bearer token scoped to two deployments", &scoped),
@@ -308,6 +312,8 @@ async fn no_token_callback_token_or_operator_secret_appears_in_a_log_an_answer_o
             ("an operator secret stored, deployed and cleared (peertube)", &op_peertube),
             ("an operator secret in a preview", &op_preview),
             ("an operator secret in a submit while OpenBao is sealed", &op_sealed),
+            ("an operator secret given to a plan (never stored)", &op_plan),
+            ("an operator secret replaced, then rolled back from", &op_second),
         ],
     ));
 
@@ -387,6 +393,30 @@ async fn no_token_callback_token_or_operator_secret_appears_in_a_log_an_answer_o
     assert_eq!(status, 401, "{text}");
     let (status, text) = front.stream(&format!("/deployments/{a}/events"), None, Some(&tampered)).await;
     assert_eq!(status, 401, "{text}");
+
+    // Safe change on b: a new secret version, a rollback to the first one
+    // (the diff shows versions only), and a plan given a secret value,
+    // whose apply is refused.
+    let mut second = demo();
+    second["applications"]["mastodon"]["translationApiKey"] = json!(op_second);
+    let second = json!({ "configuration": second });
+    let (status, body) = front.call(Some(&scoped), Method::PUT, &format!("/deployments/{b}"), Some(&second)).await;
+    assert_eq!(status, 202, "{body}");
+    wait_ended(&front, &scoped, body["build_id"].as_str().unwrap()).await;
+    let (status, body) = front.call(Some(&scoped), Method::POST, &format!("/deployments/{b}/rollback"), None).await;
+    assert_eq!(status, 202, "{body}");
+    wait_ended(&front, &scoped, body["build_id"].as_str().unwrap()).await;
+    let mut plan = demo();
+    plan["applications"]["mastodon"]["translationApiKey"] = json!(op_plan);
+    let plan = json!({ "configuration": plan });
+    let path = format!("/deployments/{b}?dry_run=true");
+    let (status, body) = front.call(Some(&scoped), Method::PUT, &path, Some(&plan)).await;
+    assert_eq!(status, 202, "{body}");
+    let plan_id = body["build_id"].as_str().unwrap().to_owned();
+    wait_ended(&front, &scoped, &plan_id).await;
+    let apply = json!({ "plan": plan_id });
+    let (status, body) = front.call(Some(&scoped), Method::POST, &format!("/deployments/{b}/apply"), Some(&apply)).await;
+    assert_eq!((status, body["error"].as_str()), (409, Some("plan_not_appliable")), "{body}");
 
     // A delete whose push is delivered.
     let delete = json!({ "callback_url": origin.reconcile_url(), "callback_token": cb_delivered });
