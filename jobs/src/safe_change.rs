@@ -41,7 +41,7 @@ pub enum ChangeError {
     #[error("the plan is stale: {}; make a new plan", .0.join("; "))]
     PlanStale(Vec<String>),
     /// `410 plan_expired`: the plan's `PLAN_TTL` has passed.
-    #[error("plan {plan} expired at {expired_at_ms} ms since the epoch (PLAN_TTL); make a new plan")]
+    #[error("plan {plan} expired at {} (PLAN_TTL); make a new plan", rfc3339(*.expired_at_ms))]
     PlanExpired {
         /// The plan.
         plan: String,
@@ -77,6 +77,14 @@ pub enum ChangeError {
     /// The database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// `ms` (Unix ms) as RFC 3339 in UTC, for messages.
+fn rfc3339(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_else(|| format!("{ms} ms since the epoch"))
 }
 
 /// What a rollback asks for.

@@ -415,7 +415,8 @@ async fn no_token_callback_token_or_operator_secret_appears_in_a_log_an_answer_o
     let plan_id = body["build_id"].as_str().unwrap().to_owned();
     wait_ended(&front, &scoped, &plan_id).await;
     let apply = json!({ "plan": plan_id });
-    let (status, body) = front.call(Some(&scoped), Method::POST, &format!("/deployments/{b}/apply"), Some(&apply)).await;
+    let (status, body) =
+        front.call(Some(&scoped), Method::POST, &format!("/deployments/{b}/apply"), Some(&apply)).await;
     assert_eq!((status, body["error"].as_str()), (409, Some("plan_not_appliable")), "{body}");
 
     // A delete whose push is delivered.
