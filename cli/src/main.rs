@@ -24,11 +24,12 @@ const DEFAULT_URL: &str = "http://127.0.0.1:8080";
 
 const EXIT_CODES: &str = "\
 Exit codes:
-    0  done (with --follow or logs -f: the build succeeded)
-    1  the api refused or failed the request (its error code and message are shown)
+    0  done (with --follow, logs -f or plan: the build succeeded)
+    1  the api refused or failed the request (its error code and message are shown; a stale
+       plan's apply lists what moved since the plan)
     2  bad usage or input (a missing token, an unreadable file, a bad option)
     3  the api could not be reached at --url
-    4  the followed build failed, was cancelled or was superseded
+    4  the followed build (or a plan's build) failed, was cancelled or was superseded
     5  the api is busy for now (HTTP 503 or 429, such as queue_full); try again after the Retry-After shown
   130  stopped by Ctrl-C while following; the build goes on (the command to follow it again is shown)
   141  the reader of the output went away (`slipway logs -f … | head`): ended by SIGPIPE, quietly
@@ -40,7 +41,7 @@ returns) are shown as escapes such as \\x1b; --raw, or output to a pipe or file,
 #[command(
     name = "slipway",
     version,
-    about = "Slipway's client: deploy, watch and remove deployments over the HTTP API.",
+    about = "Slipway's client: deploy, plan, apply, roll back, watch and remove deployments over the HTTP API.",
     after_help = EXIT_CODES
 )]
 struct Cli {
@@ -70,6 +71,43 @@ struct Cli {
 enum Output {
     Text,
     Json,
+}
+
+/// Why a build was queued, as `history --trigger` takes it.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Trigger {
+    /// A submitted configuration (`slipway deploy`).
+    #[value(name = "submit")]
+    Submit,
+    /// A delete.
+    #[value(name = "delete")]
+    Delete,
+    /// A plan (`slipway plan`, `deploy --dry-run`).
+    #[value(name = "dry_run")]
+    DryRun,
+    /// An applied plan.
+    #[value(name = "apply")]
+    Apply,
+    /// A rollback someone asked for.
+    #[value(name = "rollback")]
+    Rollback,
+    /// A rollback after a failed health gate.
+    #[value(name = "auto_rollback")]
+    AutoRollback,
+}
+
+impl Trigger {
+    /// The api's name of the trigger.
+    fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Submit => "submit",
+            Trigger::Delete => "delete",
+            Trigger::DryRun => "dry_run",
+            Trigger::Apply => "apply",
+            Trigger::Rollback => "rollback",
+            Trigger::AutoRollback => "auto_rollback",
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -112,6 +150,70 @@ enum Command {
         /// Show the destroy's log and progress until it ends; exit 4 unless it succeeds.
         #[arg(long)]
         follow: bool,
+    },
+    /// Plans a change: a dry run of the configuration (PUT /deployments/{id}?dry_run=true),
+    /// waited for, then per node what a deploy would change and the command that applies it.
+    ///
+    /// A plan activates nothing. Its build is waited for (a spinner shows its latest log line;
+    /// --follow shows the whole log), then each node is shown with its action (add, update,
+    /// unchanged, remove), the system before and after, and the packages its closure gains,
+    /// loses or changes with the size difference. `slipway apply <id> <plan>` then deploys
+    /// exactly those systems, unless the deployment moved meanwhile.
+    Plan {
+        /// The deployment id.
+        id: String,
+        /// The configuration as JSON (`-` for standard input), as for `deploy`.
+        #[arg(short = 'f', long = "file")]
+        file: String,
+        /// The module source to plan with (default: the body's, else the built-in one).
+        #[arg(long)]
+        source: Option<String>,
+        /// Show the plan build's whole log while it runs, not only its latest line.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Applies a plan: deploys exactly the systems it planned (POST /deployments/{id}/apply).
+    ///
+    /// Refused, with nothing queued, when anything the plan was made from moved since
+    /// (`plan_stale`: each reason is listed), when it expired (`plan_expired`), or when it
+    /// cannot be applied (`plan_not_appliable`).
+    Apply {
+        /// The deployment id.
+        id: String,
+        /// The plan: the build id `slipway plan` printed.
+        plan: String,
+        /// Show the deploy's log and progress until it ends; exit 4 unless it succeeds.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Rolls a deployment back to an earlier successful deploy (POST /deployments/{id}/rollback).
+    ///
+    /// The new deploy uses that build's configuration, module source revision and secret
+    /// versions. Without --to, the target is the last successful deploy before the active one.
+    Rollback {
+        /// The deployment id.
+        id: String,
+        /// The build to return to (a successful deploy of the deployment; `slipway history` lists them).
+        #[arg(long)]
+        to: Option<String>,
+        /// Show the rollback's log and progress until it ends; exit 4 unless it succeeds.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Shows a deployment's run history, newest first (GET /deployments/{id}/builds): each
+    /// build's id, when it was queued, why (its trigger), its status, who asked and what it changed.
+    History {
+        /// The deployment id.
+        id: String,
+        /// Only the builds of this trigger.
+        #[arg(long, value_enum)]
+        trigger: Option<Trigger>,
+        /// How many builds to show, 1 to 100.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=100))]
+        limit: u16,
+        /// Start after this build (older builds only): the build id the previous page ended with.
+        #[arg(long)]
+        before: Option<String>,
     },
     /// Cancels a build: at once while queued, or stopped by its worker while it runs.
     Cancel {
@@ -198,6 +300,10 @@ fn report(failure: &Failure, output: Output, screen: Screen) {
             {
                 screen.eprintln(&format!("  - {}", problem_line(problem)));
             }
+            // A stale plan: what moved since it was made, one sentence each.
+            for moved in details.get("moved").and_then(Value::as_array).into_iter().flatten() {
+                screen.eprintln(&format!("  - {}", moved.as_str().map_or(moved.to_string(), str::to_owned)));
+            }
         }
         other => screen.eprintln(&format!("slipway: {other}")),
     }
@@ -223,6 +329,9 @@ async fn run(cli: Cli, screen: Screen) -> Result<(), Failure> {
         Command::Logs { follow: true, .. }
             | Command::Deploy { follow: true, .. }
             | Command::Delete { follow: true, .. }
+            | Command::Plan { .. }
+            | Command::Apply { follow: true, .. }
+            | Command::Rollback { follow: true, .. }
     );
     let mut interrupt =
         if following { tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok() } else { None };
@@ -230,6 +339,7 @@ async fn run(cli: Cli, screen: Screen) -> Result<(), Failure> {
         resume: Resume { give_up_after: cli.give_up_after, stall: follow::STALL },
         again: again_prefix(&cli.url, output),
     };
+    let cli_url = cli.url.clone();
     let client = Client::new(&cli.url, cli.token)?;
     match cli.command {
         Command::Deploy { id, file, module_source, dry_run, follow: and_follow } => {
@@ -307,6 +417,102 @@ async fn run(cli: Cli, screen: Screen) -> Result<(), Failure> {
                 return follow_build(&client, &build, output, screen, &follow, &mut interrupt).await;
             }
             print(output, screen, &accepted, || said.clone());
+        }
+        Command::Plan { id, file, source, follow: show_log } => {
+            let id = path_id("deployment id", &id)?;
+            let body = submit_body(&file, source)?;
+            let path = format!("/deployments/{id}?dry_run=true");
+            let (_, accepted) = client.json(client.request(Method::PUT, &path)?.json(&body)).await?;
+            let build = accepted["build_id"].as_str().unwrap_or_default().to_owned();
+            if output == Output::Text {
+                screen.println(&format!("deployment {id}: plan {build} queued"));
+                for warning in accepted["warnings"].as_array().into_iter().flatten() {
+                    screen
+                        .println(&format!("warning: {}", warning.as_str().map_or(warning.to_string(), str::to_owned)));
+                }
+            }
+            let view = watch_build(&client, &build, output, screen, &follow, &mut interrupt, show_log).await?;
+            match (output, follow::outcome(&view)) {
+                (Output::Json, outcome) => {
+                    let line = if show_log { json!({ "event": "build", "build": view }) } else { view };
+                    screen.println(&screen.json(&line));
+                    outcome?;
+                }
+                (Output::Text, Err(failed)) => {
+                    screen.println(&table::build_summary(&view));
+                    return Err(failed);
+                }
+                (Output::Text, Ok(())) => {
+                    let apply = format!("{} apply {id} {build}", again_prefix(&cli_url, Output::Text));
+                    screen.println(&table::plan(&view, &apply));
+                }
+            }
+        }
+        Command::Apply { id, plan, follow: and_follow } => {
+            let id = path_id("deployment id", &id)?;
+            let request = client.request(Method::POST, &format!("/deployments/{id}/apply"))?;
+            let (_, accepted) = client.json(request.json(&json!({ "plan": plan }))).await?;
+            let build = accepted["build_id"].as_str().unwrap_or_default().to_owned();
+            let said = format!("deployment {id}: apply of plan {plan} queued as build {build}");
+            if and_follow {
+                if output == Output::Text {
+                    screen.println(&said);
+                }
+                return follow_build(&client, &build, output, screen, &follow, &mut interrupt).await;
+            }
+            print(output, screen, &accepted, || said.clone());
+        }
+        Command::Rollback { id, to, follow: and_follow } => {
+            let id = path_id("deployment id", &id)?;
+            let mut request = client.request(Method::POST, &format!("/deployments/{id}/rollback"))?;
+            if let Some(to) = &to {
+                request = request.json(&json!({ "to": to }));
+            }
+            let (_, accepted) = client.json(request).await?;
+            let build = accepted["build_id"].as_str().unwrap_or_default().to_owned();
+            // Without --to the api picked the target: the new build names it.
+            let target = match to {
+                Some(to) => Some(to),
+                None if output == Output::Text => client
+                    .get(&format!("/builds/{}", path_id("build id", &build)?))
+                    .await
+                    .ok()
+                    .and_then(|b| b["based_on"].as_str().map(str::to_owned)),
+                None => None,
+            };
+            let said = match target {
+                Some(target) => format!("deployment {id}: rollback to build {target} queued as build {build}"),
+                None => format!("deployment {id}: rollback queued as build {build}"),
+            };
+            if and_follow {
+                if output == Output::Text {
+                    screen.println(&said);
+                }
+                return follow_build(&client, &build, output, screen, &follow, &mut interrupt).await;
+            }
+            print(output, screen, &accepted, || said.clone());
+        }
+        Command::History { id, trigger, limit, before } => {
+            let id = path_id("deployment id", &id)?;
+            let mut query = format!("limit={limit}");
+            if let Some(trigger) = trigger {
+                query.push_str(&format!("&trigger={}", trigger.as_str()));
+            }
+            if let Some(before) = &before {
+                query.push_str(&format!("&before={}", query_value(before)));
+            }
+            let page = client.get(&format!("/deployments/{id}/builds?{query}")).await?;
+            print(output, screen, &page, || {
+                let mut text = table::history(&page);
+                if let Some(next) = page["next"].as_str() {
+                    let mut more = format!("{} history {id} --limit {limit}", again_prefix(&cli_url, Output::Text));
+                    if let Some(trigger) = trigger {
+                        more.push_str(&format!(" --trigger {}", trigger.as_str()));
+                    }
+                    text.push_str(&format!("\nolder builds: {more} --before {next}"));
+                }
+                text
+            });
         }
         Command::Cancel { build_id } => {
             let path = format!("/builds/{}/cancel", path_id("build id", &build_id)?);
@@ -433,6 +639,29 @@ async fn follow_build(
     follow: &Follow,
     interrupt: &mut Option<tokio::signal::unix::Signal>,
 ) -> Result<(), Failure> {
+    let view = watch_build(client, build, output, screen, follow, interrupt, true).await?;
+    match output {
+        Output::Json => screen.println(&screen.json(&json!({ "event": "build", "build": view }))),
+        Output::Text => screen.println(&table::build_summary(&view)),
+    }
+    follow::outcome(&view)
+}
+
+/// Waits for build `build` to end, reading its log stream, and gives its
+/// final view (`GET /builds/{id}`), whatever its status. Text shows a
+/// spinner with the latest log line on standard error, and with `show_log`
+/// the whole log above it; json prints the log as NDJSON `log` events with
+/// `show_log`, and nothing without. Ctrl-C clears the spinner and ends
+/// with [`Failure::Interrupted`].
+async fn watch_build(
+    client: &Client,
+    build: &str,
+    output: Output,
+    screen: Screen,
+    follow: &Follow,
+    interrupt: &mut Option<tokio::signal::unix::Signal>,
+    show_log: bool,
+) -> Result<Value, Failure> {
     let json = output == Output::Json;
     let spinner = if json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
     spinner.set_style(ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("a valid template"));
@@ -441,16 +670,20 @@ async fn follow_build(
     let streamed = follow::follow_log(client, build, follow.resume, |seen| match seen {
         Seen::Log { id, text } => {
             if json {
-                screen.println(&screen.json(&json!({ "event": "log", "id": id, "text": text })));
+                if show_log {
+                    screen.println(&screen.json(&json!({ "event": "log", "id": id, "text": text })));
+                }
                 return;
             }
-            spinner.suspend(|| {
-                let mut err = std::io::stderr().lock();
-                let _ = write!(err, "{}", screen.err(text));
-                if !text.ends_with('\n') {
-                    let _ = writeln!(err);
-                }
-            });
+            if show_log {
+                spinner.suspend(|| {
+                    let mut err = std::io::stderr().lock();
+                    let _ = write!(err, "{}", screen.err(text));
+                    if !text.ends_with('\n') {
+                        let _ = writeln!(err);
+                    }
+                });
+            }
             // The spinner's line is this program's own: always escaped.
             if let Some(line) = text.lines().rev().find(|l| !l.trim().is_empty()) {
                 let line: String = screen::escape(line).chars().take(100).collect();
@@ -461,10 +694,5 @@ async fn follow_build(
     });
     let result = until_interrupted(streamed, interrupt, || follow.interrupted(build)).await;
     spinner.finish_and_clear();
-    let view = result?;
-    match output {
-        Output::Json => screen.println(&screen.json(&json!({ "event": "build", "build": view }))),
-        Output::Text => screen.println(&table::build_summary(&view)),
-    }
-    follow::outcome(&view)
+    result
 }

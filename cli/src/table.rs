@@ -148,6 +148,128 @@ pub fn build_summary(b: &Value) -> String {
     line
 }
 
+/// A size difference in bytes for people: `+1.43 MiB`, `-512 B`, `0 B`.
+pub fn size_delta(bytes: i64) -> String {
+    let size = indicatif::HumanBytes(bytes.unsigned_abs());
+    match bytes.signum() {
+        1 => format!("+{size}"),
+        -1 => format!("-{size}"),
+        _ => size.to_string(),
+    }
+}
+
+/// A package of a closure diff as `name version` (`name` alone without a version).
+fn package(name: &Value, version: &Value) -> String {
+    match version.as_str().filter(|v| !v.is_empty()) {
+        Some(v) => format!("{} {v}", cell(name)),
+        None => cell(name),
+    }
+}
+
+/// A node's closure diff (`change.closure` of a plan's report): a count
+/// line, then one line per package, `+` added, `-` removed, `~` changed.
+fn closure(c: &Value) -> Vec<String> {
+    let list = |key: &str| c[key].as_array().cloned().unwrap_or_default();
+    let (added, removed, changed) = (list("added"), list("removed"), list("changed"));
+    let delta = c.get("size_delta").or(c.get("sizeDelta")).and_then(Value::as_i64);
+    let mut head = format!("  closure  {} added, {} removed, {} changed", added.len(), removed.len(), changed.len());
+    if let Some(delta) = delta {
+        head.push_str(&format!("; size {}", size_delta(delta)));
+    }
+    let mut lines = vec![head];
+    lines.extend(added.iter().map(|p| format!("    + {}", package(&p["name"], &p["version"]))));
+    lines.extend(removed.iter().map(|p| format!("    - {}", package(&p["name"], &p["version"]))));
+    lines.extend(
+        changed.iter().map(|p| format!("    ~ {} {} → {}", cell(&p["name"]), cell(&p["before"]), cell(&p["after"]))),
+    );
+    lines
+}
+
+/// `slipway plan`: the plan build `b` (a `GET /builds/{id}` view of a dry
+/// run that succeeded) per node, with its action, its system before and
+/// after and its closure diff, then how to apply it (`apply`, the command).
+pub fn plan(b: &Value, apply: &str) -> String {
+    let nodes = b["report"]["nodes"].as_array().cloned().unwrap_or_default();
+    let action = |n: &Value| n["change"]["action"].as_str().or(n["outcome"].as_str()).unwrap_or("unknown").to_owned();
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for node in &nodes {
+        match counts.iter_mut().find(|(a, _)| *a == action(node)) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((action(node), 1)),
+        }
+    }
+    let counted: Vec<String> = counts.iter().map(|(a, n)| format!("{n} {a}")).collect();
+    let noun = if nodes.len() == 1 { "node" } else { "nodes" };
+    let mut out = vec![format!(
+        "plan {} of deployment {}: {} {noun}{}",
+        cell(&b["id"]),
+        cell(&b["deployment_id"]),
+        nodes.len(),
+        if counted.is_empty() { String::new() } else { format!(" ({})", counted.join(", ")) }
+    )];
+    let system = |v: &Value| v.as_str().unwrap_or("none").to_owned();
+    for node in &nodes {
+        out.push(String::new());
+        out.push(format!("{}  {}", cell(&node["name"]), action(node)));
+        if node["outcome"] == "failed" {
+            out.push(format!("  failed   {}", node["error"].as_str().unwrap_or("(no reason given)")));
+        }
+        let change = &node["change"];
+        if change.is_object() {
+            let (before, after) = (system(&change["before"]), system(&change["after"]));
+            if before == after {
+                out.push(format!("  system   {after} (unchanged)"));
+            } else {
+                out.push(format!("  system   {before} → {after}"));
+            }
+            if change["closure"].is_object() {
+                out.extend(closure(&change["closure"]));
+            }
+        } else if let Some(s) = node["system"].as_str() {
+            out.push(format!("  system   {s}"));
+        }
+    }
+    out.push(String::new());
+    let given: Vec<String> = b["plan"]["secret_values_given"].as_array().into_iter().flatten().map(cell).collect();
+    if given.is_empty() {
+        let until = b["plan"]["expires_at"].as_str().map(|t| format!(" (until {t})")).unwrap_or_default();
+        out.push(format!("apply this plan{until} with:"));
+        out.push(format!("  {apply}"));
+    } else {
+        out.push(format!(
+            "this plan cannot be applied: it gave new values for operator secrets {}, and a plan never stores a \
+             value; submit the configuration with `slipway deploy` instead",
+            given.join(", ")
+        ));
+    }
+    out.join("\n")
+}
+
+/// `slipway history`: one row per build of a page of `GET
+/// /deployments/{id}/builds`, newest first.
+pub fn history(page: &Value) -> String {
+    let rows: Vec<Vec<String>> = page["builds"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|b| {
+            let who = b["requested_by"]["sub"].as_str().unwrap_or("-").to_owned();
+            vec![
+                cell(&b["id"]),
+                cell(&b["queued_at"]),
+                cell(&b["trigger"]),
+                cell(&b["status"]),
+                who,
+                b["changes"].as_str().unwrap_or("-").to_owned(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "no builds".into();
+    }
+    render(&["BUILD", "QUEUED", "TRIGGER", "STATUS", "WHO", "CHANGES"], &rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,5 +289,87 @@ mod tests {
             assert_eq!(age(&ms), text);
         }
         assert_eq!(age(&Value::Null), "-");
+    }
+
+    #[test]
+    fn size_deltas_are_signed_and_read_in_binary_units() {
+        assert_eq!(size_delta(1_500_000), "+1.43 MiB");
+        assert_eq!(size_delta(-512), "-512 B");
+        assert_eq!(size_delta(0), "0 B");
+    }
+
+    #[test]
+    fn a_plan_shows_each_node_s_action_systems_and_closure_diff_and_the_command_that_applies_it() {
+        let build = json!({
+            "id": "demo.p", "deployment_id": "demo",
+            "plan": { "expires_at": "2030-01-01T00:00:00.000Z", "secret_values_given": [] },
+            "report": { "nodes": [
+                { "name": "web", "outcome": "planned", "change": {
+                    "action": "update", "before": "/nix/store/a-web", "after": "/nix/store/b-web",
+                    "addLinks": [], "removeLinks": [],
+                    "closure": {
+                        "added": [{ "name": "openssl", "version": "3.0.13" }],
+                        "removed": [{ "name": "oldtool", "version": "" }],
+                        "changed": [{ "name": "nginx", "before": "1.24.0", "after": "1.26.0" }],
+                        "sizeDelta": -2_048
+                    }
+                } },
+                { "name": "db", "outcome": "planned", "change": {
+                    "action": "unchanged", "before": "/nix/store/c-db", "after": "/nix/store/c-db"
+                } },
+                { "name": "new", "outcome": "planned", "change": { "action": "add", "before": null, "after": "/nix/store/d-new" } }
+            ] }
+        });
+        let text = plan(&build, "slipway apply demo demo.p");
+        let expected = "\
+plan demo.p of deployment demo: 3 nodes (1 update, 1 unchanged, 1 add)
+
+web  update
+  system   /nix/store/a-web → /nix/store/b-web
+  closure  1 added, 1 removed, 1 changed; size -2.00 KiB
+    + openssl 3.0.13
+    - oldtool
+    ~ nginx 1.24.0 → 1.26.0
+
+db  unchanged
+  system   /nix/store/c-db (unchanged)
+
+new  add
+  system   none → /nix/store/d-new
+
+apply this plan (until 2030-01-01T00:00:00.000Z) with:
+  slipway apply demo demo.p";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn a_plan_that_gave_secret_values_says_it_cannot_be_applied() {
+        let build = json!({ "id": "demo.p", "deployment_id": "demo", "report": { "nodes": [] },
+                            "plan": { "secret_values_given": ["mastodon.translationApiKey"] } });
+        let text = plan(&build, "slipway apply demo demo.p");
+        assert!(text.contains("cannot be applied") && text.contains("mastodon.translationApiKey"), "{text}");
+        assert!(!text.contains("slipway apply"), "{text}");
+    }
+
+    #[test]
+    fn the_history_shows_who_asked_and_a_dash_when_nobody_is_known() {
+        let page = json!({ "builds": [
+            { "id": "demo.2", "queued_at": "2030-01-01T00:00:02.000Z", "trigger": "rollback", "status": "queued",
+              "requested_by": { "sub": "alice" }, "changes": "1 replaced: /configuration/domain" },
+            { "id": "demo.1", "queued_at": "2030-01-01T00:00:01.000Z", "trigger": "submit", "status": "succeeded",
+              "requested_by": null, "changes": "no change" }
+        ], "next": null });
+        let text = history(&page);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["BUILD", "QUEUED", "TRIGGER", "STATUS", "WHO", "CHANGES"]
+        );
+        assert!(
+            lines[1].starts_with("demo.2") && lines[1].contains("rollback") && lines[1].contains("alice"),
+            "{text}"
+        );
+        assert!(lines[2].contains(" - ") && lines[2].ends_with("no change"), "{text}");
+        assert_eq!(history(&json!({ "builds": [], "next": null })), "no builds");
     }
 }

@@ -215,8 +215,9 @@ pub async fn show(
 }
 
 /// Why `b` waits, when it is queued: one statement, and the live workers
-/// of the `builds` queue only when no earlier build of its deployment holds it.
-async fn waiting_for(app: &AppState, conn: &mut Conn, b: &BuildRow) -> Result<Option<WaitingFor>, ApiError> {
+/// of the `builds` queue only when no earlier build of its deployment
+/// holds it. The dashboard's build fragment shows the same.
+pub(crate) async fn waiting_for(app: &AppState, conn: &mut Conn, b: &BuildRow) -> Result<Option<WaitingFor>, ApiError> {
     if b.status != BuildStatus::Queued {
         return Ok(None);
     }

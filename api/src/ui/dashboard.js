@@ -11,6 +11,10 @@
 // Routes (the location's hash): #/ the deployments, #/deployments/<id>
 // (following its newest build), #/deployments/<id>/builds/<build>, #/fleet,
 // #/submit.
+//
+// A fragment's buttons carry what they do as data-action (rollback, apply),
+// data-deployment and data-build; one click listener on the document sends
+// them (the content security policy allows no inline handler).
 "use strict";
 
 (function () {
@@ -20,7 +24,8 @@
   // What the page has seen, for people debugging and for the browser test.
   // states: each state the deployment channel sent, with the log chunks
   // streamed into the page by then.
-  const seen = { states: [], liveLogChunks: 0, logChunksBeforeEnd: 0, builds: [], tokenExpired: false };
+  // actions: each button's request that the api accepted ({action, build, queued}).
+  const seen = { states: [], liveLogChunks: 0, logChunksBeforeEnd: 0, builds: [], tokenExpired: false, actions: [] };
   window.slipwayDashboard = seen;
 
   const $ = (id) => document.getElementById(id);
@@ -78,6 +83,11 @@
       const problems = body.details && body.details.problems;
       if (Array.isArray(problems)) {
         text += ": " + problems.map((p) => `${p.path || ""} ${p.message || JSON.stringify(p)}`.trim()).join("; ");
+      }
+      // A stale plan: what moved since it was made.
+      const moved = body.details && body.details.moved;
+      if (Array.isArray(moved) && moved.length > 0 && !moved.every((m) => text.includes(m))) {
+        text += ` (${moved.join("; ")})`;
       }
       return text;
     } catch (e) {
@@ -339,6 +349,62 @@
     }
   }
 
+  // What each button of a build does: the request, and the words of its outcome.
+  const ACTIONS = {
+    rollback: {
+      ask: (d) => `Roll deployment ${d.deployment} back to build ${d.build}? This queues a deploy of that build's configuration, module source revision and secret versions.`,
+      body: (d) => ({ to: d.build }),
+      sending: "Rolling back…",
+      queued: "Rollback queued",
+      refused: "Not rolled back",
+    },
+    apply: {
+      ask: (d) => `Apply plan ${d.build} to deployment ${d.deployment}? This queues a deploy of exactly the systems it planned.`,
+      body: (d) => ({ plan: d.build }),
+      sending: "Applying…",
+      queued: "Apply queued",
+      refused: "Not applied",
+    },
+  };
+
+  // Sends a build's button (POST /deployments/<id>/<action>) once the
+  // person confirms; then follows the deployment and its new build, or
+  // says why the api refused.
+  async function act(button) {
+    const d = button.dataset;
+    const action = ACTIONS[d.action];
+    if (!action || !window.confirm(action.ask(d))) {
+      return;
+    }
+    button.disabled = true;
+    say(action.sending);
+    let response;
+    try {
+      response = await api(`/deployments/${encodeURIComponent(d.deployment)}/${d.action}`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(action.body(d)),
+      });
+    } catch (e) {
+      button.disabled = false;
+      return;
+    }
+    if (response.status !== 202) {
+      say(`${action.refused}: ${await refusal(response)}`, "error");
+      button.disabled = false;
+      return;
+    }
+    const accepted = await response.json();
+    seen.actions.push({ action: d.action, build: d.build, queued: accepted.build_id });
+    flash = `${action.queued}: build ${accepted.build_id}.`;
+    const target = `#/deployments/${encodeURIComponent(d.deployment)}`;
+    if (location.hash === target) {
+      route();
+    } else {
+      location.hash = target;
+    }
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     $("token-form").addEventListener("submit", (event) => {
       event.preventDefault();
@@ -355,6 +421,12 @@
       route();
     });
     $("submit-form").addEventListener("submit", submitConfiguration);
+    document.addEventListener("click", (event) => {
+      const button = event.target.closest("button[data-action]");
+      if (button && !button.disabled) {
+        act(button);
+      }
+    });
     window.addEventListener("hashchange", route);
     route();
   });

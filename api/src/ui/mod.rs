@@ -164,11 +164,12 @@ async fn deployment(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
     let rows = builds::list(&mut conn, id.as_str(), None, BUILDS_SHOWN, None).await?;
-    Ok(views::deployment(&read, &rows))
+    Ok(views::deployment(&read, &rows, slipway_jobs::store::now_ms()))
 }
 
-/// `GET /ui/fragments/builds/{id}`: one build with its run report and log.
-/// A build outside the token's scope is `404`, like an unknown one.
+/// `GET /ui/fragments/builds/{id}`: one build with what it changed, why it
+/// waits while queued, its plan or run report, and its log. A build
+/// outside the token's scope is `404`, like an unknown one.
 async fn build(State(app): State<AppState>, auth: Auth, BuildIdPath(id): BuildIdPath) -> Result<Markup, ApiError> {
     let missing = || ApiError::not_found(format!("no build {id}"));
     let mut conn = app.db.acquire().await?;
@@ -178,7 +179,14 @@ async fn build(State(app): State<AppState>, auth: Auth, BuildIdPath(id): BuildId
     }
     let log =
         if b.status.is_terminal() { builds::log(&mut conn, &id).await?.unwrap_or_default() } else { String::new() };
-    Ok(views::build(&b, &log, slipway_jobs::store::now_ms()))
+    let changes = slipway_jobs::history::diff_of(&mut conn, &b).await?;
+    let waiting_for = crate::routes::builds::waiting_for(&app, &mut conn, &b).await?;
+    let extras = views::BuildExtras {
+        changes: &changes,
+        waiting_for: waiting_for.as_ref(),
+        now_ms: slipway_jobs::store::now_ms(),
+    };
+    Ok(views::build(&b, &log, &extras))
 }
 
 /// `GET /ui/fragments/fleet`: every queue's load and the workers seen in

@@ -5,8 +5,11 @@
 
 use crate::routes::rfc3339;
 use maud::{html, Markup, DOCTYPE};
+use serde::Deserialize;
+use slipway_jobs::history::{BuildDiff, WaitingFor};
 use slipway_jobs::jobs::report::Report;
 use slipway_jobs::read::DeploymentRead;
+use slipway_jobs::state::{BuildKind, BuildStatus};
 use slipway_jobs::store::builds::BuildRow;
 use slipway_jobs::store::fleet::{QueueLoad, WorkerView};
 use slipway_jobs::store::instance_readiness::ReadinessRow;
@@ -162,8 +165,10 @@ fn readiness_cells(row: Option<&ReadinessRow>) -> Markup {
 }
 
 /// One deployment (`/ui/fragments/deployments/{id}`): its state, its
-/// deployed instances with their readiness, and its builds, newest first.
-pub fn deployment(read: &DeploymentRead, builds: &[BuildRow]) -> Markup {
+/// deployed instances with their readiness, and its builds, newest first,
+/// each with why it was queued, who asked, and its buttons (Rollback,
+/// Apply) as of `now_ms`.
+pub fn deployment(read: &DeploymentRead, builds: &[BuildRow], now_ms: i64) -> Markup {
     let row = &read.deployment;
     let latest = builds.first().map(|b| b.id.as_str()).unwrap_or("");
     html! {
@@ -197,16 +202,22 @@ pub fn deployment(read: &DeploymentRead, builds: &[BuildRow]) -> Markup {
                 p.empty { "No builds." }
             } @else {
                 table.builds {
-                    thead { tr { th { "Build" } th { "Kind" } th { "Status" } th { "Attempts" } th { "Queued" } th { "Took" } } }
+                    thead { tr {
+                        th { "Build" } th { "Kind" } th { "Trigger" } th { "Status" } th { "Who" } th { "Attempts" }
+                        th { "Queued" } th { "Took" } th { span.hint { "Actions" } }
+                    } }
                     tbody {
                         @for b in builds {
-                            tr data-build=(b.id) {
+                            tr data-build=(b.id) data-trigger=(b.trigger.as_str()) {
                                 td { a href=(format!("#/deployments/{}/builds/{}", row.id, b.id)) { code { (b.id) } } }
                                 td { (b.kind.as_str()) @if b.dry_run { " (dry run)" } }
+                                td { (b.trigger.as_str()) }
                                 td { (badge(b.status.as_str())) }
+                                td.who { (requester(b)) }
                                 td { (b.attempts) }
                                 td { (when(b.queued_at)) }
                                 td { @if let (Some(s), Some(f)) = (b.started_at, b.finished_at) { (duration(f - s)) } @else { "—" } }
+                                td.actions { (actions(b, now_ms)) }
                             }
                         }
                     }
@@ -216,16 +227,87 @@ pub fn deployment(read: &DeploymentRead, builds: &[BuildRow]) -> Markup {
     }
 }
 
-/// One build (`/ui/fragments/builds/{id}`): its status, its run report
-/// once it has one, and its log. A build still queued or running leaves the
-/// log for the page to stream (`data-live`); a finished one shows it whole.
-pub fn build(b: &BuildRow, log: &str, now_ms: i64) -> Markup {
-    let live = !b.status.is_terminal();
+/// Who asked for `b`: its token's `sub`, or `—` when it is not known.
+fn requester(b: &BuildRow) -> &str {
+    b.provenance.requested_by.as_ref().and_then(|r| r.sub.as_deref()).unwrap_or("—")
+}
+
+/// Whether `b` can be rolled back to: a deploy that succeeded, not a dry run.
+pub fn is_rollback_target(b: &BuildRow) -> bool {
+    b.kind == BuildKind::Deploy && !b.dry_run && b.status == BuildStatus::Succeeded
+}
+
+/// Whether plan `b` may be offered for an apply at `now_ms`: `None` when
+/// `b` is no plan that succeeded, `Some(Ok)` when it may be applied, else
+/// `Some(Err)` with why not, in a few words. The api checks again (a plan
+/// goes stale when its deployment moves) and says why it refuses.
+pub fn plan_appliable(b: &BuildRow, now_ms: i64) -> Option<Result<(), &'static str>> {
+    let plan = b.provenance.plan.as_ref()?;
+    if !b.dry_run || b.kind != BuildKind::Deploy || b.status != BuildStatus::Succeeded {
+        return None;
+    }
+    Some(if !plan.secret_values_given.is_empty() {
+        Err("gave secret values")
+    } else if now_ms > plan.expires_at {
+        Err("expired")
+    } else {
+        Ok(())
+    })
+}
+
+/// The buttons of a build: **Rollback** for a build that can be rolled
+/// back to, **Apply** for a plan that may be applied (a plan that may not
+/// says why). The page's script sends them (`data-action`).
+fn actions(b: &BuildRow, now_ms: i64) -> Markup {
     html! {
-        section.build data-build=(b.id) data-status=(b.status.as_str()) data-live=(live) {
-            h3 { "Build " code { (b.id) } " " (badge(b.status.as_str())) }
+        @if is_rollback_target(b) {
+            button.action type="button" data-action="rollback" data-deployment=(b.deployment_id) data-build=(b.id)
+                title="Deploy this build's configuration, module source revision and secret versions again" { "Rollback" }
+        }
+        @match plan_appliable(b, now_ms) {
+            Some(Ok(())) => {
+                button.action type="button" data-action="apply" data-deployment=(b.deployment_id) data-build=(b.id)
+                    title="Deploy exactly the systems this plan built" { "Apply" }
+            }
+            Some(Err(why)) => span.hint { "plan " (why) }
+            None => {}
+        }
+    }
+}
+
+/// What one build fragment shows besides the build row and its log.
+pub struct BuildExtras<'a> {
+    /// What it changed from the build before it.
+    pub changes: &'a BuildDiff,
+    /// Why it waits, while it is queued.
+    pub waiting_for: Option<&'a WaitingFor>,
+    /// Now, Unix ms (a running build's time so far, a plan's expiry).
+    pub now_ms: i64,
+}
+
+/// One build (`/ui/fragments/builds/{id}`): its status, why it was queued
+/// and who asked, why it waits while queued, what it changed, a plan's
+/// per-node diff, its run report once it has one, and its log. A build
+/// still queued or running leaves the log for the page to stream
+/// (`data-live`); a finished one shows it whole.
+pub fn build(b: &BuildRow, log: &str, extras: &BuildExtras<'_>) -> Markup {
+    let live = !b.status.is_terminal();
+    let now_ms = extras.now_ms;
+    let link = |id: &str| html! { a href=(format!("#/deployments/{}/builds/{id}", b.deployment_id)) { code { (id) } } };
+    html! {
+        section.build data-build=(b.id) data-status=(b.status.as_str()) data-live=(live) data-trigger=(b.trigger.as_str()) {
+            h3 { "Build " code { (b.id) } " " (badge(b.status.as_str())) " " span.actions { (actions(b, now_ms)) } }
             dl {
-                dt { "Kind" } dd { (b.kind.as_str()) @if b.dry_run { " (dry run)" } }
+                dt { "Kind" } dd { (b.kind.as_str()) @if b.dry_run { " (dry run: a plan, it changes nothing)" } }
+                dt { "Trigger" } dd.trigger { (b.trigger.as_str()) }
+                dt { "Requested by" } dd.who { (requested_by(b)) }
+                @if let Some(based_on) = &b.provenance.based_on {
+                    dt { @if b.trigger.is_rollback() { "Returns to" } @else { "Plan applied" } }
+                    dd { (link(based_on)) }
+                }
+                @if let Some(waiting) = extras.waiting_for {
+                    dt { "Waiting for" } dd.waiting { (waiting_for(waiting, &link)) }
+                }
                 dt { "Attempts" } dd { (b.attempts) }
                 dt { "Worker" } dd { (b.worker.as_deref().unwrap_or("—")) }
                 dt { "Queued" } dd { (when(b.queued_at)) }
@@ -234,8 +316,25 @@ pub fn build(b: &BuildRow, log: &str, now_ms: i64) -> Markup {
                 @if let Some(s) = b.started_at {
                     dt { "Took" } dd { (duration(b.finished_at.unwrap_or(now_ms) - s)) @if live { " so far" } }
                 }
+                @if let Some(plan) = &b.provenance.plan {
+                    dt { "Plan expires" } dd { (when(plan.expires_at)) }
+                    @if !plan.secret_values_given.is_empty() {
+                        dt { "Cannot be applied" }
+                        dd {
+                            "it gave new values for operator secrets " (plan.secret_values_given.join(", "))
+                            ", and a plan never stores a value: submit the configuration instead"
+                        }
+                    }
+                }
                 @if let Some(reason) = &b.reason { dt { "Reason" } dd { code { (reason) } } }
                 @if let Some(error) = &b.error { dt { "Error" } dd.error { (error) } }
+            }
+            (changes(extras.changes, &link))
+            @if b.dry_run {
+                @if let Some(report) = &b.report {
+                    h4 { "Plan" }
+                    (plan_diff(report))
+                }
             }
             @if let Some(report) = &b.report {
                 h4 { "Run report" }
@@ -244,6 +343,200 @@ pub fn build(b: &BuildRow, log: &str, now_ms: i64) -> Markup {
             h4 { "Log" @if live { " " span.live { "live" } } }
             pre.log #build-log data-live=(live) data-build=(b.id) { @if !live { (log) } }
         }
+    }
+}
+
+/// Who asked for `b`: the token's `sub`, its issuer and the browser's origin, as known.
+fn requested_by(b: &BuildRow) -> Markup {
+    let Some(r) = &b.provenance.requested_by else { return html! { "—" } };
+    html! {
+        (r.sub.as_deref().unwrap_or("—"))
+        @if let Some(iss) = &r.iss { " " span.hint { "(issuer " (iss) ")" } }
+        @if let Some(origin) = &r.origin { " " span.hint { "from " (origin) } }
+    }
+}
+
+/// Why a queued build waits, as a sentence.
+fn waiting_for(waiting: &WaitingFor, link: &dyn Fn(&str) -> Markup) -> Markup {
+    match waiting {
+        WaitingFor::Deployment { build_id } => {
+            html! { "an earlier build of this deployment to end: " (link(build_id)) }
+        }
+        WaitingFor::Slot { position } => html! { "a free build slot (number " (position) " in the queue)" },
+        WaitingFor::Worker => html! { "a worker: none serving the builds queue is alive" },
+    }
+}
+
+/// What a build changed from the one before it: the one-line summary,
+/// and each operation of the patch (its path; secrets appear by version).
+fn changes(diff: &BuildDiff, link: &dyn Fn(&str) -> Markup) -> Markup {
+    let ops = diff.patch.as_array().map_or(&[][..], Vec::as_slice);
+    html! {
+        h4 { "Changes" }
+        p.changes {
+            (diff.summary)
+            @if let Some(previous) = &diff.previous_build_id { " " span.hint { "(from build " (link(previous)) ")" } }
+            @else { " " span.hint { "(the deployment's first build)" } }
+        }
+        @if !ops.is_empty() {
+            details.patch {
+                summary { (ops.len()) " operation" @if ops.len() != 1 { "s" } " (RFC 6902)" }
+                ul {
+                    @for op in ops {
+                        li {
+                            code { (op["op"].as_str().unwrap_or("?")) " " (op["path"].as_str().unwrap_or("?")) }
+                            @if let Some(value) = op.get("value") {
+                                " " span.hint { (short_json(value)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `value` as compact JSON, cut to 120 characters.
+fn short_json(value: &serde_json::Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(120) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text,
+    }
+}
+
+/// A node of a plan's report, as far as the plan diff reads it.
+#[derive(Deserialize)]
+struct PlannedNode {
+    name: String,
+    #[serde(default)]
+    outcome: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    change: Option<PlannedChange>,
+}
+
+/// A node's `change` in a plan (MODULE-SOURCE.md, `nodes.json`).
+#[derive(Deserialize)]
+struct PlannedChange {
+    action: String,
+    #[serde(default)]
+    before: Option<String>,
+    #[serde(default)]
+    after: Option<String>,
+    #[serde(default)]
+    closure: Option<ClosureDiff>,
+}
+
+/// The packages a node's closure gains, loses and changes, and its size difference.
+#[derive(Deserialize)]
+struct ClosureDiff {
+    #[serde(default)]
+    added: Vec<Package>,
+    #[serde(default)]
+    removed: Vec<Package>,
+    #[serde(default)]
+    changed: Vec<ChangedPackage>,
+    #[serde(default, alias = "sizeDelta")]
+    size_delta: Option<i64>,
+}
+
+/// A package added or removed.
+#[derive(Deserialize)]
+struct Package {
+    name: String,
+    #[serde(default)]
+    version: String,
+}
+
+/// A package in both closures with other versions.
+#[derive(Deserialize)]
+struct ChangedPackage {
+    name: String,
+    #[serde(default)]
+    before: String,
+    #[serde(default)]
+    after: String,
+}
+
+/// A plan's per-node diff: each node's action, its system before and
+/// after, and its closure diff when the module source gave one. Nodes of
+/// a shape this version does not read are left to the run report.
+fn plan_diff(report: &serde_json::Value) -> Markup {
+    let nodes: Vec<PlannedNode> = report["nodes"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter_map(|n| serde_json::from_value(n.clone()).ok())
+        .collect();
+    html! {
+        @if nodes.is_empty() {
+            p.empty { "The plan names no node." }
+        } @else {
+            table.plan {
+                thead { tr { th { "Node" } th { "Action" } th { "System before" } th { "System after" } th { "Closure" } } }
+                tbody {
+                    @for node in &nodes {
+                        @let action = node.change.as_ref().map_or(node.outcome.as_deref().unwrap_or("—"), |c| c.action.as_str());
+                        tr data-node=(node.name) data-action=(action) {
+                            td { (node.name) }
+                            td {
+                                (badge(action))
+                                @if let Some(error) = &node.error { " " span.error { (error) } }
+                            }
+                            @if let Some(c) = &node.change {
+                                td { code { (c.before.as_deref().unwrap_or("—")) } }
+                                td { code { (c.after.as_deref().unwrap_or("—")) } }
+                                td { @if let Some(closure) = &c.closure { (closure_diff(closure)) } @else { "—" } }
+                            } @else {
+                                td { "—" } td { "—" } td { "—" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A closure diff: counts and the size difference, then each package.
+fn closure_diff(c: &ClosureDiff) -> Markup {
+    let count = c.added.len() + c.removed.len() + c.changed.len();
+    html! {
+        span.closure-summary {
+            (c.added.len()) " added, " (c.removed.len()) " removed, " (c.changed.len()) " changed"
+            @if let Some(delta) = c.size_delta { "; size " (size_delta(delta)) }
+        }
+        @if count > 0 {
+            ul.closure {
+                @for p in &c.added { li.added { "+ " (p.name) " " (p.version) } }
+                @for p in &c.removed { li.removed { "− " (p.name) " " (p.version) } }
+                @for p in &c.changed { li.changed { "~ " (p.name) " " (p.before) " → " (p.after) } }
+            }
+        }
+    }
+}
+
+/// A size difference in bytes: `+1.4 MiB`, `−512 B`, `0 B` (binary units).
+pub fn size_delta(bytes: i64) -> String {
+    let sign = match bytes.signum() {
+        1 => "+",
+        -1 => "−",
+        _ => "",
+    };
+    let n = bytes.unsigned_abs();
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < units.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{sign}{n} B")
+    } else {
+        format!("{sign}{value:.1} {}", units[unit])
     }
 }
 
@@ -334,7 +627,6 @@ pub fn fleet(queues: &[QueueLoad], workers: &[WorkerView], live_window_ms: i64) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slipway_jobs::state::{BuildKind, BuildStatus};
 
     fn build_row(status: BuildStatus) -> BuildRow {
         BuildRow {
@@ -367,23 +659,125 @@ mod tests {
         }
     }
 
+    /// A diff as the history gives it, with hostile text in its summary and patch.
+    fn hostile_diff() -> BuildDiff {
+        BuildDiff {
+            build_id: "demo.20260101T000000Z.abcdef".into(),
+            previous_build_id: Some(r#"demo."><i>prev</i>"#.into()),
+            patch: serde_json::json!([
+                { "op": "replace", "path": "/configuration/<u>path</u>", "value": "<marquee>v</marquee>" }
+            ]),
+            summary: "1 replaced: /configuration/<u>path</u>".into(),
+        }
+    }
+
+    fn render(b: &BuildRow, log: &str, diff: &BuildDiff, waiting_for: Option<&WaitingFor>) -> String {
+        build(b, log, &BuildExtras { changes: diff, waiting_for, now_ms: 20_000 }).into_string()
+    }
+
     #[test]
     fn every_value_in_a_build_fragment_is_escaped() {
-        let html = build(&build_row(BuildStatus::Failed), "<script>alert(3)</script>\n", 20_000).into_string();
-        for raw in ["<script>", "<img", "<b>", "onerror=\"alert"] {
+        let mut row = build_row(BuildStatus::Failed);
+        row.provenance.requested_by = Some(slipway_jobs::provenance::RequestedBy {
+            sub: Some("<b>alice</b>".into()),
+            iss: Some(r#""><script>alert(4)</script>"#.into()),
+            origin: Some("<em>origin</em>".into()),
+        });
+        row.provenance.based_on = Some(r#"demo."><s>based</s>"#.into());
+        let html = render(&row, "<script>alert(3)</script>\n", &hostile_diff(), None);
+        for raw in ["<script>", "<img", "<b>", "onerror=\"alert", "<i>", "<u>", "<marquee>", "<s>", "<em>"] {
             assert!(!html.contains(raw), "{raw} reached the page unescaped: {html}");
         }
         assert!(html.contains("&lt;script&gt;alert(3)&lt;/script&gt;"), "{html}");
         assert!(html.contains("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;"), "{html}");
+        assert!(html.contains("&lt;b&gt;alice&lt;/b&gt;"), "{html}");
+        assert!(html.contains("1 replaced: /configuration/&lt;u&gt;path&lt;/u&gt;"), "{html}");
         assert!(html.contains(r#"data-live="false""#), "{html}");
     }
 
     #[test]
+    fn every_value_of_a_plan_s_diff_and_a_queued_build_s_wait_is_escaped() {
+        let mut row = build_row(BuildStatus::Succeeded);
+        row.dry_run = true;
+        row.report = Some(serde_json::json!({ "nodes": [{
+            "name": "<h1>node</h1>", "outcome": "planned", "error": "<blink>e</blink>",
+            "change": {
+                "action": "<x-action>", "before": "<p>before</p>", "after": "<p>after</p>",
+                "closure": {
+                    "added": [{ "name": "<tt>added</tt>", "version": "<tt>1</tt>" }],
+                    "removed": [{ "name": "<kbd>removed</kbd>", "version": "2" }],
+                    "changed": [{ "name": "<var>changed</var>", "before": "<q>1</q>", "after": "<q>2</q>" }],
+                    "sizeDelta": 3_145_728
+                }
+            }
+        }] }));
+        let html = render(&row, "", &hostile_diff(), None);
+        for raw in ["<h1>", "<blink>", "<x-action>", "<p>", "<tt>", "<kbd>", "<var>", "<q>"] {
+            assert!(!html.contains(raw), "{raw} reached the page unescaped: {html}");
+        }
+        assert!(html.contains("&lt;tt&gt;added&lt;/tt&gt;") && html.contains("+3.0 MiB"), "{html}");
+
+        let mut queued = build_row(BuildStatus::Queued);
+        queued.error = None;
+        let waiting = WaitingFor::Deployment { build_id: r#"demo."><b>ahead</b>"#.into() };
+        let html = render(&queued, "", &hostile_diff(), Some(&waiting));
+        assert!(!html.contains("<b>ahead"), "{html}");
+        assert!(
+            html.contains("an earlier build of this deployment to end") && html.contains("&lt;b&gt;ahead"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn a_plan_shows_each_node_s_systems_and_closure_and_an_apply_button_until_it_expires() {
+        let mut row = build_row(BuildStatus::Succeeded);
+        row.dry_run = true;
+        row.trigger = slipway_jobs::provenance::Trigger::DryRun;
+        row.provenance.plan = Some(slipway_jobs::provenance::PlanInputs {
+            deployment_version: 1,
+            active_build: None,
+            secret_versions: Default::default(),
+            secret_values_given: Vec::new(),
+            configuration_sha256: String::new(),
+            expires_at: 30_000,
+        });
+        row.report = Some(serde_json::json!({ "nodes": [{
+            "name": "web", "outcome": "planned",
+            "change": { "action": "update", "before": "/nix/store/a-web", "after": "/nix/store/b-web",
+                        "closure": { "added": [{ "name": "openssl", "version": "3.0.13" }], "removed": [],
+                                     "changed": [{ "name": "nginx", "before": "1.24", "after": "1.26" }],
+                                     "size_delta": -2048 } }
+        }] }));
+        let html = render(&row, "", &hostile_diff(), None);
+        assert!(html.contains(r#"<tr data-node="web" data-action="update">"#), "{html}");
+        for text in ["/nix/store/a-web", "/nix/store/b-web", "+ openssl 3.0.13", "~ nginx 1.24 → 1.26", "−2.0 KiB"]
+        {
+            assert!(html.contains(text), "{text} is not shown: {html}");
+        }
+        assert!(html.contains(r#"data-action="apply""#), "{html}");
+        assert!(!html.contains(r#"data-action="rollback""#), "a plan is no rollback target: {html}");
+        let expired = build(&row, "", &BuildExtras { changes: &hostile_diff(), waiting_for: None, now_ms: 40_000 });
+        let expired = expired.into_string();
+        assert!(!expired.contains(r#"data-action="apply""#) && expired.contains("plan expired"), "{expired}");
+
+        let deploy = build_row(BuildStatus::Succeeded);
+        let html = render(&deploy, "", &hostile_diff(), None);
+        assert!(html.contains(r#"data-action="rollback""#) && !html.contains(r#"data-action="apply""#), "{html}");
+    }
+
+    #[test]
+    fn size_deltas_are_signed_and_read_in_binary_units() {
+        assert_eq!(size_delta(512), "+512 B");
+        assert_eq!(size_delta(-1_572_864), "−1.5 MiB");
+        assert_eq!(size_delta(0), "0 B");
+    }
+
+    #[test]
     fn a_running_build_leaves_its_log_to_the_stream_and_a_finished_one_shows_it() {
-        let running = build(&build_row(BuildStatus::Running), "already written", 20_000).into_string();
+        let running = render(&build_row(BuildStatus::Running), "already written", &hostile_diff(), None);
         assert!(running.contains(r#"data-live="true""#), "{running}");
         assert!(!running.contains("already written"), "{running}");
-        let done = build(&build_row(BuildStatus::Succeeded), "all of it", 20_000).into_string();
+        let done = render(&build_row(BuildStatus::Succeeded), "all of it", &hostile_diff(), None);
         assert!(done.contains("all of it"), "{done}");
     }
 

@@ -109,7 +109,40 @@ async fn a_deployment_fragment_shows_its_state_and_builds_and_a_queued_build_is_
     assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");
 }
 
+async fn a_queued_build_says_why_it_waits_and_the_builds_list_shows_each_trigger_and_who_asked_escaped(engine: Engine) {
+    let h = harness(engine).await;
+    // A subject with markup in it: the page shows it as text.
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let hostile = sign(&json!({ "sub": "<b>mallory</b>", "aud": "slipway", "exp": now + 3600, "deployments": ["*"] }));
+    let body = json!({ "configuration": demo() }).to_string().into_bytes();
+    let (status, deploy) = h.call(Method::PUT, "/deployments/alpha", Some(&hostile), Some(body.clone())).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{deploy}");
+    let (status, plan) = h.put("alpha?dry_run=true", &json!({ "configuration": demo() })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{plan}");
+    let (deploy, plan) = (deploy["build_id"].as_str().unwrap(), plan["build_id"].as_str().unwrap());
+
+    // No worker runs: the deploy waits for one, the plan for the deploy.
+    let (_, _, _, shown) = get(&h, &format!("/ui/fragments/builds/{deploy}"), Some(&all())).await;
+    assert!(shown.contains("a worker: none serving the builds queue is alive"), "{shown}");
+    assert!(shown.contains(r#"<dd class="trigger">submit</dd>"#), "{shown}");
+    assert!(shown.contains("&lt;b&gt;mallory&lt;/b&gt;") && !shown.contains("<b>mallory"), "{shown}");
+    assert!(shown.contains(r#"<p class="changes">2 added: /configuration, /secret_versions"#), "{shown}");
+    let (_, _, _, shown) = get(&h, &format!("/ui/fragments/builds/{plan}"), Some(&all())).await;
+    assert!(shown.contains("an earlier build of this deployment to end"), "{shown}");
+    assert!(shown.contains(&format!("#/deployments/alpha/builds/{deploy}")), "{shown}");
+    assert!(shown.contains(r#"<dd class="trigger">dry_run</dd>"#), "{shown}");
+
+    // The list: each build's trigger and who asked; no button yet (nothing succeeded).
+    let (_, _, _, page) = get(&h, "/ui/fragments/deployments/alpha", Some(&all())).await;
+    assert!(page.contains(&format!(r#"<tr data-build="{deploy}" data-trigger="submit">"#)), "{page}");
+    assert!(page.contains(&format!(r#"<tr data-build="{plan}" data-trigger="dry_run">"#)), "{page}");
+    assert!(page.contains(r#"<td class="who">&lt;b&gt;mallory&lt;/b&gt;</td>"#), "{page}");
+    assert!(page.contains(r#"<td class="who">t</td>"#), "{page}");
+    assert!(!page.contains("<b>mallory") && !page.contains("data-action="), "{page}");
+}
+
 slipway_jobs::on_both_engines!(
     a_front_end_token_lists_only_its_deployments_and_is_refused_the_fleet_which_an_operator_sees,
     a_deployment_fragment_shows_its_state_and_builds_and_a_queued_build_is_left_to_the_stream,
+    a_queued_build_says_why_it_waits_and_the_builds_list_shows_each_trigger_and_who_asked_escaped,
 );

@@ -12,8 +12,9 @@
 use crate::common;
 use crate::tools;
 
-use common::{binary, command, free_port, repo, start, Api};
-use serde_json::Value;
+use common::{binary, command, free_port, repo, start, wait_for, Api};
+use reqwest::Method;
+use serde_json::{json, Value};
 use slipway_jobs::store::Engine;
 use slipway_jobs::test_support::TestDatabase;
 use std::time::Duration;
@@ -175,4 +176,139 @@ async fn the_dashboard_asks_for_a_fresh_token_when_its_token_expires_while_it_fo
     assert!(after.is_empty(), "the page kept asking the api with an expired token: {after:?}");
     let (_, _, b) = api.get(&build).await;
     assert_eq!(b["status"], "running", "the build goes on: {b}");
+}
+
+/// The dashboard's safe-change buttons in headless Chromium
+/// (`tests/browser/safe_change.mjs`), against the real api and worker
+/// building the reference source with real Nix: a deploy, then a plan of
+/// another configuration. The page shows the plan's per-node diff; its
+/// Apply queues an apply of that plan, which succeeds; Apply on the same
+/// plan again shows the api's `plan_stale` refusal; Rollback on the first
+/// deploy queues a rollback to it, which succeeds. Each build the page
+/// queued is checked through the api: its trigger, what it is based on,
+/// and who asked (the page's token's subject).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_applies_a_plan_and_rolls_back_to_an_older_deploy_from_their_buttons() {
+    require_the_browser_tools();
+    let db = TestDatabase::new(Engine::Sqlite).await;
+    db.keep(true);
+    eprintln!("this test's folder (kept if it fails): {}", db.dir.path().display());
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    let mut worker = command(&binary("slipway-worker"), &db, port);
+    worker.arg("work");
+    let _worker = start(worker, &db, "worker.log");
+    let api = Api::connect(&db, port).await;
+
+    let id = "safe";
+    let ended = |build: String| {
+        let api = api.clone();
+        async move {
+            let path = format!("/builds/{build}");
+            wait_for(&format!("build {build} to end"), Duration::from_secs(240), || async {
+                let (_, _, b) = api.get(&path).await;
+                b["status"].as_str().is_some_and(|s| common::ENDED.contains(&s)).then_some(b)
+            })
+            .await
+        }
+    };
+    let (status, first) = api.submit(id, &common::demo()).await.unwrap();
+    assert_eq!(status, 202, "{first}");
+    let first = ended(first["build_id"].as_str().unwrap().to_owned()).await;
+    assert_eq!(first["status"], "succeeded", "{first}");
+    let mut changed = common::demo();
+    changed["applications"]["mastodon"]["subdomain"] = json!("chat");
+    let (status, plan) = api
+        .call(Method::PUT, &format!("/deployments/{id}?dry_run=true"), Some(&json!({ "configuration": changed })))
+        .await
+        .unwrap();
+    assert_eq!(status, 202, "{plan}");
+    let plan = ended(plan["build_id"].as_str().unwrap().to_owned()).await;
+    assert_eq!(plan["status"], "succeeded", "{plan}");
+    let (plan_id, first_id) = (plan["id"].as_str().unwrap(), first["id"].as_str().unwrap());
+
+    let out = command(&binary("slipway-api"), &db, port)
+        .args(["token", "--deployments", id, "--ttl", "1h", "--sub", "dashboard-user"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let driver = tokio::process::Command::new("node")
+        .arg(browser_dir().join("safe_change.mjs"))
+        .current_dir(browser_dir())
+        .env("UI_URL", format!("{}/ui", api.base))
+        .env("SLIPWAY_TOKEN", &token)
+        .env("DEPLOYMENT_ID", id)
+        .env("PLAN_ID", plan_id)
+        .env("TARGET_ID", first_id)
+        .env("RESULT_TIMEOUT_MS", "200000")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(480), driver)
+        .await
+        .expect("safe_change.mjs did not end within 480 s")
+        .expect("node runs safe_change.mjs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "safe_change.mjs failed ({}):\n{stderr}\n{stdout}", out.status);
+    let page: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("safe_change.mjs printed no JSON ({e}):\n{stdout}\n{stderr}"));
+
+    // The plan's view: every node of its report with its action; the
+    // changed subdomain updates mastodon's node.
+    let rows = page["plan_rows"].as_array().unwrap_or_else(|| panic!("no plan rows: {page:#}"));
+    let nodes: Vec<(&str, &str)> = plan["report"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["name"].as_str().unwrap(), n["change"]["action"].as_str().unwrap()))
+        .collect();
+    let shown: Vec<(&str, &str)> =
+        rows.iter().map(|r| (r["node"].as_str().unwrap_or("?"), r["action"].as_str().unwrap_or("?"))).collect();
+    assert_eq!(shown, nodes, "{page:#}");
+    assert!(nodes.contains(&("mastodon", "update")), "{nodes:?}");
+    // The builds list: each build's trigger.
+    let triggers: Vec<(&str, &str)> = page["builds_rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["build"].as_str().unwrap_or("?"), r["trigger"].as_str().unwrap_or("?")))
+        .collect();
+    assert_eq!(triggers, [(plan_id, "dry_run"), (first_id, "submit")], "{page:#}");
+
+    // Apply: queued by the page, an apply of the plan asked by its token, succeeded.
+    let applied = page["applied"]["build"].as_str().unwrap_or_else(|| panic!("no apply: {page:#}"));
+    let (_, _, b) = api.get(&format!("/builds/{applied}")).await;
+    assert_eq!(
+        (&b["trigger"], &b["based_on"], &b["status"]),
+        (&json!("apply"), &plan["id"], &json!("succeeded")),
+        "{b}"
+    );
+    assert_eq!(b["requested_by"]["sub"], "dashboard-user", "{b}");
+    // The stale plan: the page says the api's refusal, as an error.
+    let stale = page["stale"]["status"].as_str().unwrap_or_default();
+    assert!(stale.starts_with("Not applied: the plan is stale"), "{page:#}");
+    assert_eq!(page["stale"]["error"], "error", "{page:#}");
+    // Rollback: to the first deploy, asked by the page's token, succeeded.
+    let rolled = page["rolled_back"]["build"].as_str().unwrap_or_else(|| panic!("no rollback: {page:#}"));
+    let (_, _, b) = api.get(&format!("/builds/{rolled}")).await;
+    assert_eq!(
+        (&b["trigger"], &b["based_on"], &b["status"]),
+        (&json!("rollback"), &first["id"], &json!("succeeded")),
+        "{b}"
+    );
+    assert_eq!(b["requested_by"]["sub"], "dashboard-user", "{b}");
+    let (_, page_of_rollbacks) =
+        api.call(Method::GET, &format!("/deployments/{id}/builds?trigger=rollback"), None).await.unwrap();
+    assert_eq!(page_of_rollbacks["builds"][0]["id"], rolled, "{page_of_rollbacks}");
+    // The page shows who asked and why, in the list and the build's view.
+    let row = page["rolled_back"]["row"].as_str().unwrap_or_default();
+    assert!(row.contains("rollback") && row.contains("dashboard-user"), "{page:#}");
+    let view = page["rolled_back"]["view"].as_str().unwrap_or_default();
+    assert!(view.contains("Returns to") && view.contains(first_id), "{page:#}");
+    // Each click was confirmed, and nothing went wrong in the page.
+    assert_eq!(page["dialogs"].as_array().map(Vec::len), Some(3), "{page:#}");
+    assert_eq!(page["page_errors"], Value::Array(vec![]), "{page:#}");
+    assert_eq!(page["failed_requests"], Value::Array(vec![]), "{page:#}");
+    db.keep(false);
 }
