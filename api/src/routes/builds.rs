@@ -100,6 +100,9 @@ pub struct PlanView {
     configuration_sha256: String,
     /// When it can no longer be applied (RFC 3339, `PLAN_TTL`).
     expires_at: String,
+    /// Whether its module source declares the `plan` capability; without
+    /// it the plan cannot be applied.
+    source_supports_plans: bool,
 }
 
 impl From<&PlanInputs> for PlanView {
@@ -111,6 +114,7 @@ impl From<&PlanInputs> for PlanView {
             secret_values_given: p.secret_values_given.clone(),
             configuration_sha256: p.configuration_sha256.clone(),
             expires_at: rfc3339(p.expires_at),
+            source_supports_plans: p.source_supports_plans,
         }
     }
 }

@@ -248,6 +248,8 @@ pub fn plan_appliable(b: &BuildRow, now_ms: i64) -> Option<Result<(), &'static s
     }
     Some(if !plan.secret_values_given.is_empty() {
         Err("gave secret values")
+    } else if !plan.source_supports_plans {
+        Err("its module source cannot apply plans")
     } else if now_ms > plan.expires_at {
         Err("expired")
     } else {
@@ -740,6 +742,7 @@ mod tests {
             secret_values_given: Vec::new(),
             configuration_sha256: String::new(),
             expires_at: 30_000,
+            source_supports_plans: true,
         });
         row.report = Some(serde_json::json!({ "nodes": [{
             "name": "web", "outcome": "planned",
