@@ -307,7 +307,65 @@ async fn a_form_hint_refusal_names_the_key_that_does_not_apply(engine: Engine) {
     assert!(problem["message"].as_str().unwrap().contains(&key), "{problem}");
 }
 
+/// `PUT /deployments/{id}` with `Origin: origin` and `body`.
+async fn put_from(h: &Harness, id: &str, origin: &str, body: &Value) -> (StatusCode, Value) {
+    use axum::http::{header, Request};
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+    let req = Request::builder()
+        .method(Method::PUT)
+        .uri(format!("/deployments/{id}"))
+        .header(header::AUTHORIZATION, format!("Bearer {}", all()))
+        .header(header::ORIGIN, origin)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(axum::body::Body::from(body.to_string()))
+        .unwrap();
+    let res = h.router.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+async fn each_build_records_who_asked_and_keeps_no_origin_it_cannot_show(engine: Engine) {
+    let h = harness(engine).await;
+    let body = json!({ "configuration": demo() });
+    let (status, accepted) = put_from(&h, "who", "https://panel.example.org", &body).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let long = format!("https://{}.example.org", "a".repeat(300));
+    let (status, _) = put_from(&h, "who", &long, &body).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (_, page) = h.call(Method::GET, "/deployments/who/builds", Some(&all()), None).await;
+    let builds = page["builds"].as_array().unwrap();
+    assert_eq!(builds[1]["requested_by"]["origin"], "https://panel.example.org", "{page}");
+    assert!(builds[1]["requested_by"]["sub"].is_string(), "{page}");
+    assert_eq!(builds[0]["trigger"], "submit", "{page}");
+    assert!(builds[0]["requested_by"].get("origin").is_none(), "an origin past 256 bytes was kept: {page}");
+    let (_, build) =
+        h.call(Method::GET, &format!("/builds/{}", accepted["build_id"].as_str().unwrap()), Some(&all()), None).await;
+    assert_eq!(build["requested_by"]["origin"], "https://panel.example.org", "{build}");
+}
+
+async fn a_health_gate_that_is_no_duration_is_refused_naming_it_and_stores_nothing(engine: Engine) {
+    let h = harness(engine).await;
+    for gate in
+        [json!({ "timeout": "forever" }), json!({ "timeout": "2d", "rollback": true }), json!({ "rollback": true })]
+    {
+        let body = json!({ "configuration": demo(), "health_gate": gate });
+        let (status, answer) = h.put("gated", &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{gate}: {answer}");
+        assert_error_shape(&answer, "invalid_request");
+        assert!(
+            answer["message"].as_str().unwrap().contains("health_gate")
+                || answer["message"].as_str().unwrap().contains("timeout"),
+            "{answer}"
+        );
+    }
+    assert_eq!(h.count("builds").await, 0, "a refused submit stored a build");
+}
+
 slipway_jobs::on_both_engines!(
+    each_build_records_who_asked_and_keeps_no_origin_it_cannot_show,
+    a_health_gate_that_is_no_duration_is_refused_naming_it_and_stores_nothing,
     a_configuration_that_fails_the_schema_lists_every_path_and_stores_nothing,
     a_secret_value_without_openbao_is_an_invalid_configuration,
     a_malformed_json_body_gets_the_json_error_shape,

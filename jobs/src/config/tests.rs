@@ -279,3 +279,27 @@ fn an_empty_trusted_sources_list_allows_all() {
     let keys = BTreeMap::from([("SLIPWAY_TRUSTED_SOURCES".to_owned(), String::new())]);
     assert!(Config::from_keys(&keys).unwrap().sources.trusted_sources.is_empty());
 }
+
+#[test]
+fn plans_and_rollbacks_default_to_an_hour_and_five_generations_without_a_health_gate() {
+    let c = Config::from_keys(&BTreeMap::new()).unwrap();
+    assert_eq!(c.safe_change.plan_ttl, Duration::from_secs(3600));
+    assert_eq!(c.safe_change.keep_generations, 5);
+    assert_eq!(c.safe_change.health_gate, None);
+}
+
+#[test]
+fn a_health_gate_setting_is_a_timeout_with_or_without_rollback_and_anything_else_is_named() {
+    use crate::provenance::HealthGate;
+    let gate = |v: &str| {
+        let keys = BTreeMap::from([("HEALTH_GATE".to_owned(), v.to_owned())]);
+        Config::from_keys(&keys).map(|c| c.safe_change.health_gate)
+    };
+    assert_eq!(gate("5m").unwrap(), Some(HealthGate { timeout_ms: 300_000, rollback: false }));
+    assert_eq!(gate("90s,rollback").unwrap(), Some(HealthGate { timeout_ms: 90_000, rollback: true }));
+    assert_eq!(gate("off").unwrap(), None);
+    for bad in ["5m,later", "0s", "2d", "soon"] {
+        let e = gate(bad).unwrap_err().to_string();
+        assert!(e.contains("HEALTH_GATE") && e.contains(bad), "{bad}: {e}");
+    }
+}
