@@ -126,6 +126,15 @@ enum Command {
         /// Evaluate and build only; change nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Hold the deploy until every instance it deployed is ready, failing it
+        /// `health_gate` after this long (`90s`, `5m`, `1h`; the api's HEALTH_GATE
+        /// applies when not given).
+        #[arg(long, value_name = "TIMEOUT")]
+        health_gate: Option<String>,
+        /// With --health-gate: roll back to the previous successful deploy when the
+        /// gate fails.
+        #[arg(long, requires = "health_gate")]
+        rollback_on_failure: bool,
         /// Show the build's log and progress until it ends; exit 4 unless it succeeds.
         #[arg(long)]
         follow: bool,
@@ -342,9 +351,12 @@ async fn run(cli: Cli, screen: Screen) -> Result<(), Failure> {
     let cli_url = cli.url.clone();
     let client = Client::new(&cli.url, cli.token)?;
     match cli.command {
-        Command::Deploy { id, file, module_source, dry_run, follow: and_follow } => {
+        Command::Deploy { id, file, module_source, dry_run, health_gate, rollback_on_failure, follow: and_follow } => {
             let id = path_id("deployment id", &id)?;
-            let body = submit_body(&file, module_source)?;
+            let mut body = submit_body(&file, module_source)?;
+            if let Some(timeout) = health_gate {
+                body["health_gate"] = json!({ "timeout": timeout, "rollback": rollback_on_failure });
+            }
             let path = format!("/deployments/{id}{}", if dry_run { "?dry_run=true" } else { "" });
             let (_, accepted) = client.json(client.request(Method::PUT, &path)?.json(&body)).await?;
             let build = accepted["build_id"].as_str().unwrap_or_default().to_owned();

@@ -310,6 +310,18 @@ pub fn build(b: &BuildRow, log: &str, extras: &BuildExtras<'_>) -> Markup {
                 @if let Some(waiting) = extras.waiting_for {
                     dt { "Waiting for" } dd.waiting { (waiting_for(waiting, &link)) }
                 }
+                @if let Some(phase) = &b.phase {
+                    dt { "Phase" } dd.phase { (phase) @if phase == "verifying" { ": the health gate waits for every instance to be ready" } }
+                }
+                @if let Some(gate) = &b.provenance.health_gate {
+                    dt { "Health gate" }
+                    dd.gate {
+                        (gate.timeout_ms / 1000) " s" @if gate.rollback { ", rolls back when it fails" }
+                        @if let Some(verdict) = b.report.as_ref().and_then(|r| r["health_gate"]["verdict"].as_str()) {
+                            " — " (verdict)
+                        }
+                    }
+                }
                 dt { "Attempts" } dd { (b.attempts) }
                 dt { "Worker" } dd { (b.worker.as_deref().unwrap_or("—")) }
                 dt { "Queued" } dd { (when(b.queued_at)) }
@@ -675,6 +687,17 @@ mod tests {
 
     fn render(b: &BuildRow, log: &str, diff: &BuildDiff, waiting_for: Option<&WaitingFor>) -> String {
         build(b, log, &BuildExtras { changes: diff, waiting_for, now_ms: 20_000 }).into_string()
+    }
+
+    #[test]
+    fn a_build_that_verifies_shows_its_phase_and_its_gate() {
+        let mut row = build_row(BuildStatus::Running);
+        row.phase = Some("verifying".into());
+        row.provenance.health_gate = Some(slipway_jobs::provenance::HealthGate { timeout_ms: 300_000, rollback: true });
+        let diff = slipway_jobs::history::diff(&row, None);
+        let html = render(&row, "", &diff, None);
+        assert!(html.contains("verifying: the health gate waits for every instance to be ready"), "{html}");
+        assert!(html.contains("300 s, rolls back when it fails"), "{html}");
     }
 
     #[test]

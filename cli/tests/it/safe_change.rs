@@ -110,4 +110,12 @@ async fn a_plan_shows_each_node_s_change_and_the_apply_command_which_applies_it_
     let body: Value = serde_json::from_str(json.stderr.trim()).unwrap();
     assert_eq!((body["error"].as_str(), body["status"].as_i64()), (Some("plan_stale"), Some(409)), "{body}");
     assert!(body["details"]["moved"].as_array().is_some_and(|m| !m.is_empty()), "{body}");
+
+    // A health gate reaches the api as the submit's `health_gate` (a bad one is the api's 400, naming it).
+    let bad =
+        fleet.slipway(&user, &["deploy", "sc", "-f", demo, "--health-gate", "soon", "--rollback-on-failure"]).await;
+    assert_eq!(bad.code, 1, "{bad:#?}");
+    assert!(bad.stderr.contains("invalid_request") && bad.stderr.contains("health_gate"), "{bad:#?}");
+    let unpaired = fleet.slipway(&user, &["deploy", "sc", "-f", demo, "--rollback-on-failure"]).await;
+    assert_eq!(unpaired.code, 2, "--rollback-on-failure without --health-gate: {unpaired:#?}");
 }

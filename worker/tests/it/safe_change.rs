@@ -419,6 +419,14 @@ async fn a_cancel_while_verifying_stops_the_gate_and_keeps_the_activation(engine
     assert_eq!(systems(&build), active_systems(db, "cancel-gate"), "the activation was undone");
     let (_, _, d) = api.get("/deployments/cancel-gate").await;
     assert_eq!(d["state"], "active", "{d}");
+
+    // A first deploy that fails its gate has nothing to roll back to: it ends failed.
+    let accepted = gated(api, "first-gate", source, &broken, "2s", true).await;
+    let failed = ended(api, accepted["build_id"].as_str().unwrap()).await;
+    assert_eq!(failed["reason"], "health_gate", "{failed}");
+    let (_, _, d) = api.get("/deployments/first-gate").await;
+    assert_eq!((&d["state"], &d["last_build"]["id"]), (&json!("failed"), &failed["id"]), "{d}");
+    assert_eq!(api.builds("first-gate").await.unwrap().len(), 1, "a rollback was queued with nothing to return to");
 }
 
 /// What a crashed worker was doing.
