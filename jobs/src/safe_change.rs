@@ -34,7 +34,7 @@ pub enum ChangeError {
     #[error("no deployment {0}")]
     UnknownDeployment(String),
     /// `404`: the build named is not a plan of the deployment (apply), or
-    /// there is no such build (rollback).
+    /// not a build of it (rollback).
     #[error("{0}")]
     NotFound(String),
     /// `409 plan_stale`: what moved since the plan was made, one sentence each.
@@ -126,15 +126,17 @@ pub async fn rollback_in(tx: &mut Conn, request: &RollbackRequest) -> Result<Acc
     }
     let target = match &request.to {
         Some(to) => {
-            let target = builds::get(tx, to).await?.ok_or_else(|| ChangeError::NotFound(format!("no build {to}")))?;
+            // Another deployment's build is answered as unknown: a token
+            // scoped to this deployment learns nothing of the others.
+            let missing = || ChangeError::NotFound(format!("no build {} of deployment {id}", crate::id::quoted(to)));
+            let target = builds::get(tx, to).await?.filter(|t| t.deployment_id == id).ok_or_else(missing)?;
             let is_deploy = target.kind == BuildKind::Deploy && !target.dry_run;
-            if target.deployment_id != id || !is_deploy || target.status != BuildStatus::Succeeded {
+            if !is_deploy || target.status != BuildStatus::Succeeded {
                 return Err(ChangeError::InvalidTarget(format!(
-                    "build {to} is not a successful deploy of deployment {id} ({} {} of {}); roll back to one of \
-                     its successful deploys",
+                    "build {to} is not a successful deploy of deployment {id} (a {} {}); roll back to one of its \
+                     successful deploys",
                     target.status.as_str(),
                     if target.dry_run { "plan" } else { target.kind.as_str() },
-                    target.deployment_id
                 )));
             }
             target
@@ -206,7 +208,9 @@ pub async fn apply(db: &Db, request: ApplyRequest) -> Result<Accepted, ChangeErr
     if !tx.lock_deployment(id).await? {
         return Err(ChangeError::UnknownDeployment(id.to_owned()));
     }
-    let not_a_plan = || ChangeError::NotFound(format!("build {} is not a plan of deployment {id}", request.plan));
+    let not_a_plan = || {
+        ChangeError::NotFound(format!("build {} is not a plan of deployment {id}", crate::id::quoted(&request.plan)))
+    };
     let plan = builds::get(&mut tx, &request.plan).await?.ok_or_else(not_a_plan)?;
     let inputs = match (&plan.provenance.plan, plan.dry_run && plan.deployment_id == id) {
         (Some(inputs), true) => inputs.clone(),

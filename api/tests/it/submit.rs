@@ -363,7 +363,26 @@ async fn a_health_gate_that_is_no_duration_is_refused_naming_it_and_stores_nothi
     assert_eq!(h.count("builds").await, 0, "a refused submit stored a build");
 }
 
+async fn a_hostile_build_id_given_to_an_apply_or_a_rollback_is_quoted_and_cut_in_its_404(engine: Engine) {
+    let h = harness(engine).await;
+    let (status, _) = h.put("hostile", &json!({ "configuration": demo() })).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let hostile = format!("\u{1b}[31m{}", "x".repeat(10_000));
+    for (path, body) in [
+        ("/deployments/hostile/apply", json!({ "plan": hostile })),
+        ("/deployments/hostile/rollback", json!({ "to": hostile })),
+    ] {
+        let (status, answer) = h.call(Method::POST, path, Some(&all()), Some(body.to_string().into_bytes())).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+        let message = answer["message"].as_str().unwrap();
+        assert!(!message.contains('\u{1b}') && message.contains("\\u{1b}"), "{message}");
+        assert!(message.len() < 200, "the id was not cut: {} bytes", message.len());
+    }
+    assert_eq!(h.count("builds").await, 1, "a refused apply or rollback stored a build");
+}
+
 slipway_jobs::on_both_engines!(
+    a_hostile_build_id_given_to_an_apply_or_a_rollback_is_quoted_and_cut_in_its_404,
     each_build_records_who_asked_and_keeps_no_origin_it_cannot_show,
     a_health_gate_that_is_no_duration_is_refused_naming_it_and_stores_nothing,
     a_configuration_that_fails_the_schema_lists_every_path_and_stores_nothing,

@@ -228,6 +228,11 @@ async fn a_rollback_that_cannot_be_exact_is_refused_naming_why(engine: Engine) {
     assert_eq!((status, refused["error"].as_str()), (409, Some("invalid_rollback_target")), "{refused}");
     let (status, refused) = post(api, "/deployments/gone/rollback", Some(json!({ "to": "gone.nothing" }))).await;
     assert_eq!((status, refused["error"].as_str()), (404, Some("not_found")), "{refused}");
+    // Another deployment's successful deploy is answered as unknown, telling nothing of it.
+    let other = submitted(api, "other", &demo(), false).await;
+    let (status, refused) = post(api, "/deployments/gone/rollback", Some(json!({ "to": other["id"] }))).await;
+    assert_eq!((status, refused["error"].as_str()), (404, Some("not_found")), "{refused}");
+    assert!(!refused["message"].as_str().unwrap().contains("succeeded"), "{refused}");
 
     // A later clear deleted every version the first build read.
     let mut cleared = demo();
