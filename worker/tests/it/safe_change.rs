@@ -425,6 +425,27 @@ async fn a_cancel_while_verifying_stops_the_gate_and_keeps_the_activation(engine
     let (_, _, d) = api.get("/deployments/cancel-gate").await;
     assert_eq!(d["state"], "active", "{d}");
 
+    // A plan of a source that does not declare the plan capability cannot be applied.
+    let plain = db.dir.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let status =
+        std::process::Command::new("cp").arg("-r").arg(source.trim_start_matches("path:")).arg(&plain).status();
+    assert!(status.unwrap().success());
+    let meta = plain.join("nix/core/meta.nix");
+    let text = std::fs::read_to_string(&meta).unwrap();
+    assert!(text.contains("capabilities = [ \"plan\" ];"), "the reference meta changed");
+    std::fs::write(&meta, text.replace("capabilities = [ \"plan\" ];", "capabilities = [ ];")).unwrap();
+    let plain = format!("path:{}", plain.join("nix").display());
+    gated(api, "plain", &plain, &demo(), "60s", false).await;
+    let body = json!({ "configuration": demo(), "module_source": plain });
+    let (status, accepted) = api.call(Method::PUT, "/deployments/plain?dry_run=true", Some(&body)).await.unwrap();
+    assert_eq!(status, 202, "{accepted}");
+    let plan = ended(api, accepted["build_id"].as_str().unwrap()).await;
+    assert_eq!(plan["plan"]["source_supports_plans"], false, "{plan}");
+    let (status, refused) = post(api, "/deployments/plain/apply", Some(json!({ "plan": plan["id"] }))).await;
+    assert_eq!((status, refused["error"].as_str()), (409, Some("plan_not_appliable")), "{refused}");
+    assert!(refused["message"].as_str().unwrap().contains("capability"), "{refused}");
+
     // A first deploy that fails its gate has nothing to roll back to: it ends failed.
     let accepted = gated(api, "first-gate", source, &broken, "2s", true).await;
     let failed = ended(api, accepted["build_id"].as_str().unwrap()).await;
