@@ -541,7 +541,8 @@ async fn a_queued_build_says_why_it_waits(engine: Engine) {
 
     // One worker with one slot, busy with wait-a's build for a while.
     let source = db.path("slow-source");
-    common::slow_source(&source, 8);
+    // Long enough that it still runs however slowly the submits below are answered.
+    common::slow_source(&source, 120);
     let mut worker = common::slow_worker(&db, port, &source);
     worker.env("BUILD_SLOTS", "1");
     let _worker = start(worker, &db, "worker.log");
