@@ -11,7 +11,7 @@
 
 use crate::secrets::SecretPins;
 use crate::state::BuildStatus;
-use crate::store::builds::{self, BuildRow};
+use crate::store::builds::{self, BuildRow, Newest};
 use crate::store::{Conn, StoreError};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -59,7 +59,7 @@ pub fn diff(build: &BuildRow, previous: Option<&BuildRow>) -> BuildDiff {
 
 /// Reads `build`'s previous build and gives its [`diff`].
 pub async fn diff_of(conn: &mut Conn, build: &BuildRow) -> Result<BuildDiff, StoreError> {
-    let previous = builds::previous_real(conn, &build.deployment_id, build.seq).await?;
+    let previous = builds::newest_before(conn, &build.deployment_id, Newest::Any, build.seq).await?;
     Ok(diff(build, previous.as_ref()))
 }
 

@@ -21,7 +21,7 @@ use crate::id::{new_build_id, DeploymentId};
 use crate::provenance::{HealthGate, Provenance, RequestedBy, Trigger};
 use crate::secrets::{Pin, SecretPins};
 use crate::state::{BuildKind, BuildStatus, DeploymentState};
-use crate::store::builds::{self, BuildRow};
+use crate::store::builds::{self, BuildRow, Newest};
 use crate::store::submit::{lock_and_upsert, write_build, AdmissionLock, WriteBuild};
 use crate::store::{deployments, now_ms, Conn, Db, StoreError};
 use crate::submit::Accepted;
@@ -181,7 +181,7 @@ async fn default_target(tx: &mut Conn, id: &str, deciding: Option<&BuildRow>) ->
         Some(b) if b.kind == BuildKind::Deploy && b.status == BuildStatus::Succeeded => b.seq,
         _ => i64::MAX,
     };
-    builds::succeeded_deploy_before(tx, id, before).await?.ok_or_else(|| {
+    builds::newest_before(tx, id, Newest::SucceededDeploy, before).await?.ok_or_else(|| {
         ChangeError::InvalidTarget(format!(
             "deployment {id} has no successful deploy {} to roll back to",
             if before == i64::MAX { "yet" } else { "before its active build" }
@@ -298,7 +298,7 @@ async fn moved_since(
             inputs.deployment_version
         ));
     }
-    let active = builds::succeeded_deploy_before(tx, id, i64::MAX).await?.map(|b| b.id);
+    let active = builds::newest(tx, id, Newest::SucceededDeploy).await?.map(|b| b.id);
     if active != inputs.active_build {
         moved.push(format!(
             "the active build is {} (the plan was made on {})",

@@ -254,7 +254,7 @@ pub async fn submit(
                 return Err(SubmitError::DryRunUnknown(id.to_string()));
             };
             let previous = builds::latest_secret_pins(&mut conn, id.as_str()).await?.unwrap_or_default();
-            let active = builds::succeeded_deploy_before(&mut conn, id.as_str(), i64::MAX).await?;
+            let active = builds::newest(&mut conn, id.as_str(), builds::Newest::SucceededDeploy).await?;
             let mut inputs = plan_inputs(&deployment, active.as_ref(), &previous, &checked, request.plan_ttl);
             inputs.source_supports_plans = checker.outputs().meta.supports_plans();
             provenance.plan = Some(inputs);

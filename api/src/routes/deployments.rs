@@ -598,7 +598,7 @@ pub async fn builds(
         let in_page = trigger.is_none().then(|| rows[i + 1..].iter().find(|r| !r.dry_run)).flatten();
         let previous = match in_page {
             Some(r) => Some(r.clone()),
-            None => builds::previous_real(&mut conn, id.as_str(), b.seq).await?,
+            None => builds::newest_before(&mut conn, id.as_str(), builds::Newest::Any, b.seq).await?,
         };
         list.push(BuildSummary::of(b, previous.as_ref()));
     }

@@ -230,6 +230,8 @@ pub enum Newest {
     Deciding,
     /// One that succeeded ([`latest_succeeded`]).
     Succeeded,
+    /// A deploy that succeeded: the active build, or a rollback's target.
+    SucceededDeploy,
 }
 
 impl Newest {
@@ -241,6 +243,7 @@ impl Newest {
                 "b.dry_run = 0 AND (b.status NOT IN ('cancelled', 'superseded') OR b.started_at IS NOT NULL)"
             }
             Newest::Succeeded => "b.dry_run = 0 AND b.status = 'succeeded'",
+            Newest::SucceededDeploy => "b.dry_run = 0 AND b.status = 'succeeded' AND b.kind = 'deploy'",
         }
     }
 }
@@ -544,7 +547,7 @@ pub async fn finish(conn: &mut Conn, build: &BuildRow, outcome: &Finish, now: i6
 
 /// The stored trigger of a build aliased `b`, with the one a build made
 /// before triggers were recorded has ([`Trigger::of_legacy`]).
-const TRIGGER_SQL: &str = "COALESCE(b.trigger_kind, CASE WHEN b.kind = 'destroy' THEN 'delete' \
+pub(crate) const TRIGGER_SQL: &str = "COALESCE(b.trigger_kind, CASE WHEN b.kind = 'destroy' THEN 'delete' \
                            WHEN b.dry_run = 1 THEN 'dry_run' ELSE 'submit' END)";
 
 /// A deployment's builds, newest first, at most `limit`; with `before`
@@ -571,29 +574,18 @@ pub async fn list(
     rows.iter().map(from_row).collect()
 }
 
-/// The newest build of `deployment` submitted before `seq` that is not a
-/// dry run: what a build's changes are counted from (the run history).
-pub async fn previous_real(conn: &mut Conn, deployment: &str, seq: i64) -> Result<Option<BuildRow>, StoreError> {
-    let row = Q::new(format!(
-        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND seq < $2 AND dry_run = 0 ORDER BY seq DESC LIMIT 1"
-    ))
-    .text(deployment)
-    .int(seq)
-    .fetch_optional(conn)
-    .await?;
-    row.as_ref().map(from_row).transpose()
-}
-
-/// The newest successful deploy of `deployment` (not a dry run) submitted
-/// before `seq`: a rollback's default target, before the active build.
-pub async fn succeeded_deploy_before(
+/// [`newest`] among the builds of `deployment` submitted before `seq`:
+/// with [`Newest::Any`], what a build's changes are counted from (the run
+/// history); with [`Newest::SucceededDeploy`], a rollback's default target.
+pub async fn newest_before(
     conn: &mut Conn,
     deployment: &str,
+    which: Newest,
     seq: i64,
 ) -> Result<Option<BuildRow>, StoreError> {
     let row = Q::new(format!(
-        "SELECT {COLUMNS} FROM builds WHERE deployment_id = $1 AND seq < $2 AND dry_run = 0 AND kind = 'deploy'
-           AND status = 'succeeded' ORDER BY seq DESC LIMIT 1"
+        "SELECT {COLUMNS} FROM builds b WHERE b.deployment_id = $1 AND b.seq < $2 AND {} ORDER BY b.seq DESC LIMIT 1",
+        which.condition()
     ))
     .text(deployment)
     .int(seq)

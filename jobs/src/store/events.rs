@@ -40,11 +40,16 @@ pub struct Event {
     pub trigger: Option<crate::provenance::Trigger>,
 }
 
-/// The columns of an event read with its build's trigger
+/// The columns of an event read with its build's trigger, as the run
+/// history names it ([`builds::TRIGGER_SQL`])
 /// (`deployment_events e LEFT JOIN builds b ON b.id = e.build_id`).
-const EVENT_COLUMNS: &str = "e.deployment_id, e.n, e.state, e.build_id, e.at, \
-     CASE WHEN b.id IS NULL THEN NULL ELSE COALESCE(b.trigger_kind, CASE WHEN b.kind = 'destroy' THEN 'delete' \
-     ELSE 'submit' END) END AS trigger_kind";
+fn event_columns() -> String {
+    format!(
+        "e.deployment_id, e.n, e.state, e.build_id, e.at, \
+         CASE WHEN b.id IS NULL THEN NULL ELSE {} END AS trigger_kind",
+        builds::TRIGGER_SQL
+    )
+}
 
 fn from_row(r: &super::Row) -> Result<Event, StoreError> {
     Ok(Event {
@@ -93,8 +98,9 @@ pub async fn record(conn: &mut Conn, id: &str, now: i64) -> Result<Option<Event>
 /// The last event of deployment `id`, if any.
 pub async fn latest(conn: &mut Conn, id: &str) -> Result<Option<Event>, StoreError> {
     let row = Q::new(format!(
-        "SELECT {EVENT_COLUMNS} FROM deployment_events e LEFT JOIN builds b ON b.id = e.build_id
-         WHERE e.deployment_id = $1 ORDER BY e.n DESC LIMIT 1"
+        "SELECT {} FROM deployment_events e LEFT JOIN builds b ON b.id = e.build_id
+         WHERE e.deployment_id = $1 ORDER BY e.n DESC LIMIT 1",
+        event_columns()
     ))
     .text(id)
     .fetch_optional(conn)
@@ -106,8 +112,9 @@ pub async fn latest(conn: &mut Conn, id: &str) -> Result<Option<Event>, StoreErr
 /// `limit`.
 pub async fn since(conn: &mut Conn, id: &str, n: i64, limit: i64) -> Result<Vec<Event>, StoreError> {
     Q::new(format!(
-        "SELECT {EVENT_COLUMNS} FROM deployment_events e LEFT JOIN builds b ON b.id = e.build_id
-         WHERE e.deployment_id = $1 AND e.n > $2 ORDER BY e.n LIMIT $3"
+        "SELECT {} FROM deployment_events e LEFT JOIN builds b ON b.id = e.build_id
+         WHERE e.deployment_id = $1 AND e.n > $2 ORDER BY e.n LIMIT $3",
+        event_columns()
     ))
     .text(id)
     .int(n)
