@@ -156,9 +156,14 @@ pub async fn queue_states(
     app: &AppState,
     conn: &mut slipway_jobs::store::Conn,
 ) -> Result<Vec<slipway_jobs::store::fleet::QueueState>, slipway_jobs::store::StoreError> {
-    use slipway_jobs::store::queue::{DATABASE_QUEUES, MISSED_HEARTBEATS};
-    let window = (app.config.heartbeat * MISSED_HEARTBEATS).as_secs() as i64 + 1;
-    slipway_jobs::store::fleet::queue_states(conn, &DATABASE_QUEUES, window).await
+    slipway_jobs::store::fleet::queue_states(conn, &slipway_jobs::store::queue::DATABASE_QUEUES, live_window_s(app))
+        .await
+}
+
+/// How recently a worker must have beaten to count as live, in seconds:
+/// the takeover window (`SLIPWAY_HEARTBEAT` × the missed beats), plus one.
+pub fn live_window_s(app: &AppState) -> i64 {
+    (app.config.heartbeat * slipway_jobs::store::queue::MISSED_HEARTBEATS).as_secs() as i64 + 1
 }
 
 /// One sentence per queue whose jobs wait with no live worker serving it

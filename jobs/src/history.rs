@@ -103,17 +103,23 @@ pub enum WaitingFor {
     Worker,
 }
 
-/// Why `build` waits, when it is queued (`None` otherwise). `workers`:
-/// the live workers of the `builds` queue.
-pub async fn waiting_for(conn: &mut Conn, build: &BuildRow, workers: i64) -> Result<Option<WaitingFor>, StoreError> {
+/// Why `build` waits, when it is queued (`None` otherwise): one statement,
+/// and, only when no earlier build of its deployment holds it, the live
+/// workers of the `builds` queue (a heartbeat within `window_s` seconds).
+pub async fn waiting_for(conn: &mut Conn, build: &BuildRow, window_s: i64) -> Result<Option<WaitingFor>, StoreError> {
     if build.status != BuildStatus::Queued {
         return Ok(None);
     }
     let (ahead, before) = builds::waiting_ahead(conn, build).await?;
-    Ok(Some(match ahead {
-        Some(build_id) => WaitingFor::Deployment { build_id },
-        None if workers == 0 => WaitingFor::Worker,
-        None => WaitingFor::Slot { position: before + 1 },
+    if let Some(build_id) = ahead {
+        return Ok(Some(WaitingFor::Deployment { build_id }));
+    }
+    let builds_queue = [crate::store::queue::BUILDS_QUEUE];
+    let workers = crate::store::fleet::queue_states(conn, &builds_queue, window_s).await?;
+    Ok(Some(if workers.first().is_none_or(|q| q.workers == 0) {
+        WaitingFor::Worker
+    } else {
+        WaitingFor::Slot { position: before + 1 }
     }))
 }
 

@@ -218,16 +218,10 @@ pub async fn show(
     }))
 }
 
-/// Why `b` waits, when it is queued: one statement, and the live workers
-/// of the `builds` queue only when no earlier build of its deployment
-/// holds it. The dashboard's build fragment shows the same.
+/// Why `b` waits, when it is queued ([`history::waiting_for`], with the
+/// takeover window the api counts live workers by).
 pub(crate) async fn waiting_for(app: &AppState, conn: &mut Conn, b: &BuildRow) -> Result<Option<WaitingFor>, ApiError> {
-    if b.status != BuildStatus::Queued {
-        return Ok(None);
-    }
-    let queues = crate::observe::queue_states(app, conn).await?;
-    let workers = queues.iter().find(|q| q.queue == slipway_jobs::store::queue::BUILDS_QUEUE).map_or(0, |q| q.workers);
-    Ok(history::waiting_for(conn, b, workers).await?)
+    Ok(history::waiting_for(conn, b, crate::observe::live_window_s(app)).await?)
 }
 
 /// `GET /builds/{id}/diff`: what the build changed from the build before
