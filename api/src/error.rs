@@ -95,6 +95,9 @@ pub enum ErrorCode {
     InvalidModuleSource,
     /// `400`: the slug of `POST /labels` is not one.
     InvalidSlug,
+    /// `400`: the `Idempotency-Key` header is not one (empty, too long,
+    /// not visible ASCII, or sent twice).
+    InvalidIdempotencyKey,
     /// `401`: no token, or one that is not valid.
     Unauthorized,
     /// `403`: this token may not do that.
@@ -123,10 +126,16 @@ pub enum ErrorCode {
     SecretGone,
     /// `409`: the deployment is being destroyed, or was.
     DeploymentDestroyed,
+    /// `409`: a request with the same `Idempotency-Key` is still being
+    /// answered; try again once it is.
+    IdempotencyKeyInFlight,
     /// `410`: the plan's `PLAN_TTL` has passed.
     PlanExpired,
     /// `411`: the request needs a `Content-Length`.
     LengthRequired,
+    /// `412`: the deployment is not in the version `If-Match` names (or
+    /// exists despite `If-None-Match: *`); nothing was changed.
+    PreconditionFailed,
     /// `413`: the body is over the limit.
     PayloadTooLarge,
     /// `414`: the URI is too long.
@@ -135,6 +144,9 @@ pub enum ErrorCode {
     UnsupportedMediaType,
     /// `422`: well formed but cannot be processed.
     UnprocessableEntity,
+    /// `422`: the `Idempotency-Key` was used for another request (another
+    /// body, route or precondition) within its lifetime.
+    IdempotencyKeyReused,
     /// `422`: the module source lacks an output.
     OutputMissing,
     /// `422`: the module source is older than this service needs.
@@ -183,7 +195,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the document.
-    pub const ALL: [ErrorCode; 47] = {
+    pub const ALL: [ErrorCode; 51] = {
         use ErrorCode::*;
         [
             InvalidRequest,
@@ -192,6 +204,7 @@ impl ErrorCode {
             InvalidConfiguration,
             InvalidModuleSource,
             InvalidSlug,
+            InvalidIdempotencyKey,
             Unauthorized,
             Forbidden,
             SourceNotAllowed,
@@ -206,12 +219,15 @@ impl ErrorCode {
             InvalidRollbackTarget,
             SecretGone,
             DeploymentDestroyed,
+            IdempotencyKeyInFlight,
             PlanExpired,
             LengthRequired,
+            PreconditionFailed,
             PayloadTooLarge,
             UriTooLong,
             UnsupportedMediaType,
             UnprocessableEntity,
+            IdempotencyKeyReused,
             OutputMissing,
             SourceTooOld,
             BuildFailed,
@@ -262,6 +278,7 @@ pub fn status_code(status: StatusCode) -> (&'static str, &'static str) {
         408 => ("request_timeout", "the request took too long to arrive"),
         409 => ("conflict", "the request conflicts with the current state"),
         411 => ("length_required", "the request needs a Content-Length"),
+        412 => ("precondition_failed", "the request's precondition does not hold"),
         413 => ("payload_too_large", "the body is larger than this service accepts"),
         414 => ("uri_too_long", "the request's URI is longer than this service accepts"),
         415 => ("unsupported_media_type", "send the body as JSON with Content-Type: application/json"),
@@ -554,6 +571,9 @@ impl From<SubmitError> for ApiError {
             e @ SubmitError::SecretStoreMissing(_) => {
                 tracing::warn!(error = %e, "a submit was refused: this api has no OPENBAO_ADDR");
                 Self::unavailable(e.to_string())
+            }
+            e @ SubmitError::PreconditionFailed(_) => {
+                Self::new(StatusCode::PRECONDITION_FAILED, "precondition_failed", e.to_string())
             }
             SubmitError::Store(s) => s.into(),
         }

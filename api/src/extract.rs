@@ -101,7 +101,7 @@ fn unsupported_media_type() -> ApiError {
 /// `SLIPWAY_BODY_TIMEOUT` after the head ([`crate::body_deadline`]), `408
 /// request_timeout` (the latter with `limit_seconds` in `details`); a body
 /// that broke off `400 invalid_request`.
-async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
     Bytes::from_request(req, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::payload_too_large()

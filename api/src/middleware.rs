@@ -183,7 +183,17 @@ pub(crate) fn cors(origins: &slipway_jobs::callback::Origins) -> CorsLayer {
             origin.to_str().is_ok_and(|origin| origins.allows(origin))
         }))
         .allow_methods([Method::GET, Method::PUT, Method::POST, Method::DELETE])
-        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, HeaderName::from_static("last-event-id")])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            HeaderName::from_static("last-event-id"),
+            header::IF_MATCH,
+            header::IF_NONE_MATCH,
+            crate::idempotency::IDEMPOTENCY_KEY,
+        ])
+        // IK-1: a browser reads a deployment's version, and whether an
+        // answer was replayed.
+        .expose_headers([header::ETAG, header::RETRY_AFTER, crate::idempotency::IDEMPOTENCY_REPLAYED])
         .max_age(CORS_MAX_AGE)
         .vary([header::ORIGIN, header::ACCESS_CONTROL_REQUEST_METHOD, header::ACCESS_CONTROL_REQUEST_HEADERS])
 }

@@ -2,20 +2,23 @@
 //! (`fn app(state) -> Router`, built once and served, or called with
 //! `oneshot` in tests).
 
+use crate::idempotency::idempotent;
 use crate::limits::BODY_LIMIT;
 use crate::routes;
 use crate::state::AppState;
 use axum::extract::DefaultBodyLimit;
 use axum::handler::Handler;
 use axum::middleware;
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 
 /// The router with every route of this release, CORS, body and header
 /// limits, the database watcher and the access log.
 pub fn app(state: AppState) -> Router {
-    let submit =
-        routes::deployments::submit.layer(middleware::from_fn_with_state(state.clone(), crate::middleware::admission));
+    // IK-1 inside Q-3's admission: a full queue is refused before the body is read.
+    let submit = routes::deployments::submit
+        .layer(middleware::from_fn_with_state(state.clone(), crate::idempotency::guard))
+        .layer(middleware::from_fn_with_state(state.clone(), crate::middleware::admission));
     let cors = crate::middleware::cors(&state.config.allowed_origins);
     let router = Router::new()
         .route("/healthz", get(routes::health::healthz))
@@ -33,20 +36,22 @@ pub fn app(state: AppState) -> Router {
         )
         .route(
             "/deployments/{id}",
-            get(routes::deployments::show).merge(put(submit)).delete(routes::deployments::delete),
+            get(routes::deployments::show)
+                .merge(put(submit))
+                .merge(idempotent(&state, delete(routes::deployments::delete))),
         )
         .route("/deployments/{id}/builds", get(routes::deployments::builds))
         .route("/deployments/{id}/events", get(routes::events::deployment))
         .route("/deployments/{id}/events/ticket", post(routes::events::ticket_for_events))
         .route("/deployments/{id}/preview", post(routes::deployments::preview))
-        .route("/deployments/{id}/apply", post(routes::changes::apply))
-        .route("/deployments/{id}/rollback", post(routes::changes::rollback))
+        .route("/deployments/{id}/apply", idempotent(&state, post(routes::changes::apply)))
+        .route("/deployments/{id}/rollback", idempotent(&state, post(routes::changes::rollback)))
         .route("/schema/get_for", post(routes::sources::schema))
         .route("/renames/get_for", post(routes::sources::renames))
         .route("/builds/{id}", get(routes::builds::show))
         .route("/builds/{id}/log", get(routes::events::build_log))
         .route("/builds/{id}/log/ticket", post(routes::events::ticket_for_log))
-        .route("/builds/{id}/cancel", post(routes::builds::cancel))
+        .route("/builds/{id}/cancel", idempotent(&state, post(routes::builds::cancel)))
         .route("/builds/{id}/diff", get(routes::builds::diff))
         .route("/sbom-list/{id}", get(routes::sbom::list))
         .route("/sbom/{id}", get(routes::sbom::document))

@@ -23,6 +23,7 @@ mod openbao;
 mod safe_change;
 mod sandbox;
 mod sources;
+mod tenancy;
 mod worker;
 
 pub use api::ApiConfig;
@@ -32,6 +33,7 @@ pub use openbao::OpenBaoConfig;
 pub use safe_change::SafeChangeConfig;
 pub use sandbox::{parse_size, GitConfig, SandboxConfig};
 pub use sources::SourcesConfig;
+pub use tenancy::TenancyConfig;
 pub use worker::WorkerConfig;
 
 use crate::callback::Origins;
@@ -131,6 +133,8 @@ pub struct Config {
     /// Plans, rollbacks and health gates (`PLAN_TTL`, `KEEP_GENERATIONS`,
     /// `HEALTH_GATE`).
     pub safe_change: SafeChangeConfig,
+    /// Safe retries (`SLIPWAY_IDEMPOTENCY_TTL`, `SLIPWAY_IDEMPOTENCY_LEASE`).
+    pub tenancy: TenancyConfig,
     /// A worker's metrics address and the scrape token of both binaries
     /// (`SLIPWAY_METRICS_ADDR`, `SLIPWAY_METRICS_TOKEN`).
     pub metrics: MetricsConfig,
@@ -253,6 +257,8 @@ pub const KEYS: &[&str] = &[
     "SLIPWAY_GIT_KNOWN_HOSTS",
     "SLIPWAY_GIT_CREDENTIALS",
     "SLIPWAY_GIT_CA_FILE",
+    "SLIPWAY_IDEMPOTENCY_TTL",
+    "SLIPWAY_IDEMPOTENCY_LEASE",
 ];
 
 /// What a binary's `--help` says of its settings: where they come from and
@@ -424,6 +430,7 @@ impl Config {
         let sqlite_checkpoint_every = duration(keys, "SLIPWAY_SQLITE_CHECKPOINT_EVERY", 30)?;
         let sandbox = SandboxConfig::from_keys(keys)?;
         let git = GitConfig::from_keys(keys)?;
+        let tenancy = TenancyConfig::from_keys(keys)?;
         Ok(Self {
             database: DatabaseConfig { url: database_url, postgres_poll, sqlite_wal_limit, sqlite_checkpoint_every },
             state_dir,
@@ -467,6 +474,7 @@ impl Config {
             },
             openbao,
             safe_change: SafeChangeConfig { plan_ttl, keep_generations, health_gate },
+            tenancy,
             metrics: MetricsConfig { addr: metrics_addr, token: metrics_token },
             sandbox,
             git,

@@ -18,6 +18,7 @@ pub mod nix;
 pub mod openbao;
 pub mod openbao_token;
 pub mod outbound;
+pub mod precondition;
 pub mod probe;
 pub mod provenance;
 pub mod read;

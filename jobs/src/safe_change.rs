@@ -356,7 +356,7 @@ async fn queue_from(
         instances: &from.instances,
         names: provenance.names.as_ref(),
     };
-    lock_and_upsert(tx, id.as_str(), Some(snapshot), AdmissionLock::None, now_ms()).await?;
+    lock_and_upsert(tx, id.as_str(), Some(snapshot), AdmissionLock::None, None, now_ms()).await?;
     let now = now_ms();
     let build_id = new_build_id(id, crate::clock::now());
     let new = builds::NewBuild {

@@ -17,6 +17,7 @@
 use crate::id::{new_build_id, DeploymentId};
 use crate::nix::Names;
 use crate::openbao::{OpenBao, OpenBaoError};
+use crate::precondition::Precondition;
 use crate::provenance::{PlanInputs, Provenance, RequestedBy, Trigger};
 use crate::secrets::{plan_secrets_without_store, take_back, SecretPins, Written};
 use crate::source::policy::{NamesEval, Sources};
@@ -80,6 +81,11 @@ pub enum SubmitError {
     /// is sealed or cannot be reached (§8): nothing was stored or queued.
     #[error("the operator secrets cannot be stored now: {0}")]
     SecretStore(OpenBaoError),
+    /// The request's `If-Match` or `If-None-Match` does not hold for the
+    /// deployment as it is now ([`crate::precondition`]): nothing was stored
+    /// or queued.
+    #[error("deployment {0} is not in the version the request's If-Match or If-None-Match names (it changed since it was read, was created, or does not exist); read it again (GET /deployments/{0} answers its ETag) and decide what to send")]
+    PreconditionFailed(String),
     /// Storage failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -208,6 +214,20 @@ pub async fn submit(
     secrets: Option<&OpenBao>,
     request: SubmitRequest,
 ) -> Result<Accepted, SubmitError> {
+    submit_if(db, sources, secrets, request, None).await
+}
+
+/// [`submit`] only if `precondition` holds for the deployment when its
+/// transaction writes (checked in the same statement as the write, under
+/// the deployment's lock): [`SubmitError::PreconditionFailed`] otherwise,
+/// with nothing stored or queued.
+pub async fn submit_if(
+    db: &Db,
+    sources: &dyn Sources,
+    secrets: Option<&OpenBao>,
+    request: SubmitRequest,
+    precondition: Option<&Precondition>,
+) -> Result<Accepted, SubmitError> {
     let (checker, stored_source) = sources.checker_for(request.module_source.as_deref()).await?;
     let mut checked = match checker.check(request.configuration, secrets.is_none().then_some(NO_SECRET_STORE)) {
         Ok(checked) => checked,
@@ -285,6 +305,7 @@ pub async fn submit(
         secrets.is_none(),
         kind,
         request.queueing.limit,
+        precondition,
     )
     .await;
     let build_id = match stored {
@@ -361,6 +382,7 @@ async fn store_and_queue(
     without_store: bool,
     kind: BuildKind,
     limit: Option<u32>,
+    precondition: Option<&Precondition>,
 ) -> Result<String, SubmitError> {
     let mut admission = Admission::Shared;
     loop {
@@ -375,6 +397,7 @@ async fn store_and_queue(
             // secrets that OpenBao keeps is refused (an api replica
             // configured unlike the others), inside the transaction.
             refuse_kept_secrets: without_store && !checked.secrets.is_empty(),
+            precondition,
         };
         match store(db, id, stored, kind, limit, admission).await? {
             Some(build_id) => return Ok(build_id),
@@ -472,6 +495,8 @@ struct Stored<'a> {
     /// Roll back with [`SubmitError::SecretStoreMissing`] when the
     /// deployment's latest earlier build pins secrets OpenBao keeps.
     refuse_kept_secrets: bool,
+    /// What the deployment must be for the write to go ahead.
+    precondition: Option<&'a Precondition>,
 }
 
 /// [`crate::secrets::place_secrets`] with what it reads from the store, only
@@ -516,7 +541,16 @@ async fn store(
     admission: Admission,
 ) -> Result<Option<String>, SubmitError> {
     use crate::store::submit::{lock_and_upsert, write_build, AdmissionLock, WriteBuild};
-    let Stored { checked, module_source, names, operator_secrets, provenance, dry_run, refuse_kept_secrets } = stored;
+    let Stored {
+        checked,
+        module_source,
+        names,
+        operator_secrets,
+        provenance,
+        dry_run,
+        refuse_kept_secrets,
+        precondition,
+    } = stored;
     let mut tx = db.begin_write().await?;
     let snapshot = deployments::Snapshot {
         id: id.as_str(),
@@ -533,7 +567,10 @@ async fn store(
     };
     // The first submits of a new deployment have no row to lock yet: they
     // wait for each other here, on its key. A dry run changes nothing of it.
-    lock_and_upsert(&mut tx, id.as_str(), (!dry_run).then_some(snapshot), lock, now_ms()).await?;
+    if !lock_and_upsert(&mut tx, id.as_str(), (!dry_run).then_some(snapshot), lock, precondition, now_ms()).await? {
+        tx.rollback().await?;
+        return Err(SubmitError::PreconditionFailed(id.to_string()));
+    }
     // The time is read holding the deployment's lock, so a deployment's
     // builds are in the same order by submit (`seq`), id and `queued_at`.
     let now = now_ms();
@@ -619,10 +656,33 @@ pub async fn delete(
     callback: Option<&Callback>,
     requested_by: Option<&RequestedBy>,
 ) -> Result<Option<Deleted>, StoreError> {
+    match delete_if(db, id, callback, requested_by, None).await {
+        Ok(deleted) => Ok(deleted),
+        Err(SubmitError::Store(e)) => Err(e),
+        Err(e) => Err(StoreError::Queue(format!("a delete without a precondition was refused: {e}"))),
+    }
+}
+
+/// [`delete`] only if `precondition` holds for the deployment, read under
+/// its lock in the delete's transaction: [`SubmitError::PreconditionFailed`]
+/// otherwise (also for an unknown deployment, RFC 9110 §13.1.1), with
+/// nothing queued. Storage errors are [`SubmitError::Store`].
+pub async fn delete_if(
+    db: &Db,
+    id: &DeploymentId,
+    callback: Option<&Callback>,
+    requested_by: Option<&RequestedBy>,
+    precondition: Option<&Precondition>,
+) -> Result<Option<Deleted>, SubmitError> {
     use secrecy::ExposeSecret as _;
     let mut tx = db.begin_write().await?;
     tx.lock_deployment(id.as_str()).await?;
-    let Some(deployment) = deployments::get(&mut tx, id.as_str()).await? else {
+    let deployment = deployments::get(&mut tx, id.as_str()).await?;
+    if precondition.is_some_and(|p| !p.holds(deployment.as_ref().map(|d| d.version))) {
+        tx.rollback().await?;
+        return Err(SubmitError::PreconditionFailed(id.to_string()));
+    }
+    let Some(deployment) = deployment else {
         return Ok(None);
     };
     let now = now_ms();

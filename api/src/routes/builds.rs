@@ -255,13 +255,15 @@ pub async fn diff(
 /// the effect's process group (`202`, `status: cancelling`). A finished build
 /// answers `409 build_finished`.
 #[utoipa::path(post, path = "/builds/{id}/cancel", tag = "builds",
-    params(("id" = String, Path, description = "A build id")),
+    params(("id" = String, Path, description = "A build id"), ("Idempotency-Key" = Option<String>, Header, description = "Optional (IK-1): a key unique to this request (a ULID or UUID, 1 to 255 visible ASCII characters, as a structured-field string); a retry with the same key within `SLIPWAY_IDEMPOTENCY_TTL` gets the first answer again (`Idempotency-Replayed: true`) and queues nothing")),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The build was queued and is now cancelled", body = CancelAnswer),
         (status = 202, description = "The build runs: its worker is asked to stop it", body = CancelAnswer),
         (status = 404, description = "`not_found`: no such build, or one outside the token's scope", body = crate::error::ErrorBody),
-        (status = 409, description = "`build_finished`: the build already finished", body = crate::error::ErrorBody),
+        (status = 409, description = "`build_finished`: the build already finished; `idempotency_key_in_flight`: a request with the same Idempotency-Key is still being answered (`Retry-After`)", body = crate::error::ErrorBody),
+        (status = 400, description = "`invalid_idempotency_key`: the Idempotency-Key header is not one", body = crate::error::ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`: the Idempotency-Key was used for another request", body = crate::error::ErrorBody),
     ))]
 pub async fn cancel(
     State(app): State<AppState>,

@@ -31,16 +31,17 @@ pub struct ApplyBody {
 /// plan has not succeeded, or it gave secret values, which a plan never
 /// stores); `409 deployment_destroyed`; `410 plan_expired` past `PLAN_TTL`.
 #[utoipa::path(post, path = "/deployments/{id}/apply", tag = "deployments",
-    params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)")),
+    params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)"), ("Idempotency-Key" = Option<String>, Header, description = "Optional (IK-1): a key unique to this request (a ULID or UUID, 1 to 255 visible ASCII characters, as a structured-field string); a retry with the same key within `SLIPWAY_IDEMPOTENCY_TTL` gets the first answer again (`Idempotency-Replayed: true`) and queues nothing")),
     request_body = ApplyBody,
     security(("bearer" = [])),
     responses(
         (status = 202, description = "A deploy of the plan's systems is queued", body = Accepted),
-        (status = 400, description = "`malformed_json`, `invalid_request` or `invalid_deployment_id`", body = crate::error::ErrorBody),
+        (status = 400, description = "`malformed_json`, `invalid_request` or `invalid_deployment_id`, or `invalid_idempotency_key`", body = crate::error::ErrorBody),
         (status = 403, description = "`forbidden`: outside the token's scope", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: no such deployment, or the build is not a plan of it", body = crate::error::ErrorBody),
-        (status = 409, description = "`plan_stale` (`details.moved`), `plan_not_appliable` or `deployment_destroyed`", body = crate::error::ErrorBody),
+        (status = 409, description = "`plan_stale` (`details.moved`), `plan_not_appliable` or `deployment_destroyed`; `idempotency_key_in_flight`: a request with the same Idempotency-Key is still being answered (`Retry-After`)", body = crate::error::ErrorBody),
         (status = 410, description = "`plan_expired`: past `PLAN_TTL`", body = crate::error::ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`: the Idempotency-Key was used for another request", body = crate::error::ErrorBody),
     ))]
 pub async fn apply(
     State(app): State<AppState>,
@@ -79,15 +80,16 @@ pub struct RollbackBody {
 /// deleted a secret the target read: `details.field`, never a value);
 /// `409 deployment_destroyed`.
 #[utoipa::path(post, path = "/deployments/{id}/rollback", tag = "deployments",
-    params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)")),
+    params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)"), ("Idempotency-Key" = Option<String>, Header, description = "Optional (IK-1): a key unique to this request (a ULID or UUID, 1 to 255 visible ASCII characters, as a structured-field string); a retry with the same key within `SLIPWAY_IDEMPOTENCY_TTL` gets the first answer again (`Idempotency-Replayed: true`) and queues nothing")),
     request_body(content = RollbackBody, description = "Optional: the build to return to"),
     security(("bearer" = [])),
     responses(
         (status = 202, description = "A deploy of the target build is queued", body = Accepted),
-        (status = 400, description = "`malformed_json`, `invalid_request` or `invalid_deployment_id`", body = crate::error::ErrorBody),
+        (status = 400, description = "`malformed_json`, `invalid_request` or `invalid_deployment_id`, or `invalid_idempotency_key`", body = crate::error::ErrorBody),
         (status = 403, description = "`forbidden`: outside the token's scope", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: no such deployment or build", body = crate::error::ErrorBody),
-        (status = 409, description = "`invalid_rollback_target`, `secret_gone` (`details.field`) or `deployment_destroyed`", body = crate::error::ErrorBody),
+        (status = 409, description = "`invalid_rollback_target`, `secret_gone` (`details.field`) or `deployment_destroyed`; `idempotency_key_in_flight`: a request with the same Idempotency-Key is still being answered (`Retry-After`)", body = crate::error::ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`: the Idempotency-Key was used for another request", body = crate::error::ErrorBody),
     ))]
 pub async fn rollback(
     State(app): State<AppState>,

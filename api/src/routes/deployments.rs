@@ -212,7 +212,8 @@ impl From<DeploymentRead> for DeploymentView {
     params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)")),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "The deployment: state, instances, configuration, last build", body = DeploymentView),
+        (status = 200, description = "The deployment: state, instances, configuration, last build; `ETag` is its version, for `If-Match`", body = DeploymentView,
+            headers(("ETag" = String, description = "The deployment's version as a strong entity tag (`\"7\"`): send it as `If-Match` with a `PUT` or `DELETE`"))),
         (status = 400, description = "`invalid_deployment_id`", body = crate::error::ErrorBody),
         (status = 403, description = "`forbidden`: outside the token's scope", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: no such deployment", body = crate::error::ErrorBody),
@@ -221,12 +222,13 @@ pub async fn show(
     State(app): State<AppState>,
     auth: Auth,
     DeploymentIdPath(id): DeploymentIdPath,
-) -> Result<Json<DeploymentView>, ApiError> {
+) -> Result<([(axum::http::HeaderName, String); 1], Json<DeploymentView>), ApiError> {
     auth.require(id.as_str())?;
     let read = slipway_jobs::read::deployment(&mut app.db.acquire().await?, id.as_str())
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
-    Ok(Json(read.into()))
+    let etag = slipway_jobs::precondition::etag(read.deployment.version);
+    Ok(([(axum::http::header::ETAG, etag)], Json(read.into())))
 }
 
 /// The most ids one `GET /deployments?ids=` may name.
@@ -340,7 +342,7 @@ pub struct SubmitQuery {
 /// used a name the module source has renamed. Any query parameter other than
 /// `dry_run` is `400 invalid_request`, naming it.
 #[utoipa::path(put, path = "/deployments/{id}", tag = "deployments",
-    params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)"), SubmitQuery),
+    params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)"), SubmitQuery, ("Idempotency-Key" = Option<String>, Header, description = "Optional (IK-1): a key unique to this request (a ULID or UUID, 1 to 255 visible ASCII characters, as a structured-field string); a retry with the same key within `SLIPWAY_IDEMPOTENCY_TTL` gets the first answer again (`Idempotency-Replayed: true`) and queues nothing"), ("If-Match" = Option<String>, Header, description = "Optional: `*` or the `ETag` of `GET /deployments/{id}`; `412 precondition_failed` when the deployment changed since (or does not exist)"), ("If-None-Match" = Option<String>, Header, description = "Optional: `*`: create the deployment only; `412 precondition_failed` when it exists")),
     request_body = SubmitBody,
     security(("bearer" = [])),
     responses(
@@ -354,6 +356,10 @@ pub struct SubmitQuery {
         (status = 502, description = "`fetch_failed`: the module source's server could not be reached, or failed", body = crate::error::ErrorBody),
         (status = 503, description = "`queue_full`, `nix_busy`, `service_unavailable`, or `storage_unavailable` (a worker's state folder or the database's disk cannot be written: `details.storage`)", body = crate::error::ErrorBody),
         (status = 504, description = "`timeout`: building the module source's outputs took too long", body = crate::error::ErrorBody),
+        (status = 400, description = "`invalid_idempotency_key`: the Idempotency-Key header is not one", body = crate::error::ErrorBody),
+        (status = 409, description = "`idempotency_key_in_flight`: a request with the same Idempotency-Key is still being answered (`Retry-After`)", body = crate::error::ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`: the Idempotency-Key was used for another request", body = crate::error::ErrorBody),
+        (status = 412, description = "`precondition_failed`: `If-Match` or `If-None-Match` does not hold (the deployment changed since it was read); nothing was changed", body = crate::error::ErrorBody),
     ))]
 pub async fn submit(
     State(app): State<AppState>,
@@ -364,6 +370,7 @@ pub async fn submit(
     Json(body): Json<SubmitBody>,
 ) -> Result<(StatusCode, Json<submit::Accepted>), ApiError> {
     auth.require(id.as_str())?;
+    let precondition = crate::precondition::read(&headers, true)?;
     let request = SubmitRequest {
         deployment: id.clone(),
         configuration: body.configuration,
@@ -380,7 +387,7 @@ pub async fn submit(
             None => app.config.safe_change.health_gate,
         },
     };
-    let accepted = submit::submit(&app.db, &app.sources, app.secrets.as_ref(), request)
+    let accepted = submit::submit_if(&app.db, &app.sources, app.secrets.as_ref(), request, precondition.as_ref())
         .await
         .inspect_err(|e| crate::observe::count_refusal(&app, e))?;
     let what = if accepted.dry_run { "dry run queued" } else { "deploy queued" };
@@ -477,14 +484,17 @@ impl CallbackAnswer {
 /// (`{"accepted": true, "reason": null}`) or why not. A refused callback
 /// never blocks the delete. `callback` is `null` when the body gave none.
 #[utoipa::path(delete, path = "/deployments/{id}", tag = "deployments",
-    params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)")),
+    params(("id" = String, Path, description = "A deployment id (lower-case letters, digits and `-`)"), ("Idempotency-Key" = Option<String>, Header, description = "Optional (IK-1): a key unique to this request (a ULID or UUID, 1 to 255 visible ASCII characters, as a structured-field string); a retry with the same key within `SLIPWAY_IDEMPOTENCY_TTL` gets the first answer again (`Idempotency-Replayed: true`) and queues nothing"), ("If-Match" = Option<String>, Header, description = "Optional: `*` or the `ETag` of `GET /deployments/{id}`; `412 precondition_failed` when the deployment changed since (or does not exist)")),
     request_body(content = DeleteBody, description = "Optional: a callback to push when the destroy reaches `idle`"),
     security(("bearer" = [])),
     responses(
         (status = 202, description = "A destroy is queued (or was already queued or done)", body = Deleted),
-        (status = 400, description = "`malformed_json`, `invalid_request` or `invalid_deployment_id`", body = crate::error::ErrorBody),
+        (status = 400, description = "`malformed_json`, `invalid_request` or `invalid_deployment_id`, or `invalid_idempotency_key`", body = crate::error::ErrorBody),
         (status = 403, description = "`forbidden`: outside the token's scope", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: no such deployment", body = crate::error::ErrorBody),
+        (status = 409, description = "`idempotency_key_in_flight`: a request with the same Idempotency-Key is still being answered (`Retry-After`)", body = crate::error::ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`: the Idempotency-Key was used for another request", body = crate::error::ErrorBody),
+        (status = 412, description = "`precondition_failed`: `If-Match` or `If-None-Match` does not hold (the deployment changed since it was read); nothing was changed", body = crate::error::ErrorBody),
     ))]
 pub async fn delete(
     State(app): State<AppState>,
@@ -495,6 +505,7 @@ pub async fn delete(
     OptionalJson(body): OptionalJson<Map<String, Value>>,
 ) -> Result<(StatusCode, Json<Deleted>), ApiError> {
     auth.require(id.as_str())?;
+    let precondition = crate::precondition::read(&headers, false)?;
     let (callback, mut answer) = match body {
         None => (None, None),
         Some(b) if b.values().all(Value::is_null) => (None, None),
@@ -503,9 +514,10 @@ pub async fn delete(
             Err(refused) => (None, Some(CallbackAnswer::refused(refused.to_string()))),
         },
     };
-    let deleted = submit::delete(&app.db, &id, callback.as_ref(), Some(&auth.requested_by(&headers)))
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
+    let deleted =
+        submit::delete_if(&app.db, &id, callback.as_ref(), Some(&auth.requested_by(&headers)), precondition.as_ref())
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
     let accepted = deleted.accepted;
     if deleted.queued {
         tracing::info!(deployment.id = %id, build.id = %accepted.build_id, "destroy queued");

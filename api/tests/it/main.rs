@@ -16,6 +16,7 @@ mod deployments;
 mod drafts;
 mod error_shape;
 mod guides;
+mod idempotency;
 mod metrics;
 mod openapi;
 mod operations;

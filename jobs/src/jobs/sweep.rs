@@ -14,6 +14,9 @@
 //! `<state dir>/plans/<deployment>/<build>`, [`Ctx::plan_roots_dir`])
 //! older than `PLAN_TTL`, after which the plan can no longer be applied;
 //! an applied plan's go at once ([`drop_plan_roots`]).
+//!
+//! And it deletes the `Idempotency-Key` rows past `SLIPWAY_IDEMPOTENCY_TTL`
+//! ([`crate::store::idempotency::sweep`], IK-1).
 
 use super::Ctx;
 use crate::store::{builds, now_ms, StoreError};
@@ -34,6 +37,8 @@ pub struct Swept {
     pub nix_results: u64,
     /// Plans' GC root folders older than `PLAN_TTL` removed from this host.
     pub plan_roots: u64,
+    /// `Idempotency-Key` rows past `SLIPWAY_IDEMPOTENCY_TTL` deleted (IK-1).
+    pub idempotency_keys: u64,
 }
 
 /// How long the row of a names eval, or of a failed schema build, is kept
@@ -57,6 +62,7 @@ pub async fn tick(ctx: &Ctx) {
             scratch_dirs = swept.scratch_dirs,
             nix_results = swept.nix_results,
             plan_roots = swept.plan_roots,
+            idempotency_keys = swept.idempotency_keys,
             "retention sweep"
         ),
         Err(e) => tracing::warn!(error = %e, "retention sweep failed; the next tick tries again"),
@@ -110,7 +116,8 @@ pub async fn run(ctx: &Ctx) -> Result<Swept, StoreError> {
     let nix_results =
         crate::store::nix_results::sweep(&mut conn, now_ms() - NIX_RESULTS_KEPT.as_millis() as i64).await?;
     let plan_roots = sweep_plan_roots(ctx);
-    Ok(Swept { logs, work_dirs, scratch_dirs, nix_results, plan_roots })
+    let idempotency_keys = crate::store::idempotency::sweep(&mut conn, now_ms()).await?;
+    Ok(Swept { logs, work_dirs, scratch_dirs, nix_results, plan_roots, idempotency_keys })
 }
 
 /// Removes the plans' GC root folders (`<state dir>/plans/<deployment>/<build>`)

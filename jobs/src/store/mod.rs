@@ -14,6 +14,7 @@ pub mod deployments;
 pub mod events;
 pub mod fleet;
 pub mod heartbeats;
+pub mod idempotency;
 pub mod instance_readiness;
 pub mod listen;
 pub mod nix_results;

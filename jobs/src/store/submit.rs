@@ -31,6 +31,7 @@
 
 use super::queue::{BuildJob, JobKind as _, BUILDS_QUEUE};
 use super::{builds, deployments, events, Conn, Engine, StoreError, Q};
+use crate::precondition::Precondition;
 
 /// The advisory lock that serialises the Q-3 count of queued builds with
 /// the commit of the build it admits (PostgreSQL; a no-op on SQLite).
@@ -50,14 +51,22 @@ pub enum AdmissionLock {
 /// Statement 1: takes the deployment's lock, writing its snapshot unless it
 /// is `None` (a dry run changes nothing of it: the row is only locked), then
 /// the admission lock. The first submits of a new deployment wait for each
-/// other here, on its key.
+/// other here, on its key. With a `precondition` (`If-Match`,
+/// `If-None-Match`), the same statement replaces the row only when it
+/// holds (`ON CONFLICT DO UPDATE … WHERE`, so the check and the write are
+/// one, under the row lock), and answers the version it wrote: none when
+/// the row was kept, 1 when it inserted a new one (a version that replaced
+/// one is 2 or more). `Ok(false)` when the precondition does not hold; the
+/// caller then rolls back what the statement may have inserted. A dry run
+/// checks it with one read under the lock.
 pub async fn lock_and_upsert(
     conn: &mut Conn,
     id: &str,
     snapshot: Option<deployments::Snapshot<'_>>,
     admission: AdmissionLock,
+    precondition: Option<&Precondition>,
     now: i64,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
     match (conn.engine(), snapshot) {
         (Engine::Postgres, Some(s)) => {
             let lock = match admission {
@@ -65,13 +74,19 @@ pub async fn lock_and_upsert(
                 AdmissionLock::Shared => "pg_advisory_xact_lock_shared(hashtext($8))::text",
                 AdmissionLock::Exclusive => "pg_advisory_xact_lock(hashtext($8))::text",
             };
-            upsert_query(s, now, &format!("RETURNING version, {lock} AS admission"))
+            let row = upsert_query(s, now, precondition, &format!("RETURNING version, {lock} AS admission"))
                 .text(ADMISSION_LOCK)
-                .fetch_one(conn)
+                .fetch_optional(conn)
                 .await?;
+            held(precondition, row)
+        }
+        (Engine::Sqlite, Some(s)) if precondition.is_some() => {
+            let row = upsert_query(s, now, precondition, "RETURNING version").fetch_optional(conn).await?;
+            held(precondition, row)
         }
         (Engine::Sqlite, Some(s)) => {
-            upsert_query(s, now, "").execute(conn).await?;
+            upsert_query(s, now, None, "").execute(conn).await?;
+            Ok(true)
         }
         (_, None) => {
             conn.lock_deployment(id).await?;
@@ -80,15 +95,29 @@ pub async fn lock_and_upsert(
                 AdmissionLock::Shared => conn.lock_name_shared(ADMISSION_LOCK).await?,
                 AdmissionLock::Exclusive => conn.lock_name(ADMISSION_LOCK).await?,
             }
+            match precondition {
+                None => Ok(true),
+                Some(p) => Ok(p.holds(deployments::get(conn, id).await?.map(|d| d.version))),
+            }
         }
     }
-    Ok(())
+}
+
+/// Whether `precondition` held for the upsert that answered `row`.
+fn held(precondition: Option<&Precondition>, row: Option<super::Row>) -> Result<bool, StoreError> {
+    match (precondition, row) {
+        (None, _) => Ok(true),
+        (Some(_), None) => Ok(false),
+        (Some(p), Some(row)) => Ok(!(p.needs_existing() && row.int("version")? == 1)),
+    }
 }
 
 /// The deployment's insert-or-replace (ST-3: the version grows by one with
 /// each change, under the row lock the statement itself takes), `$1`–`$7`
-/// bound, `tail` appended.
-fn upsert_query(s: deployments::Snapshot<'_>, now: i64, tail: &str) -> Q {
+/// bound, `tail` appended; with a `precondition`, it replaces the row only
+/// when that holds.
+fn upsert_query(s: deployments::Snapshot<'_>, now: i64, precondition: Option<&Precondition>, tail: &str) -> Q {
+    let only_if = precondition.map(|p| format!("WHERE {}", p.update_sql("deployments.version"))).unwrap_or_default();
     Q::new(format!(
         "INSERT INTO deployments (id, configuration, module_source, domain, instances, names, version, created_at, updated_at)
          VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7)
@@ -97,6 +126,7 @@ fn upsert_query(s: deployments::Snapshot<'_>, now: i64, tail: &str) -> Q {
              names = excluded.names, version = deployments.version + 1,
              updated_at = CASE WHEN excluded.updated_at > deployments.updated_at
                                THEN excluded.updated_at ELSE deployments.updated_at END
+         {only_if}
          {tail}"
     ))
     .text(s.id)

@@ -338,7 +338,10 @@ async fn the_sweep_empties_old_logs_and_work_folders_and_keeps_the_rows(engine: 
         }
         tokio::task::yield_now().await;
     };
-    assert_eq!(swept, sweep::Swept { logs: 1, work_dirs: 1, scratch_dirs: 0, nix_results: 0, plan_roots: 0 });
+    assert_eq!(
+        swept,
+        sweep::Swept { logs: 1, work_dirs: 1, scratch_dirs: 0, nix_results: 0, plan_roots: 0, idempotency_keys: 0 }
+    );
     assert!(!w.ctx.work_dir(&id).exists());
     let mut conn = w.ctx.db.acquire().await.unwrap();
     assert_eq!(builds::log(&mut conn, &id).await.unwrap().as_deref(), Some(""));

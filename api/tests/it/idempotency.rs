@@ -1,0 +1,295 @@
+//! IK-1 over the router: `Idempotency-Key` on every route that queues work
+//! (a retry answers the first answer and queues nothing; another request
+//! with the key is `422`; one in flight `409`; keys per token subject;
+//! hostile keys refused), and `ETag` / `If-Match` / `If-None-Match` on a
+//! deployment (two tabs: the second write is `412`, nothing changed).
+
+use crate::common;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, Method, Request, StatusCode};
+use common::*;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use slipway_jobs::store::idempotency::{self, NewClaim, Scope};
+use slipway_jobs::store::{now_ms, Engine, Q};
+use tower::ServiceExt;
+
+/// An answer: status, headers, JSON body.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Value,
+}
+
+/// One request with `headers` (name, value) and a JSON `body`.
+async fn send(
+    h: &Harness,
+    method: Method,
+    uri: &str,
+    token: &str,
+    headers: &[(&str, &[u8])],
+    body: Option<&Value>,
+) -> Answer {
+    let mut req = Request::builder().method(method).uri(uri).header(header::AUTHORIZATION, format!("Bearer {token}"));
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let req = match body {
+        Some(b) => req.header(header::CONTENT_TYPE, "application/json").body(Body::from(b.to_string())),
+        None => req.body(Body::empty()),
+    }
+    .unwrap();
+    let res = h.router.clone().oneshot(req).await.unwrap();
+    let (status, headers) = (res.status(), res.headers().clone());
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    Answer { status, headers, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null) }
+}
+
+fn submit_body() -> Value {
+    json!({ "configuration": demo() })
+}
+
+/// A token for every deployment whose `sub` is `sub`.
+fn token_of(sub: &str) -> String {
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    sign(&json!({ "sub": sub, "aud": "slipway", "exp": now + 3600, "deployments": ["*"] }))
+}
+
+async fn builds_of(h: &Harness, kind: &str) -> i64 {
+    let mut conn = h.db.acquire().await.unwrap();
+    Q::new("SELECT COUNT(*) AS n FROM builds WHERE kind = $1")
+        .text(kind)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .int("n")
+        .unwrap()
+}
+
+async fn a_retried_put_with_the_same_key_queues_one_build_and_answers_the_same_body(engine: Engine) {
+    let h = harness(engine).await;
+    let key: &[(&str, &[u8])] = &[("idempotency-key", b"\"01JD7Q0R6Q3W6Y1B8Z2M4N5P7S\"")];
+    let first = send(&h, Method::PUT, "/deployments/demo", &all(), key, Some(&submit_body())).await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.body);
+    assert!(first.headers.get("idempotency-replayed").is_none());
+    let again = send(&h, Method::PUT, "/deployments/demo", &all(), key, Some(&submit_body())).await;
+    assert_eq!(again.status, StatusCode::ACCEPTED, "{}", again.body);
+    assert_eq!(again.body, first.body, "the retry is answered another body");
+    assert_eq!(again.headers["idempotency-replayed"], "true");
+    assert_eq!(again.headers[header::CONTENT_TYPE], first.headers[header::CONTENT_TYPE]);
+    assert_eq!((h.count("builds").await, h.count("jobs").await), (1, 1), "the retry queued another build");
+    // Without the key, the same request is a new submit.
+    let (status, _) = h.put("demo", &submit_body()).await;
+    assert_eq!((status, h.count("builds").await), (StatusCode::ACCEPTED, 2));
+}
+
+async fn the_same_key_with_another_body_or_route_is_422_and_queues_nothing(engine: Engine) {
+    let h = harness(engine).await;
+    let key: &[(&str, &[u8])] = &[("idempotency-key", b"\"k-1\"")];
+    let first = send(&h, Method::PUT, "/deployments/demo", &all(), key, Some(&submit_body())).await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.body);
+    let mut other = demo();
+    other["domain"] = json!("other.example.org");
+    let again = send(&h, Method::PUT, "/deployments/demo", &all(), key, Some(&json!({ "configuration": other }))).await;
+    assert_eq!(again.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", again.body);
+    assert_error_shape(&again.body, "idempotency_key_reused");
+    let elsewhere = send(&h, Method::PUT, "/deployments/demo-2", &all(), key, Some(&submit_body())).await;
+    assert_eq!(elsewhere.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", elsewhere.body);
+    let precondition: &[(&str, &[u8])] = &[("idempotency-key", b"\"k-1\""), ("if-match", b"*")];
+    let conditional = send(&h, Method::PUT, "/deployments/demo", &all(), precondition, Some(&submit_body())).await;
+    assert_error_shape(&conditional.body, "idempotency_key_reused");
+    assert_eq!(h.count("builds").await, 1);
+    assert_eq!(h.count("deployments").await, 1);
+}
+
+/// A request in flight holds its key: the same request is `409` with
+/// `Retry-After`. An api killed mid-request leaves the key in flight only
+/// until its lease: then the retry runs.
+async fn a_key_in_flight_is_409_until_its_lease_passes(engine: Engine) {
+    let h = harness(engine).await;
+    let body = submit_body().to_string();
+    let mut headers = HeaderMap::new();
+    headers.insert("idempotency-key", "\"k-2\"".parse().unwrap());
+    let fingerprint = slipway_api::idempotency::fingerprint(
+        &Method::PUT,
+        &"/deployments/demo".parse().unwrap(),
+        &headers,
+        body.as_bytes(),
+    );
+    let now = now_ms();
+    let scope = Scope { iss: "", sub: "t" };
+    let mut conn = h.db.begin_write().await.unwrap();
+    let claim = NewClaim {
+        scope,
+        key: "k-2",
+        fingerprint: &fingerprint,
+        claim: "another api",
+        now,
+        lease_until: now + 60_000,
+        expires_at: now + 86_400_000,
+    };
+    assert!(idempotency::claim(&mut conn, &claim).await.unwrap());
+    conn.commit().await.unwrap();
+    let key: &[(&str, &[u8])] = &[("idempotency-key", b"\"k-2\"")];
+    let busy = send(&h, Method::PUT, "/deployments/demo", &all(), key, Some(&submit_body())).await;
+    assert_eq!(busy.status, StatusCode::CONFLICT, "{}", busy.body);
+    assert_error_shape(&busy.body, "idempotency_key_in_flight");
+    assert_eq!(busy.headers[header::RETRY_AFTER], "1");
+    assert_eq!(h.count("builds").await, 0);
+    // The api that held it died: its lease passes, and the retry runs once.
+    let mut conn = h.db.begin_write().await.unwrap();
+    Q::new("UPDATE idempotency_keys SET lease_until = $1").int(now - 1).execute(&mut conn).await.unwrap();
+    conn.commit().await.unwrap();
+    let taken = send(&h, Method::PUT, "/deployments/demo", &all(), key, Some(&submit_body())).await;
+    assert_eq!(taken.status, StatusCode::ACCEPTED, "{}", taken.body);
+    let again = send(&h, Method::PUT, "/deployments/demo", &all(), key, Some(&submit_body())).await;
+    assert_eq!((again.status, &again.body), (StatusCode::ACCEPTED, &taken.body));
+    assert_eq!(h.count("builds").await, 1);
+}
+
+async fn two_subjects_with_one_key_are_independent(engine: Engine) {
+    let h = harness(engine).await;
+    let key: &[(&str, &[u8])] = &[("idempotency-key", b"\"shared\"")];
+    let a = send(&h, Method::PUT, "/deployments/demo", &token_of("alice"), key, Some(&submit_body())).await;
+    let b = send(&h, Method::PUT, "/deployments/demo", &token_of("bob"), key, Some(&submit_body())).await;
+    assert_eq!((a.status, b.status), (StatusCode::ACCEPTED, StatusCode::ACCEPTED), "{} {}", a.body, b.body);
+    assert_ne!(a.body["build_id"], b.body["build_id"]);
+    assert!(b.headers.get("idempotency-replayed").is_none());
+    assert_eq!(h.count("builds").await, 2);
+}
+
+/// DELETE, cancel, apply and rollback: a retry answers the first answer
+/// even when the same request without the key would now answer otherwise.
+async fn every_queuing_route_answers_a_retry_with_its_first_answer(engine: Engine) {
+    let h = harness(engine).await;
+    let (status, _) = h.put("demo", &submit_body()).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    // A delete, then a submit: a retried delete must not queue a second destroy.
+    let key: &[(&str, &[u8])] = &[("idempotency-key", b"\"delete-1\"")];
+    let deleted = send(&h, Method::DELETE, "/deployments/demo", &all(), key, None).await;
+    assert_eq!(deleted.status, StatusCode::ACCEPTED, "{}", deleted.body);
+    let (status, submitted) = h.put("demo", &submit_body()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{submitted}");
+    let again = send(&h, Method::DELETE, "/deployments/demo", &all(), key, None).await;
+    assert_eq!((again.status, &again.body), (StatusCode::ACCEPTED, &deleted.body));
+    assert_eq!(builds_of(&h, "destroy").await, 1);
+    // A cancel of a queued build, retried: the same 200, not 409 build_finished.
+    let uri = format!("/builds/{}/cancel", submitted["build_id"].as_str().unwrap());
+    let key: &[(&str, &[u8])] = &[("idempotency-key", b"\"cancel-1\"")];
+    let cancelled = send(&h, Method::POST, &uri, &all(), key, None).await;
+    assert_eq!(cancelled.status, StatusCode::OK, "{}", cancelled.body);
+    let again = send(&h, Method::POST, &uri, &all(), key, None).await;
+    assert_eq!((again.status, &again.body), (StatusCode::OK, &cancelled.body));
+    assert_eq!(again.headers["idempotency-replayed"], "true");
+    // Apply and rollback carry the layer too: their final refusals are replayed.
+    for (path, body) in [("apply", json!({ "plan": "demo-nothing" })), ("rollback", json!({ "to": "demo-nothing" }))] {
+        let uri = format!("/deployments/demo/{path}");
+        let key: &[(&str, &[u8])] = &[("idempotency-key", path.as_bytes())];
+        let first = send(&h, Method::POST, &uri, &all(), key, Some(&body)).await;
+        assert!(first.status.is_client_error(), "{path}: {}", first.body);
+        let again = send(&h, Method::POST, &uri, &all(), key, Some(&body)).await;
+        assert_eq!((again.status, &again.body), (first.status, &first.body), "{path}");
+        assert_eq!(again.headers["idempotency-replayed"], "true", "{path}");
+    }
+}
+
+async fn hostile_keys_are_refused_with_a_clear_message_and_store_nothing(engine: Engine) {
+    let h = harness(engine).await;
+    let long = vec![b'k'; 10 * 1024];
+    for (value, says) in [
+        (&long[..], "10240 bytes long"),
+        (&b"\"a\tb\""[..], "outside visible ASCII"),
+        (&b"\"\""[..], "is empty"),
+        (&b"\"unclosed"[..], "does not close"),
+        (&b"\"\\x\""[..], "backslash"),
+    ] {
+        let answer =
+            send(&h, Method::PUT, "/deployments/demo", &all(), &[("idempotency-key", value)], Some(&submit_body()))
+                .await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+        assert_error_shape(&answer.body, "invalid_idempotency_key");
+        let message = answer.body["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+        assert!(!message.contains("kkkkkkkk"), "the key is repeated: {message}");
+    }
+    let twice = send(
+        &h,
+        Method::PUT,
+        "/deployments/demo",
+        &all(),
+        &[("idempotency-key", b"a"), ("idempotency-key", b"b")],
+        Some(&submit_body()),
+    )
+    .await;
+    assert_error_shape(&twice.body, "invalid_idempotency_key");
+    assert_eq!((h.count("builds").await, h.count("idempotency_keys").await), (0, 0));
+}
+
+async fn expired_keys_are_taken_again_and_swept(engine: Engine) {
+    let h = harness(engine).await;
+    let key: &[(&str, &[u8])] = &[("idempotency-key", b"\"old\"")];
+    let first = send(&h, Method::PUT, "/deployments/demo", &all(), key, Some(&submit_body())).await;
+    assert_eq!(first.status, StatusCode::ACCEPTED);
+    let mut conn = h.db.begin_write().await.unwrap();
+    Q::new("UPDATE idempotency_keys SET expires_at = $1").int(now_ms() - 1).execute(&mut conn).await.unwrap();
+    conn.commit().await.unwrap();
+    let later = send(&h, Method::PUT, "/deployments/demo", &all(), key, Some(&submit_body())).await;
+    assert_eq!(later.status, StatusCode::ACCEPTED);
+    assert_ne!(later.body["build_id"], first.body["build_id"], "an expired key is replayed");
+    let mut conn = h.db.acquire().await.unwrap();
+    assert_eq!(idempotency::sweep(&mut conn, now_ms()).await.unwrap(), 0, "a live key is swept");
+    assert_eq!(idempotency::sweep(&mut conn, now_ms() + 2 * 86_400_000).await.unwrap(), 1);
+}
+
+/// Two browser tabs read the same version; the first write wins, the
+/// second is `412` and changes nothing.
+async fn two_tabs_writing_the_version_they_read_the_second_is_412(engine: Engine) {
+    let h = harness(engine).await;
+    let create_only: &[(&str, &[u8])] = &[("if-none-match", b"*")];
+    let created = send(&h, Method::PUT, "/deployments/demo", &all(), create_only, Some(&submit_body())).await;
+    assert_eq!(created.status, StatusCode::ACCEPTED, "{}", created.body);
+    let again = send(&h, Method::PUT, "/deployments/demo", &all(), create_only, Some(&submit_body())).await;
+    assert_eq!(again.status, StatusCode::PRECONDITION_FAILED, "{}", again.body);
+    assert_error_shape(&again.body, "precondition_failed");
+    let read = send(&h, Method::GET, "/deployments/demo", &all(), &[], None).await;
+    let etag = read.headers[header::ETAG].to_str().unwrap().to_owned();
+    assert_eq!(etag, "\"1\"");
+    let tab: &[(&str, &[u8])] = &[("if-match", etag.as_bytes())];
+    let mut edited = demo();
+    edited["domain"] = json!("tab-one.example.org");
+    let one = send(&h, Method::PUT, "/deployments/demo", &all(), tab, Some(&json!({ "configuration": edited }))).await;
+    assert_eq!(one.status, StatusCode::ACCEPTED, "{}", one.body);
+    edited["domain"] = json!("tab-two.example.org");
+    let two = send(&h, Method::PUT, "/deployments/demo", &all(), tab, Some(&json!({ "configuration": edited }))).await;
+    assert_eq!(two.status, StatusCode::PRECONDITION_FAILED, "{}", two.body);
+    assert_error_shape(&two.body, "precondition_failed");
+    let read = send(&h, Method::GET, "/deployments/demo", &all(), &[], None).await;
+    assert_eq!(read.headers[header::ETAG], "\"2\"");
+    assert_eq!(read.body["configuration"]["domain"], "tab-one.example.org");
+    assert_eq!(h.count("builds").await, 2);
+    // A delete with the stale version is refused too; with the current one it runs.
+    let stale = send(&h, Method::DELETE, "/deployments/demo", &all(), tab, None).await;
+    assert_error_shape(&stale.body, "precondition_failed");
+    assert_eq!(builds_of(&h, "destroy").await, 0);
+    let current = send(&h, Method::DELETE, "/deployments/demo", &all(), &[("if-match", b"\"7\", \"2\"")], None).await;
+    assert_eq!(current.status, StatusCode::ACCEPTED, "{}", current.body);
+    // `If-Match: *` needs the deployment to exist.
+    let absent =
+        send(&h, Method::PUT, "/deployments/nowhere", &all(), &[("if-match", b"*")], Some(&submit_body())).await;
+    assert_error_shape(&absent.body, "precondition_failed");
+    let absent = send(&h, Method::DELETE, "/deployments/nowhere", &all(), &[("if-match", b"*")], None).await;
+    assert_error_shape(&absent.body, "precondition_failed");
+    assert_eq!(h.count("deployments").await, 1);
+}
+
+slipway_jobs::on_both_engines!(
+    a_retried_put_with_the_same_key_queues_one_build_and_answers_the_same_body,
+    the_same_key_with_another_body_or_route_is_422_and_queues_nothing,
+    a_key_in_flight_is_409_until_its_lease_passes,
+    two_subjects_with_one_key_are_independent,
+    every_queuing_route_answers_a_retry_with_its_first_answer,
+    hostile_keys_are_refused_with_a_clear_message_and_store_nothing,
+    expired_keys_are_taken_again_and_swept,
+    two_tabs_writing_the_version_they_read_the_second_is_412,
+);
