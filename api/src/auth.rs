@@ -75,6 +75,11 @@ pub struct Claims {
     /// The `operator` claim: `true` lets the token read the fleet (`GET
     /// /queues`, `GET /workers`); absent means `false`.
     pub operator: bool,
+    /// FS-1: the value of the claim `SLIPWAY_TENANT_CLAIM` names, when it is
+    /// set and the token carries it as a string of 1 to [`REQUESTER_LIMIT`]
+    /// visible ASCII bytes; otherwise `None` (the tenant is then `iss` +
+    /// `sub`).
+    pub tenant: Option<String>,
 }
 
 impl Claims {
@@ -196,6 +201,7 @@ pub struct Verifier {
     file: Option<KeysFile>,
     audience: String,
     issuer: Option<String>,
+    tenant_claim: Option<String>,
 }
 
 impl std::fmt::Debug for Verifier {
@@ -215,6 +221,7 @@ impl Verifier {
             file,
             audience: config.api.jwt_audience.clone(),
             issuer: config.api.jwt_issuer.clone(),
+            tenant_claim: config.tenancy.tenant_claim.clone(),
         })
     }
 
@@ -349,7 +356,15 @@ impl Verifier {
             Some(Value::Bool(b)) => *b,
             Some(_) => return Err(TokenError::MalformedClaim { claim: "operator", expected: "true or false" }),
         };
-        Ok(Claims { sub: string(&claims, "sub")?.unwrap_or_default(), exp, aud, iss, deployments, operator })
+        let tenant = self.tenant_claim.as_ref().and_then(|name| match claims.get(name) {
+            Some(Value::String(t))
+                if !t.is_empty() && t.len() <= REQUESTER_LIMIT && t.bytes().all(|b| b.is_ascii_graphic()) =>
+            {
+                Some(t.clone())
+            }
+            _ => None,
+        });
+        Ok(Claims { sub: string(&claims, "sub")?.unwrap_or_default(), exp, aud, iss, deployments, operator, tenant })
     }
 }
 
@@ -492,7 +507,15 @@ impl Auth {
             sub: keep(&self.0.sub),
             iss: self.0.iss.as_deref().and_then(keep),
             origin,
+            tenant: self.0.tenant.clone(),
         }
+    }
+
+    /// FS-1: the tenant this token's builds are queued for: its tenant
+    /// claim (`SLIPWAY_TENANT_CLAIM`), else its `iss` and `sub`
+    /// ([`slipway_jobs::provenance::RequestedBy::tenant`]).
+    pub fn tenant(&self) -> String {
+        self.requested_by(&HeaderMap::new()).tenant()
     }
 
     /// `403` unless the token carries the operator claim (the fleet routes:

@@ -167,6 +167,9 @@ pub enum ErrorCode {
     SourceUnsafe,
     /// `429`: too many requests.
     TooManyRequests,
+    /// `429`: the token's tenant has `TENANT_QUEUE_SIZE` builds waiting
+    /// (`Retry-After`).
+    TenantQueueFull,
     /// `429`: an event-stream cap is reached (`details.limit`: `subject` or
     /// `api`; `Retry-After`).
     TooManyStreams,
@@ -195,7 +198,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the document.
-    pub const ALL: [ErrorCode; 51] = {
+    pub const ALL: [ErrorCode; 52] = {
         use ErrorCode::*;
         [
             InvalidRequest,
@@ -238,6 +241,7 @@ impl ErrorCode {
             SourceTooLarge,
             SourceUnsafe,
             TooManyRequests,
+            TenantQueueFull,
             TooManyStreams,
             RequestHeaderFieldsTooLarge,
             Internal,
@@ -566,6 +570,10 @@ impl From<SubmitError> for ApiError {
             e @ SubmitError::NixBusy => Self::nix_busy(e.to_string()),
             e @ (SubmitError::NixUnserved | SubmitError::NamesUnavailable(_)) => Self::unavailable(e.to_string()),
             e @ SubmitError::QueueFull { .. } => Self::queue_full(e.to_string()),
+            e @ SubmitError::TenantQueueFull { .. } => Self {
+                retry_after: Some(QUEUE_FULL_RETRY_AFTER),
+                ..Self::new(StatusCode::TOO_MANY_REQUESTS, "tenant_queue_full", e.to_string())
+            },
             SubmitError::SecretStore(e) => secret_store(e),
             e @ SubmitError::DryRunUnknown(_) => Self::not_found(e.to_string()),
             e @ SubmitError::SecretStoreMissing(_) => {

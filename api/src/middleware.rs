@@ -23,13 +23,23 @@ use tower_http::trace::TraceLayer;
 pub const ACCESS_LOG_TARGET: &str = "slipway_api::access";
 
 /// past `QUEUE_SIZE` queued builds a submit is refused with
-/// `503 queue_full` before its body is read ([`slipway_jobs::submit::admit`]:
+/// `503 queue_full` before its body is read, and (FS-1) past
+/// `TENANT_QUEUE_SIZE` builds of its tenant, when set, with `429
+/// tenant_queue_full` ([`slipway_jobs::submit::admit`]:
 /// a snapshot; the exact bound is kept by the submit's own transaction,
 /// which answers the same error).
 pub(crate) async fn admission(State(app): State<AppState>, request: Request, next: Next) -> Response {
     // Authentication first: the queue depth is not for anonymous callers.
-    if let Err(e) = app.verifier.verify_headers(request.headers()) {
-        return e.into_response();
+    let claims = match app.verifier.verify_headers(request.headers()) {
+        Ok(claims) => claims,
+        Err(e) => return e.into_response(),
+    };
+    // FS-1: the tenant's own bound, only when it is set.
+    if let Some(limit) = app.config.tenancy.tenant_queue_size {
+        let tenant = crate::auth::Auth(claims).tenant();
+        if let Err(e) = slipway_jobs::submit::admit_tenant(&app.db, &tenant, limit).await {
+            return ApiError::from(e).into_response();
+        }
     }
     match slipway_jobs::submit::admit(&app.db, app.config.api.queue_size).await {
         Ok(()) => next.run(request).await,

@@ -133,7 +133,9 @@ pub struct Config {
     /// Plans, rollbacks and health gates (`PLAN_TTL`, `KEEP_GENERATIONS`,
     /// `HEALTH_GATE`).
     pub safe_change: SafeChangeConfig,
-    /// Safe retries (`SLIPWAY_IDEMPOTENCY_TTL`, `SLIPWAY_IDEMPOTENCY_LEASE`).
+    /// Safe retries and tenants (`SLIPWAY_IDEMPOTENCY_TTL`,
+    /// `SLIPWAY_IDEMPOTENCY_LEASE`, `SLIPWAY_TENANT_CLAIM`,
+    /// `TENANT_BUILD_SLOTS`, `TENANT_QUEUE_SIZE`).
     pub tenancy: TenancyConfig,
     /// A worker's metrics address and the scrape token of both binaries
     /// (`SLIPWAY_METRICS_ADDR`, `SLIPWAY_METRICS_TOKEN`).
@@ -259,6 +261,9 @@ pub const KEYS: &[&str] = &[
     "SLIPWAY_GIT_CA_FILE",
     "SLIPWAY_IDEMPOTENCY_TTL",
     "SLIPWAY_IDEMPOTENCY_LEASE",
+    "SLIPWAY_TENANT_CLAIM",
+    "TENANT_BUILD_SLOTS",
+    "TENANT_QUEUE_SIZE",
 ];
 
 /// What a binary's `--help` says of its settings: where they come from and

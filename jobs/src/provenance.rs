@@ -92,6 +92,22 @@ pub struct RequestedBy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub origin: Option<String>,
+    /// FS-1: the tenant the build is queued for (the token's tenant claim,
+    /// `SLIPWAY_TENANT_CLAIM`), when it has one; otherwise its `iss` and
+    /// `sub` are. Kept in the build's `tenant` column, not in its history.
+    #[serde(skip)]
+    pub tenant: Option<String>,
+}
+
+impl RequestedBy {
+    /// The tenant a build asked for by this requester is queued for
+    /// (FS-1): the tenant claim, else `iss` and `sub` joined by a newline.
+    pub fn tenant(&self) -> String {
+        match &self.tenant {
+            Some(t) => t.clone(),
+            None => format!("{}\n{}", self.iss.as_deref().unwrap_or(""), self.sub.as_deref().unwrap_or("")),
+        }
+    }
 }
 
 /// The health gate a deploy waits for before it succeeds: every deployed

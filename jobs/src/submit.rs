@@ -68,6 +68,15 @@ pub enum SubmitError {
         /// `QUEUE_SIZE`.
         limit: u32,
     },
+    /// FS-1: the submit's tenant already has `limit` builds waiting
+    /// (`TENANT_QUEUE_SIZE`), checked before the body is read.
+    #[error("{queued} of this tenant's builds are waiting for a worker (TENANT_QUEUE_SIZE {limit}); try again later")]
+    TenantQueueFull {
+        /// The tenant's builds waiting when the submit was refused.
+        queued: i64,
+        /// `TENANT_QUEUE_SIZE`.
+        limit: u32,
+    },
     /// A dry run compares with what is deployed: this deployment was never
     /// submitted (a preview checks a new one).
     #[error("deployment {0} was never submitted, so a dry run has nothing to compare with; preview it instead (POST /deployments/{0}/preview)")]
@@ -460,6 +469,18 @@ pub async fn admit(db: &Db, limit: u32) -> Result<(), SubmitError> {
     let queued = crate::store::submit::admission_count(&mut db.acquire().await?, i64::from(limit)).await?;
     if queued >= i64::from(limit) {
         return Err(SubmitError::QueueFull { queued, limit });
+    }
+    Ok(())
+}
+
+/// FS-1 before a submit's body is read: `TenantQueueFull` when `tenant`
+/// already has `limit` builds waiting (`TENANT_QUEUE_SIZE`). One statement,
+/// a snapshot: submits of one tenant racing past the bound at once may
+/// overshoot it by as many as race.
+pub async fn admit_tenant(db: &Db, tenant: &str, limit: u32) -> Result<(), SubmitError> {
+    let queued = crate::store::fair::queued(&mut db.acquire().await?, tenant, i64::from(limit)).await?;
+    if queued >= i64::from(limit) {
+        return Err(SubmitError::TenantQueueFull { queued, limit });
     }
     Ok(())
 }

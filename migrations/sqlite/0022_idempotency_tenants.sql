@@ -25,3 +25,15 @@ CREATE TABLE idempotency_keys (
     PRIMARY KEY (iss, sub, idem_key)
 );
 CREATE INDEX idempotency_keys_by_expiry ON idempotency_keys (expires_at);
+-- Fair shares per tenant (FS-1). `tenant`: who the build is queued for,
+-- the token's tenant claim (SLIPWAY_TENANT_CLAIM) or else its `iss` and
+-- `sub` (newline-joined); '' for a build no token asked for (a local run,
+-- an automatic rollback); NULL on builds made before this migration.
+-- `fair_tag`: the build's place in the fair order, set when its job is
+-- pushed: the tenant's latest outstanding tag + 1, and never below the
+-- earliest tag still waiting, so a tenant with a backlog and a newcomer
+-- take turns; its job's apalis `priority` is minus the tag.
+ALTER TABLE builds ADD COLUMN tenant TEXT;
+ALTER TABLE builds ADD COLUMN fair_tag BIGINT;
+CREATE INDEX builds_by_tenant ON builds (tenant, status);
+CREATE INDEX builds_by_fair_tag ON builds (status, fair_tag);

@@ -354,6 +354,7 @@ pub struct SubmitQuery {
         (status = 422, description = "`output_missing`, `source_too_old` or `build_failed` (the module source's outputs), \
                                       `source_repository_not_found` or `source_revision_not_found` (what it names is not there)", body = crate::error::ErrorBody),
         (status = 502, description = "`fetch_failed`: the module source's server could not be reached, or failed", body = crate::error::ErrorBody),
+        (status = 429, description = "`tenant_queue_full`: the token's tenant has `TENANT_QUEUE_SIZE` builds waiting (`Retry-After`), refused before the body is read", body = crate::error::ErrorBody),
         (status = 503, description = "`queue_full`, `nix_busy`, `service_unavailable`, or `storage_unavailable` (a worker's state folder or the database's disk cannot be written: `details.storage`)", body = crate::error::ErrorBody),
         (status = 504, description = "`timeout`: building the module source's outputs took too long", body = crate::error::ErrorBody),
         (status = 400, description = "`invalid_idempotency_key`: the Idempotency-Key header is not one", body = crate::error::ErrorBody),

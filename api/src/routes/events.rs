@@ -161,6 +161,7 @@ impl StreamAuth {
             iss: None,
             deployments: vec![used.deployment_id],
             operator: false,
+            tenant: None,
         };
         Ok((Auth(claims), false))
     }

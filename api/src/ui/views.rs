@@ -707,6 +707,7 @@ mod tests {
             sub: Some("<b>alice</b>".into()),
             iss: Some(r#""><script>alert(4)</script>"#.into()),
             origin: Some("<em>origin</em>".into()),
+            tenant: None,
         });
         row.provenance.based_on = Some(r#"demo."><s>based</s>"#.into());
         let html = render(&row, "<script>alert(3)</script>\n", &hostile_diff(), None);

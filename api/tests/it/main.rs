@@ -29,6 +29,7 @@ mod sqlite_wal;
 mod stream_limits;
 mod stream_tickets;
 mod submit;
+mod tenants;
 mod token_keys;
 mod unknown_parameters;
 mod validation;

@@ -65,6 +65,18 @@ pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
     let build = match claim(ctx, &job.build_id, false).await? {
         Claim::Claimed(build) => *build,
         Claim::Finished => return Ok(Ran::AlreadyFinished),
+        // FS-1: its tenant runs TENANT_BUILD_SLOTS builds already.
+        Claim::HeldBack(tag) => {
+            tracing::debug!(build.id = %job.build_id, "the build's tenant is at TENANT_BUILD_SLOTS; looking again later");
+            crate::store::queue::push_with_priority(
+                &mut ctx.db.acquire().await?,
+                &BuildJob { build_id: job.build_id.clone() },
+                Some(TENANT_HOLD),
+                crate::store::fair::task_priority(tag),
+            )
+            .await?;
+            return Ok(Ran::Deferred);
+        }
         // Started by a worker: taken over only when that worker is gone.
         Claim::Running => {
             if let Some((owner, wait)) = live_owner(&job.build_id, ctx).await? {
@@ -75,7 +87,7 @@ pub async fn run(job: BuildJob, ctx: &Ctx) -> Result<Ran, JobError> {
             match claim(ctx, &job.build_id, true).await? {
                 Claim::Claimed(build) => *build,
                 Claim::Finished => return Ok(Ran::AlreadyFinished),
-                Claim::Running => return Err(StoreError::Conflict("build").into()),
+                Claim::Running | Claim::HeldBack(_) => return Err(StoreError::Conflict("build").into()),
             }
         }
     };
@@ -138,7 +150,15 @@ enum Claim {
     Finished,
     /// The build runs (a worker started it) and a takeover was not asked for.
     Running,
+    /// FS-1: the build waits, and its tenant already runs
+    /// `TENANT_BUILD_SLOTS` builds: its job is pushed again, with the
+    /// build's fair tag, to run after [`TENANT_HOLD`].
+    HeldBack(i64),
 }
+
+/// How long a build held back by `TENANT_BUILD_SLOTS` waits before a
+/// worker looks at it again.
+pub const TENANT_HOLD: Duration = Duration::from_secs(1);
 
 /// Makes build `id` this worker's next attempt, in a write transaction of
 /// its own (a conditional update on the version read, ST-3; a lost race
@@ -160,6 +180,18 @@ async fn claim(ctx: &Ctx, id: &str, takeover: bool) -> Result<Claim, StoreError>
         if row.status == BuildStatus::Running && !takeover {
             tx.rollback().await?;
             return Ok(Claim::Running);
+        }
+        if let (Some(cap), BuildStatus::Queued) = (ctx.config.tenancy.tenant_build_slots, row.status) {
+            // Builds no token asked for (tenant '') are never held back.
+            if let Some((tenant, tag)) = crate::store::fair::of_build(&mut tx, id).await?.filter(|(t, _)| !t.is_empty())
+            {
+                // Serialises the claims of one tenant's builds fleet-wide.
+                tx.lock_name(&format!("slipway.tenant.{tenant}")).await?;
+                if crate::store::fair::running(&mut tx, &tenant, i64::from(cap)).await? >= i64::from(cap) {
+                    tx.rollback().await?;
+                    return Ok(Claim::HeldBack(tag));
+                }
+            }
         }
         let now = now_ms();
         if builds::claim(&mut tx, &row, &ctx.worker, now).await? {

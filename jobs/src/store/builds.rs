@@ -375,14 +375,15 @@ pub async fn insert(conn: &mut Conn, b: NewBuild<'_>, now: i64) -> Result<(), St
     bind_new_build(
         Q::new(
             "INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
-                                 operator_secrets, readiness, dry_run, trigger_kind, provenance)
-             VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                                 operator_secrets, readiness, dry_run, trigger_kind, provenance, tenant)
+             VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
         ),
         &b,
         now,
     )
     .text(b.trigger.as_str())
     .opt_text(provenance_text(&b).as_deref())
+    .text(super::fair::tenant_of(&b))
     .execute(conn)
     .await?;
     Ok(())
@@ -431,18 +432,29 @@ pub async fn dispatch_next(conn: &mut Conn, deployment: &str) -> Result<(), Stor
     if busy.is_some() {
         return Ok(());
     }
-    let next = Q::new(
-        "SELECT id FROM builds WHERE deployment_id = $1 AND status = 'queued' AND dispatched = 0 ORDER BY seq LIMIT 1",
-    )
+    // FS-1: its place in the fair order, from its tenant's outstanding builds.
+    let next = Q::new(format!(
+        "SELECT id, {tag} AS tag FROM builds AS next
+         WHERE deployment_id = $1 AND status = 'queued' AND dispatched = 0 ORDER BY seq LIMIT 1",
+        tag = super::fair::tag_sql(conn.engine(), "COALESCE(next.tenant, '')")
+    ))
     .text(deployment)
     .fetch_optional(conn)
     .await?;
     let Some(next) = next else { return Ok(()) };
     let build_id = next.text("id")?;
-    push(conn, &BuildJob { build_id: build_id.clone() }, None).await?;
+    let tag = next.int("tag")?;
+    super::queue::push_with_priority(
+        conn,
+        &BuildJob { build_id: build_id.clone() },
+        None,
+        super::fair::task_priority(tag),
+    )
+    .await?;
     crate::failpoint::hit("job_pushed");
-    Q::new("UPDATE builds SET dispatched = 1, version = version + 1 WHERE id = $1")
+    Q::new("UPDATE builds SET dispatched = 1, fair_tag = $2, version = version + 1 WHERE id = $1")
         .text(&build_id)
+        .int(tag)
         .execute(conn)
         .await?;
     Ok(())

@@ -12,6 +12,7 @@ pub mod builds;
 pub mod db;
 pub mod deployments;
 pub mod events;
+pub mod fair;
 pub mod fleet;
 pub mod heartbeats;
 pub mod idempotency;

@@ -200,8 +200,23 @@ pub const SQLITE_JOB_METADATA: &str = "{}";
 /// [`JobKind::ATTEMPTS`] times, at once or after `delay` (its payload as
 /// [`JobKind::delayed`] makes it).
 pub async fn push<J: JobKind>(conn: &mut Conn, job: &J, delay: Option<Duration>) -> Result<(), StoreError> {
+    push_with_priority(conn, job, delay, 0).await
+}
+
+/// [`push`] with an apalis `priority` (fetched highest first, then by
+/// `run_at`): a build's place in the fair order
+/// ([`super::fair::task_priority`]).
+pub async fn push_with_priority<J: JobKind>(
+    conn: &mut Conn,
+    job: &J,
+    delay: Option<Duration>,
+    priority: usize,
+) -> Result<(), StoreError> {
     let args = serde_json::to_vec(&*job.delayed(delay)).expect("job payload serialises");
-    let task = TaskBuilder::new(args).task_id(TaskId::from(ulid::Ulid::generate())).max_attempts(J::ATTEMPTS);
+    let task = TaskBuilder::new(args)
+        .task_id(TaskId::from(ulid::Ulid::generate()))
+        .max_attempts(J::ATTEMPTS)
+        .priority(priority);
     // Always from the fleet's clock: apalis would take this host's wall
     // clock, and a host ahead would push jobs no worker sees as due.
     let run_at = match delay {

@@ -262,8 +262,9 @@ const SUPERSEDE: &str = "UPDATE builds SET status = 'superseded', reason = 'supe
 /// `$12` whether to supersede, `$13` the job's id, `$14` its queue, `$15`
 /// its attempts, `$16` when it runs (seconds), `$17` the event's state,
 /// `$18` the admission cap. The caller binds the job's payload as `$19`, in
-/// its engine's type, then (PostgreSQL `$20`–`$21`, SQLite, after the job's
-/// metadata `$20`, `$21`–`$22`) the build's trigger and provenance.
+/// its engine's type, then (PostgreSQL `$20`–`$22`, SQLite, after the job's
+/// metadata `$20`, `$21`–`$23`) the build's trigger, provenance and tenant
+/// (FS-1; its job's priority comes from [`super::fair::tag_sql`]).
 fn bind_statement_2(q: Q, b: &builds::NewBuild<'_>, w: WriteBuild, now: i64) -> Q {
     let WriteBuild { supersede, event, cap, .. } = w;
     builds::bind_new_build(q, b, now)
@@ -296,19 +297,22 @@ async fn write_build_postgres(
                   EXISTS (SELECT 1 FROM builds WHERE deployment_id = $2 AND status IN ('queued', 'running')
                             AND dispatched = 1 AND id NOT IN (SELECT id FROM sup)) AS busy
          ),
+         tag AS (SELECT {tag} AS t),
          ins AS (
            INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
-                               operator_secrets, readiness, dry_run, trigger_kind, provenance, dispatched, version)
+                               operator_secrets, readiness, dry_run, trigger_kind, provenance, dispatched, version,
+                               tenant, fair_tag)
            SELECT $1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, $20, $21,
-                  CASE WHEN blocked THEN 0 ELSE 1 END, CASE WHEN blocked THEN 0 ELSE 1 END
+                  CASE WHEN blocked THEN 0 ELSE 1 END, CASE WHEN blocked THEN 0 ELSE 1 END,
+                  $22, CASE WHEN blocked THEN NULL ELSE (SELECT t FROM tag) END
            FROM st
            RETURNING dispatched
          ),
          job AS (
            INSERT INTO apalis.jobs (id, job_type, job, status, attempts, max_attempts, run_at, priority, metadata,
                                     idempotency_key)
-           SELECT $13, $14, convert_to($19, 'UTF8'), 'Pending', 0, $15::integer, to_timestamp($16), 0, ''::hstore,
-                  NULL
+           SELECT $13, $14, convert_to($19, 'UTF8'), 'Pending', 0, $15::integer, to_timestamp($16),
+                  GREATEST(-(SELECT t FROM tag), -2147483647)::integer, ''::hstore, NULL
            FROM st WHERE NOT blocked
            RETURNING id
          ),
@@ -329,12 +333,14 @@ async fn write_build_postgres(
                 (SELECT id FROM job) AS job_id,
                 (SELECT n FROM ev) AS event,
                 {kept}",
-        kept = kept_pins_column(w.check_kept_secrets)
+        kept = kept_pins_column(w.check_kept_secrets),
+        tag = super::fair::tag_sql(Engine::Postgres, "$22")
     );
     let row = bind_statement_2(Q::new(sql), &b, w, now)
         .text(super::queue::build_job_payload(b.id))
         .text(b.trigger.as_str())
         .opt_text(builds::provenance_text(&b).as_deref())
+        .text(super::fair::tenant_of(&b))
         .fetch_one(conn)
         .await?;
     crate::failpoint::hit("build_inserted");
@@ -376,14 +382,16 @@ async fn write_build_sqlite(
     let sql = format!(
         "{SUPERSEDE};
          INSERT INTO builds (id, deployment_id, kind, status, configuration, module_source, instances, queued_at,
-                             operator_secrets, readiness, dry_run, trigger_kind, provenance, dispatched, version)
-         SELECT $1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, $21, $22, turn, turn
+                             operator_secrets, readiness, dry_run, trigger_kind, provenance, dispatched, version,
+                             tenant, fair_tag)
+         SELECT $1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, $21, $22, turn, turn,
+                $23, CASE WHEN turn = 1 THEN {tag} ELSE NULL END
          FROM (SELECT CASE WHEN EXISTS (SELECT 1 FROM builds WHERE deployment_id = $2
                                           AND status IN ('queued', 'running'))
                            THEN 0 ELSE 1 END AS turn) AS t;
          INSERT INTO Jobs (job, id, job_type, status, attempts, max_attempts, run_at, last_result, lock_at, lock_by,
                            done_at, priority, metadata, idempotency_key)
-         SELECT $19, $13, $14, 'Pending', 0, $15, $16, NULL, NULL, NULL, NULL, 0, $20, NULL
+         SELECT $19, $13, $14, 'Pending', 0, $15, $16, NULL, NULL, NULL, NULL, -fair_tag, $20, NULL
          FROM builds WHERE id = $1 AND dispatched = 1;
          INSERT INTO deployment_events (deployment_id, n, state, build_id, at)
          SELECT $2, COALESCE(MAX(n), 0) + 1, $17, $1, $7 FROM deployment_events WHERE deployment_id = $2
@@ -396,13 +404,15 @@ async fn write_build_sqlite(
                 END AS queued,
                 {kept}
          FROM {SPAN}",
-        kept = kept_pins_column(w.check_kept_secrets)
+        kept = kept_pins_column(w.check_kept_secrets),
+        tag = super::fair::tag_sql(Engine::Sqlite, "$23")
     );
     let rows = bind_statement_2(Q::new(sql), &b, w, now)
         .bytes(super::queue::build_job_payload(b.id))
         .text(super::queue::SQLITE_JOB_METADATA)
         .text(b.trigger.as_str())
         .opt_text(builds::provenance_text(&b).as_deref())
+        .text(super::fair::tenant_of(&b))
         .fetch_all(conn)
         .await?;
     let row = rows.last().ok_or_else(|| StoreError::Queue("the submit's statement read nothing back".to_owned()))?;

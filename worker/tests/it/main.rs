@@ -16,6 +16,7 @@ mod dashboard;
 mod dry_run;
 mod durability;
 mod end_to_end;
+mod fair_shares;
 mod fleet_view;
 mod hostile_effect;
 mod hostile_eval;
