@@ -105,6 +105,7 @@ pub async fn guard(State(app): State<AppState>, request: Request, next: Next) ->
     }
     let request = Request::from_parts(parts, Body::from(body));
     // In a task of its own: the answer is stored even if the client hangs up.
+    let held = (app.clone(), iss.clone(), sub.clone(), key.clone(), claim.clone());
     let run = tokio::spawn(async move {
         let response = next.run(request).await;
         finish(&app, Scope { iss: &iss, sub: &sub }, &key, &claim, response).await
@@ -112,7 +113,10 @@ pub async fn guard(State(app): State<AppState>, request: Request, next: Next) ->
     match run.await {
         Ok(response) => response,
         Err(e) => {
-            tracing::error!(error = %e, "a request with an Idempotency-Key failed; its key is let go at its lease");
+            // The handler panicked: no answer to keep, so a retry runs again.
+            let (app, iss, sub, key, claim) = held;
+            tracing::error!(error = %e, "a request with an Idempotency-Key failed; its key is let go");
+            let _ = release(&app, Scope { iss: &iss, sub: &sub }, &key, &claim).await;
             ApiError::from_status(StatusCode::INTERNAL_SERVER_ERROR).into_response()
         }
     }

@@ -96,6 +96,35 @@ async fn a_preflight_for_the_deployment_channel_allows_last_event_id() {
     assert_eq!(value(&headers, header::ACCESS_CONTROL_ALLOW_ORIGIN), PANEL);
 }
 
+/// IK-1: a browser may send `If-Match`, `If-None-Match` and
+/// `Idempotency-Key` with a write, and read a deployment's `ETag`.
+#[tokio::test]
+async fn a_preflight_for_a_write_allows_the_precondition_and_idempotency_headers_and_etag_is_readable() {
+    let h = cors_harness().await;
+    let asked = "if-match,if-none-match,idempotency-key,content-type,authorization";
+    let (status, headers) = preflight(&h, "/deployments/demo", PANEL, &Method::PUT, asked).await;
+    assert!(status.is_success(), "{status}");
+    let allowed = items(&headers, header::ACCESS_CONTROL_ALLOW_HEADERS);
+    for name in ["if-match", "if-none-match", "idempotency-key"] {
+        assert!(allowed.contains(&name.to_owned()), "{name}: {allowed:?}");
+    }
+    let answer = h
+        .router
+        .clone()
+        .oneshot(
+            Request::builder()
+                .uri("/deployments/demo")
+                .header(header::ORIGIN, PANEL)
+                .header(header::AUTHORIZATION, format!("Bearer {}", all()))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let exposed = items(answer.headers(), header::ACCESS_CONTROL_EXPOSE_HEADERS);
+    assert!(exposed.contains(&"etag".to_owned()), "{exposed:?}");
+}
+
 /// Every route of the router (`route_table`) answers a preflight for its
 /// method, without a token; but the dashboard's (`/ui`), same-origin pages,
 /// answer no CORS at all.
