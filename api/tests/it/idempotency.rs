@@ -31,6 +31,18 @@ async fn send(
     headers: &[(&str, &[u8])],
     body: Option<&Value>,
 ) -> Answer {
+    send_to(h.router.clone(), method, uri, token, headers, body).await
+}
+
+/// [`send`] to `router`.
+async fn send_to(
+    router: axum::Router,
+    method: Method,
+    uri: &str,
+    token: &str,
+    headers: &[(&str, &[u8])],
+    body: Option<&Value>,
+) -> Answer {
     let mut req = Request::builder().method(method).uri(uri).header(header::AUTHORIZATION, format!("Bearer {token}"));
     for (name, value) in headers {
         req = req.header(*name, *value);
@@ -40,7 +52,7 @@ async fn send(
         None => req.body(Body::empty()),
     }
     .unwrap();
-    let res = h.router.clone().oneshot(req).await.unwrap();
+    let res = router.oneshot(req).await.unwrap();
     let (status, headers) = (res.status(), res.headers().clone());
     let bytes = res.into_body().collect().await.unwrap().to_bytes();
     Answer { status, headers, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null) }
@@ -146,6 +158,49 @@ async fn a_key_in_flight_is_409_until_its_lease_passes(engine: Engine) {
     let again = send(&h, Method::PUT, "/deployments/demo", &all(), key, Some(&submit_body())).await;
     assert_eq!((again.status, &again.body), (StatusCode::ACCEPTED, &taken.body));
     assert_eq!(h.count("builds").await, 1);
+}
+
+/// Two requests with one key at once, for real (PostgreSQL, where a write
+/// can wait on a row lock without holding the process's write turn): the
+/// first holds its key while its submit waits on the deployment's row, so
+/// the second is `409`; once the first is answered, a third gets its answer.
+#[tokio::test]
+async fn a_request_still_running_makes_a_retry_with_its_key_409_on_postgres() {
+    let h = harness(Engine::Postgres).await;
+    let (status, _) = h.put("demo", &submit_body()).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let mut blocker = h.db.begin_write().await.unwrap();
+    assert!(blocker.lock_deployment("demo").await.unwrap());
+    let key: &[(&str, &[u8])] = &[("idempotency-key", b"\"concurrent\"")];
+    let router = h.router.clone();
+    let token = all();
+    let first = tokio::spawn(async move {
+        send_to(
+            router,
+            Method::PUT,
+            "/deployments/demo",
+            &token,
+            &[("idempotency-key", b"\"concurrent\"")],
+            Some(&submit_body()),
+        )
+        .await
+    });
+    // The first request holds the key once its claim is committed.
+    slipway_jobs::test_support::wait_for(
+        "the first request to claim its key",
+        std::time::Duration::from_secs(60),
+        || async { (h.count("idempotency_keys").await == 1).then_some(()) },
+    )
+    .await;
+    let second = send(&h, Method::PUT, "/deployments/demo", &all(), key, Some(&submit_body())).await;
+    assert_eq!(second.status, StatusCode::CONFLICT, "{}", second.body);
+    assert_error_shape(&second.body, "idempotency_key_in_flight");
+    blocker.rollback().await.unwrap();
+    let first = first.await.unwrap();
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.body);
+    let third = send(&h, Method::PUT, "/deployments/demo", &all(), key, Some(&submit_body())).await;
+    assert_eq!((third.status, &third.body), (StatusCode::ACCEPTED, &first.body));
+    assert_eq!(h.count("builds").await, 2);
 }
 
 async fn two_subjects_with_one_key_are_independent(engine: Engine) {
