@@ -303,6 +303,22 @@ if report_migrate.LABEL in results:
     out.extend(report_migrate.section(meta, m_quiet, m_result, own_run=False))
     w("")
 
+fair_runs = [(label, get(label)) for label in ("slipway fair 500+5 (unfair)", "slipway fair 500+5 (fair)")]
+if any(isinstance(r, dict) for _, r in fair_runs):
+    w("## Fair shares: tenant A queues 500 builds, then tenant B 5 (FS-1)")
+    w("")
+    w("One worker with one build slot; each job takes 20 ms (a build, scaled down). B queues once A's first "
+      "job runs. Unfair: every job at priority 0 (the queue before fair shares). Fair: the priorities "
+      "of `jobs/src/store/fair.rs`.")
+    w("")
+    w("| Queue | B's first start after B queued, ms | in build times | A's jobs started before it | jobs/s |")
+    w("|---|---:|---:|---:|---:|")
+    for label, r in fair_runs:
+        if isinstance(r, dict):
+            w(f"| {label} | {num(r.get('b_first_start_ms'), 1)} | {num(r.get('b_first_start_builds'), 2)} | "
+              f"{num(r.get('a_started_before_b'))} | {num(r.get('jobs_per_s'), 1)} |")
+    w("")
+
 w("## Raw results")
 w("")
 w("One line per measurement: label, whether the machine was quiet, the driver's JSON output "

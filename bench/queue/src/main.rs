@@ -7,6 +7,7 @@
 //! slipway-queue-bench drain   --jobs 20000 [--workers W --concurrency C --batch-size B --pool-size P]
 //! slipway-queue-bench latency --jobs 200 --spacing-ms 20 [same tuning flags]
 //! slipway-queue-bench large-statement --sizes-kb 16,64,256,1024 --runs 100
+//! slipway-queue-bench fair    --a-jobs 500 --b-jobs 5 --build-ms 20 [--unfair] [same tuning flags]
 //! ```
 //!
 //! Every run drops and recreates its own scratch database (`slipway_bench` on
@@ -31,6 +32,13 @@
 //!   one), timed end to end on a plain sqlx connection (sqlx 0.9.0 leaves
 //!   `TCP_NODELAY` off) and on a connection of Slipway's own pool
 //!   (`store::open_postgres`, which sets it), alternating, over TCP.
+//! - `fair` (FS-1): tenant A's N jobs are queued, the worker(s) start, and
+//!   once A's first job runs tenant B queues M; each job takes `--build-ms`.
+//!   With `--unfair`, without priorities (the queue before FS-1, every job
+//!   priority 0); otherwise with the priorities Slipway's fair order gives
+//!   (`slipway_jobs::store::fair`: A's tags 0..N, B's from one before the
+//!   earliest tag still waiting). Reports when B's first job started after B queued it,
+//!   in ms and in build times, and each run's throughput.
 
 use anyhow::{bail, Context as _};
 use apalis::prelude::*;
@@ -94,6 +102,22 @@ enum Mode {
         #[command(flatten)]
         tuning: Tuning,
     },
+    /// Tenant A queues --a-jobs, then B --b-jobs once A's first runs; B's
+    /// first start and the throughput, unfair and fair.
+    Fair {
+        #[arg(long, default_value_t = 500)]
+        a_jobs: u64,
+        #[arg(long, default_value_t = 5)]
+        b_jobs: u64,
+        /// How long each job takes, ms (a build's time, scaled down).
+        #[arg(long, default_value_t = 20)]
+        build_ms: u64,
+        /// Every job at priority 0 (the queue before FS-1), for comparison.
+        #[arg(long)]
+        unfair: bool,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
     /// p50/p99 of one statement carrying a configuration of each size, on a
     /// plain sqlx connection and on one of Slipway's pool.
     LargeStatement {
@@ -150,6 +174,8 @@ struct Probe {
     first_start: OnceLock<Instant>,
     /// Start instant per `seq` (latency mode); empty in drain mode.
     starts: Mutex<Vec<Option<Instant>>>,
+    /// How long each job takes (fair mode); zero otherwise.
+    work: Duration,
 }
 
 impl Probe {
@@ -158,6 +184,16 @@ impl Probe {
             started: AtomicU64::new(0),
             first_start: OnceLock::new(),
             starts: Mutex::new(vec![None; track]),
+            work: Duration::ZERO,
+        })
+    }
+
+    fn with_work(track: usize, work: Duration) -> Arc<Self> {
+        Arc::new(Probe {
+            started: AtomicU64::new(0),
+            first_start: OnceLock::new(),
+            starts: Mutex::new(vec![None; track]),
+            work,
         })
     }
 }
@@ -173,6 +209,9 @@ async fn noop(job: NoopJob, probe: Data<Arc<Probe>>) -> Result<(), BoxDynError> 
         }
     }
     probe.started.fetch_add(1, Ordering::Relaxed);
+    if !probe.work.is_zero() {
+        tokio::time::sleep(probe.work).await;
+    }
     Ok(())
 }
 
@@ -403,6 +442,89 @@ async fn drain(cli: &Cli, jobs: u64, insert_batch: usize, tuning: &Tuning) -> an
     Ok(())
 }
 
+/// Enqueues jobs `seqs` in one transaction, job `seq` with the priority
+/// `priority(seq)` gives.
+async fn enqueue_with(
+    client: &PgPool,
+    seqs: std::ops::Range<u64>,
+    priority: impl Fn(u64) -> usize,
+) -> anyhow::Result<()> {
+    let tasks = seqs
+        .map(|seq| {
+            Ok(TaskBuilder::new(serde_json::to_vec(&NoopJob { seq })?).max_attempts(3).priority(priority(seq)).build())
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut tx = client.begin().await?;
+    apalis_postgres::queries::push_tasks(&mut *tx, QUEUE, tasks).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// One `fair` run: `fair` false gives every job priority 0.
+async fn fair(cli: &Cli, a: u64, b: u64, build_ms: u64, tuning: &Tuning, fair: bool) -> anyhow::Result<()> {
+    use slipway_jobs::store::fair::task_priority;
+    let options = prepare(cli).await?;
+    let client = pool(&options, 2).await?;
+    // A's tags 0..a (its outstanding builds, in order).
+    enqueue_with(&client, 0..a, |seq| if fair { task_priority(seq as i64) } else { 0 }).await?;
+    let probe = Probe::with_work((a + b) as usize, Duration::from_millis(build_ms));
+    let workers = pool(&options, tuning.pool_size()).await?;
+    let launch = Instant::now();
+    let fleet = Fleet::start(&workers, tuning, &probe);
+    let deadline = launch + Duration::from_secs(60 + (a + b) * build_ms / 1000 * 3);
+    while probe.started.load(Ordering::Relaxed) == 0 {
+        fleet.check_alive()?;
+        if Instant::now() > deadline {
+            bail!("no job of A started");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // B's tags: from one before the earliest tag still waiting (B has none
+    // outstanding), as `slipway_jobs::store::fair::tag_sql` gives them.
+    let head: i64 = sqlx::query_scalar(
+        "SELECT GREATEST(COALESCE(-MAX(priority), 0) - 1, 0)::bigint FROM apalis.jobs
+         WHERE job_type = $1 AND status = 'Pending'",
+    )
+    .bind(QUEUE)
+    .fetch_one(&client)
+    .await?;
+    let queued_b = Instant::now();
+    enqueue_with(&client, a..a + b, |seq| if fair { task_priority(head + (seq - a) as i64) } else { 0 }).await?;
+    while not_done(&client).await? > 0 {
+        fleet.check_alive()?;
+        if Instant::now() > deadline {
+            bail!("fair run timed out: {} of {} jobs started", probe.started.load(Ordering::Relaxed), a + b);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let all_done = Instant::now();
+    fleet.stop().await?;
+    let starts = probe.starts.lock().expect("probe lock").clone();
+    let b_first = starts[a as usize..].iter().flatten().min().copied().context("no job of B started")?;
+    let first = *probe.first_start.get().context("no job started")?;
+    let wait = b_first.saturating_duration_since(queued_b);
+    let a_before_b = starts[..a as usize].iter().flatten().filter(|s| **s < b_first).count();
+    println!(
+        "{}",
+        json!({
+            "queue": "slipway",
+            "mode": "fair",
+            "fair": fair,
+            "a_jobs": a,
+            "b_jobs": b,
+            "build_ms": build_ms,
+            "workers": tuning.workers,
+            "concurrency": tuning.concurrency,
+            "b_first_start_ms": ms(wait),
+            "b_first_start_builds": ((wait.as_secs_f64() * 1000.0 / build_ms.max(1) as f64) * 100.0).round() / 100.0,
+            "a_started_before_b": a_before_b,
+            "drain_ms": ms(all_done - first),
+            "jobs_per_s": (((a + b) as f64 / (all_done - first).as_secs_f64()) * 10.0).round() / 10.0,
+        })
+    );
+    Ok(())
+}
+
 async fn latency(cli: &Cli, jobs: u64, spacing_ms: u64, warmup: u64, tuning: &Tuning) -> anyhow::Result<()> {
     let options = prepare(cli).await?;
     // The enqueuing client has its own connection, as an api replica would.
@@ -547,6 +669,9 @@ async fn main() -> anyhow::Result<()> {
     match &cli.mode {
         Mode::Drain { jobs, insert_batch, tuning } => drain(&cli, *jobs, *insert_batch, tuning).await,
         Mode::Latency { jobs, spacing_ms, warmup, tuning } => latency(&cli, *jobs, *spacing_ms, *warmup, tuning).await,
+        Mode::Fair { a_jobs, b_jobs, build_ms, unfair, tuning } => {
+            fair(&cli, *a_jobs, *b_jobs, *build_ms, tuning, !*unfair).await
+        }
         Mode::LargeStatement { sizes_kb, runs } => large_statement(&cli, sizes_kb, *runs).await,
     }
 }

@@ -5,10 +5,11 @@
 //!
 //! Start-time fair queuing over the pushed build jobs: a build's tag, set
 //! when its job is pushed, is the tenant's latest outstanding tag + 1, but
-//! never below the earliest tag still waiting (the queue's "virtual time").
-//! A tenant with a backlog of N jobs holds tags t..t+N; a newcomer gets
-//! the earliest waiting tag, so its first build is next but one, and its
-//! later ones interleave with the backlog. One tenant alone gets rising
+//! never below the queue's "virtual time": one less than the earliest tag
+//! still waiting (or, with none waiting, the latest tag running). A tenant
+//! with a backlog of N jobs holds tags t..t+N; a newcomer's first build
+//! gets t - 1, so it is the next to start, and its later ones interleave
+//! with the backlog. One tenant alone gets rising
 //! tags: today's first-in, first-out order. ST-2 is untouched: a
 //! deployment still has at most one job pushed at a time, in submit order.
 
@@ -21,8 +22,8 @@ pub fn tenant_of(b: &NewBuild<'_>) -> String {
 }
 
 /// The tag a build of tenant `tenant` (an SQL expression: a placeholder)
-/// gets when its job is pushed now, as an SQL expression for either
-/// engine. Reads only outstanding builds (dispatched and queued, or
+/// gets when its job is pushed now (never below 0), as an SQL expression
+/// for either engine. Reads only outstanding builds (dispatched and queued, or
 /// running) through `builds_by_tenant` and `builds_by_fair_tag`.
 pub(crate) fn tag_sql(engine: Engine, tenant: &str) -> String {
     let greatest = match engine {
@@ -33,10 +34,11 @@ pub(crate) fn tag_sql(engine: Engine, tenant: &str) -> String {
         "{greatest}(
             COALESCE((SELECT fair_tag + 1 FROM builds WHERE tenant = {tenant} AND status IN ('queued', 'running')
                         AND dispatched = 1 AND fair_tag IS NOT NULL ORDER BY fair_tag DESC LIMIT 1), 0),
-            COALESCE((SELECT fair_tag FROM builds WHERE status = 'queued' AND dispatched = 1 AND fair_tag IS NOT NULL
-                        ORDER BY fair_tag LIMIT 1),
+            COALESCE((SELECT fair_tag - 1 FROM builds WHERE status = 'queued' AND dispatched = 1
+                        AND fair_tag IS NOT NULL ORDER BY fair_tag LIMIT 1),
                      (SELECT fair_tag FROM builds WHERE status = 'running' AND fair_tag IS NOT NULL
-                        ORDER BY fair_tag DESC LIMIT 1), 0))"
+                        ORDER BY fair_tag DESC LIMIT 1), 0),
+            0)"
     )
 }
 
