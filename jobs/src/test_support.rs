@@ -25,7 +25,7 @@ pub use processes::{
 pub use sources::{checker, sleepy_nix_source, source_with_deploy, AnySource, SLEEPY_BUILDER_SECS};
 pub use stub_server::{Behaviour, Reply, StubServer};
 pub use wait::{poll, wait_for};
-pub use world::{claim_as, record_success, submit_demo, world, World};
+pub use world::{claim_as, record_success, submit_demo, submit_demo_if, world, World};
 
 use std::path::PathBuf;
 

@@ -149,6 +149,17 @@ pub async fn submit_demo(
     id: &str,
     queue_size: u32,
 ) -> Result<crate::submit::Accepted, crate::submit::SubmitError> {
+    submit_demo_if(db, sources, id, queue_size, None).await
+}
+
+/// [`submit_demo`] only if `precondition` holds ([`crate::submit::submit_if`]).
+pub async fn submit_demo_if(
+    db: &crate::store::Db,
+    sources: &dyn crate::source::policy::Sources,
+    id: &str,
+    queue_size: u32,
+    precondition: Option<&crate::precondition::Precondition>,
+) -> Result<crate::submit::Accepted, crate::submit::SubmitError> {
     let request = crate::submit::SubmitRequest {
         deployment: crate::id::DeploymentId::parse(id).expect("a valid deployment id"),
         configuration: demo(),
@@ -159,5 +170,5 @@ pub async fn submit_demo(
         plan_ttl: std::time::Duration::from_secs(3600),
         health_gate: None,
     };
-    crate::submit::submit(db, sources, None, request).await
+    crate::submit::submit_if(db, sources, None, request, precondition).await
 }

@@ -3,8 +3,9 @@
 //! a call site is wanted, so another test's thread without a subscriber
 //! could hide this thread's events.
 
+use slipway_jobs::precondition::Precondition;
 use slipway_jobs::store::{Db, Engine, Q};
-use slipway_jobs::test_support::{checker, submit_demo, world, AnySource};
+use slipway_jobs::test_support::{checker, submit_demo_if, world, AnySource};
 use std::sync::{Arc, Mutex};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
@@ -48,6 +49,16 @@ impl<S: tracing::Subscriber> Layer<S> for Statements {
 /// The statements `submit_demo` of deployment `id` sends (PostgreSQL runs
 /// them on the calling thread, so a thread's subscriber sees them all).
 async fn statements_of_a_submit(db: &Db, sources: &AnySource, id: &str) -> Vec<String> {
+    statements_of_a_conditional_submit(db, sources, id, None).await.0
+}
+
+/// [`statements_of_a_submit`] with `precondition`, and whether it was accepted.
+async fn statements_of_a_conditional_submit(
+    db: &Db,
+    sources: &AnySource,
+    id: &str,
+    precondition: Option<&Precondition>,
+) -> (Vec<String>, bool) {
     let seen = Statements::default();
     let subscriber = tracing_subscriber::registry().with(
         seen.clone()
@@ -59,11 +70,15 @@ async fn statements_of_a_submit(db: &Db, sources: &AnySource, id: &str) -> Vec<S
         // subscriber: a `sqlx::query` callsite they registered while this
         // one was being set may have cached "never"; ask every callsite again.
         tracing::callsite::rebuild_interest_cache();
-        submit_demo(db, sources, id, 1000).await
+        submit_demo_if(db, sources, id, 1000, precondition).await
     };
-    accepted.expect("the submit is accepted");
+    let accepted = match accepted {
+        Ok(_) => true,
+        Err(slipway_jobs::submit::SubmitError::PreconditionFailed(_)) => false,
+        Err(e) => panic!("the submit failed: {e}"),
+    };
     let statements = seen.0.lock().unwrap().clone();
-    statements
+    (statements, accepted)
 }
 
 /// A submit's transaction is four round trips on PostgreSQL: `BEGIN` (which
@@ -99,4 +114,25 @@ async fn a_submit_on_postgres_is_four_round_trips() {
     let rows: Vec<(String, i64)> =
         rows.iter().map(|r| (r.text("status").unwrap(), r.int("dispatched").unwrap())).collect();
     assert_eq!(rows, [("superseded".to_owned(), 1), ("queued".to_owned(), 1)], "Q-7 and ST-2");
+}
+
+/// IK-1: a submit with `If-Match` is the same four round trips, its check
+/// inside the upsert; one whose version is stale is refused by that same
+/// statement, and rolled back without a second.
+#[tokio::test]
+async fn a_conditional_submit_on_postgres_is_four_round_trips_too() {
+    let w = world(Engine::Postgres, &[]).await;
+    let sources = AnySource(checker());
+    let (_, accepted) = statements_of_a_conditional_submit(&w.ctx.db, &sources, "fresh", None).await;
+    assert!(accepted);
+    let current = Precondition::Version(vec![1]);
+    let (statements, accepted) = statements_of_a_conditional_submit(&w.ctx.db, &sources, "fresh", Some(&current)).await;
+    assert!(accepted, "{statements:#?}");
+    let starts: Vec<&str> = statements.iter().map(|s| s.split_whitespace().next().unwrap_or("")).collect();
+    assert_eq!(starts, ["INSERT", "WITH", "COMMIT", "SELECT"], "{statements:#?}");
+    assert!(statements[0].contains("deployments.version IN (1)"), "{statements:#?}");
+    let (statements, accepted) = statements_of_a_conditional_submit(&w.ctx.db, &sources, "fresh", Some(&current)).await;
+    assert!(!accepted, "a stale version was accepted");
+    let starts: Vec<&str> = statements.iter().map(|s| s.split_whitespace().next().unwrap_or("")).collect();
+    assert_eq!(starts, ["INSERT", "ROLLBACK"], "{statements:#?}");
 }
