@@ -95,6 +95,11 @@ pub enum ErrorCode {
     InvalidModuleSource,
     /// `400`: the slug of `POST /labels` is not one.
     InvalidSlug,
+    /// `400`: a webhook's URL is refused (scheme, user information, an
+    /// origin outside `SLIPWAY_ALLOWED_ORIGINS`, a refused address).
+    InvalidWebhookUrl,
+    /// `400`: a webhook's event types, secret or description are refused.
+    InvalidWebhook,
     /// `401`: no token, or one that is not valid.
     Unauthorized,
     /// `403`: this token may not do that.
@@ -183,7 +188,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the document.
-    pub const ALL: [ErrorCode; 47] = {
+    pub const ALL: [ErrorCode; 49] = {
         use ErrorCode::*;
         [
             InvalidRequest,
@@ -192,6 +197,8 @@ impl ErrorCode {
             InvalidConfiguration,
             InvalidModuleSource,
             InvalidSlug,
+            InvalidWebhookUrl,
+            InvalidWebhook,
             Unauthorized,
             Forbidden,
             SourceNotAllowed,

@@ -23,6 +23,7 @@ mod openbao;
 mod safe_change;
 mod sandbox;
 mod sources;
+mod webhooks;
 mod worker;
 
 pub use api::ApiConfig;
@@ -32,6 +33,7 @@ pub use openbao::OpenBaoConfig;
 pub use safe_change::SafeChangeConfig;
 pub use sandbox::{parse_size, GitConfig, SandboxConfig};
 pub use sources::SourcesConfig;
+pub use webhooks::WebhooksConfig;
 pub use worker::WorkerConfig;
 
 use crate::callback::Origins;
@@ -131,6 +133,9 @@ pub struct Config {
     /// Plans, rollbacks and health gates (`PLAN_TTL`, `KEEP_GENERATIONS`,
     /// `HEALTH_GATE`).
     pub safe_change: SafeChangeConfig,
+    /// Webhook deliveries (`WEBHOOK_RETRY_WINDOW`, `WEBHOOK_POLL`,
+    /// `WEBHOOK_TIMEOUT`; WH-1).
+    pub webhooks: WebhooksConfig,
     /// A worker's metrics address and the scrape token of both binaries
     /// (`SLIPWAY_METRICS_ADDR`, `SLIPWAY_METRICS_TOKEN`).
     pub metrics: MetricsConfig,
@@ -229,6 +234,9 @@ pub const KEYS: &[&str] = &[
     "PLAN_TTL",
     "KEEP_GENERATIONS",
     "HEALTH_GATE",
+    "WEBHOOK_RETRY_WINDOW",
+    "WEBHOOK_POLL",
+    "WEBHOOK_TIMEOUT",
     "SLIPWAY_METRICS_ADDR",
     "SLIPWAY_METRICS_TOKEN",
     "SLIPWAY_REQUEST_TIMEOUT",
@@ -386,6 +394,11 @@ impl Config {
         let queue_size = number(keys, "QUEUE_SIZE", 1000)?;
         let retention = duration(keys, "RETENTION", 14 * 86400)?;
         let plan_ttl = duration(keys, "PLAN_TTL", 3600)?;
+        let webhooks = WebhooksConfig {
+            retry_window: duration(keys, "WEBHOOK_RETRY_WINDOW", 86_400)?,
+            poll: duration(keys, "WEBHOOK_POLL", 2)?,
+            attempt_timeout: duration(keys, "WEBHOOK_TIMEOUT", 10)?,
+        };
         let keep_generations = number(keys, "KEEP_GENERATIONS", 5)?;
         let health_gate = match get("HEALTH_GATE").map(str::trim).filter(|v| *v != "off") {
             None => None,
@@ -467,6 +480,7 @@ impl Config {
             },
             openbao,
             safe_change: SafeChangeConfig { plan_ttl, keep_generations, health_gate },
+            webhooks,
             metrics: MetricsConfig { addr: metrics_addr, token: metrics_token },
             sandbox,
             git,

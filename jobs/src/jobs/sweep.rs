@@ -61,6 +61,13 @@ pub async fn tick(ctx: &Ctx) {
         ),
         Err(e) => tracing::warn!(error = %e, "retention sweep failed; the next tick tries again"),
     }
+    match super::webhook::restart_stalled(ctx).await {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(endpoints = n, "restarted webhook delivery jobs that had stopped"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not look for stopped webhook delivery jobs; the next tick tries again")
+        }
+    }
 }
 
 /// Sweeps builds that finished before `now_ms - RETENTION`.
