@@ -182,7 +182,7 @@ pub(crate) fn cors(origins: &slipway_jobs::callback::Origins) -> CorsLayer {
         .allow_origin(AllowOrigin::predicate(move |origin: &HeaderValue, _| {
             origin.to_str().is_ok_and(|origin| origins.allows(origin))
         }))
-        .allow_methods([Method::GET, Method::PUT, Method::POST, Method::DELETE])
+        .allow_methods([Method::GET, Method::PUT, Method::POST, Method::PATCH, Method::DELETE])
         .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, HeaderName::from_static("last-event-id")])
         .max_age(CORS_MAX_AGE)
         .vary([header::ORIGIN, header::ACCESS_CONTROL_REQUEST_METHOD, header::ACCESS_CONTROL_REQUEST_HEADERS])

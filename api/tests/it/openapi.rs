@@ -34,6 +34,7 @@ const NOT_API: &[&str] = &[
     "/ui/fragments/deployments/{id}",
     "/ui/fragments/builds/{id}",
     "/ui/fragments/fleet",
+    "/ui/fragments/webhooks",
     // Prometheus's text format (docs/METRICS.md).
     "/metrics",
 ];

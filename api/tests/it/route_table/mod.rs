@@ -177,6 +177,7 @@ pub fn routes() -> Vec<Route> {
         media(route(Method::GET, "/ui/fragments/builds/{build}", Build, &[200]), "text/html"),
         // Only an operator's token sees the fleet.
         media(route(Method::GET, "/ui/fragments/fleet", Operator, &[200]), "text/html"),
+        media(route(Method::GET, "/ui/fragments/webhooks", Operator, &[200]), "text/html"),
         route(Method::GET, "/queues", Operator, &[200]),
         route(Method::GET, "/workers", Operator, &[200]),
         // Webhooks (WH-1), operators only. The seeded service allows no
