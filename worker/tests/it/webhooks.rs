@@ -366,3 +366,58 @@ fn base64_of(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
+
+/// The dashboard's webhooks page in headless Chromium
+/// (`tests/browser/webhooks.mjs`): an operator opens it from the
+/// navigation and sees an endpoint disabled after its retry window, with
+/// the reason, and its deliveries; the page carries no secret and no URL it
+/// requests carries the token. SQLite only, as the other browser tests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_an_operator_a_disabled_endpoint_with_its_reason_and_deliveries() {
+    crate::tools::require_the_browser_tools();
+    let port = free_port();
+    let origin = format!("http://127.0.0.1:{port}");
+    let fleet = Fleet::new(Engine::Sqlite, &origin, true, &[("WEBHOOK_RETRY_WINDOW", "2s")]).await;
+    let _worker = fleet.worker(None, &[], "worker.log");
+    let (id, secret) = fleet.register(&format!("{origin}/hook"), json!(["*"])).await;
+    let _failing = receiver(&fleet.db, port, &secret, "failing", "status:503").await;
+    fleet.deploy("wh-ui").await;
+    wait_for("the endpoint to be disabled", LONG, || async {
+        let (_, e) = fleet.call(Method::GET, &format!("/webhooks/{id}"), None).await;
+        (e["enabled"] == false).then_some(())
+    })
+    .await;
+
+    let browser = crate::tools::browser_dir();
+    let driver = tokio::process::Command::new("node")
+        .arg(browser.join("webhooks.mjs"))
+        .current_dir(&browser)
+        .env("UI_URL", format!("{}/ui", fleet.api.base))
+        .env("SLIPWAY_TOKEN", &fleet.api.token)
+        .env("WEBHOOK_ID", &id)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(180), driver)
+        .await
+        .expect("webhooks.mjs did not end within 180 s")
+        .expect("node runs webhooks.mjs");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "webhooks.mjs failed ({}):\n{stderr}\n{stdout}", out.status);
+    let page: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("webhooks.mjs printed no JSON ({e}):\n{stdout}\n{stderr}"));
+    assert_eq!(page["nav"], true, "an operator is offered the webhooks page: {page:#}");
+    assert!(page["enabled"].as_str().is_some_and(|t| t.contains("disabled")), "{page:#}");
+    let reason = page["disabled"].as_str().unwrap_or_default();
+    assert!(reason.contains("HTTP 503") && reason.contains("WEBHOOK_RETRY_WINDOW"), "{page:#}");
+    let deliveries = page["deliveries"].as_array().unwrap();
+    let log = fleet.deliveries(&id).await;
+    let shown: Vec<&str> = deliveries.iter().map(|d| d["id"].as_str().unwrap()).collect();
+    let stored: Vec<&str> = log.iter().map(|d| d["id"].as_str().unwrap()).collect();
+    assert_eq!(shown, stored, "the page shows the delivery log, newest first");
+    assert!(deliveries.iter().any(|d| d["text"].as_str().unwrap().contains("retry_window_passed (503)")), "{page:#}");
+    assert_eq!(page["page_errors"], json!([]), "{page:#}");
+    let html = page["html"].as_str().unwrap();
+    assert!(!html.contains(&secret["whsec_".len()..]), "the page shows the secret");
+    let urls = page["request_urls"].as_array().unwrap();
+    assert!(urls.iter().all(|u| !u.as_str().unwrap().contains(&fleet.api.token)), "a URL carries the token");
+}
