@@ -48,20 +48,42 @@ pub async fn run(pump: WebhookPump, ctx: &Ctx) -> Result<Tally, StoreError> {
     run_with(pump, ctx, &SystemResolver).await
 }
 
-/// Runs one job of an endpoint's chain, resolving host names with `resolver`.
+/// How long a job waits out a database outage (trying again every second)
+/// before it fails its attempt: a chain whose job failed every attempt
+/// would wait for a sweep ([`restart_stalled`]).
+pub const DATABASE_PATIENCE: Duration = Duration::from_secs(120);
+
+/// Runs one job of an endpoint's chain, resolving host names with
+/// `resolver`; a database outage is waited out for [`DATABASE_PATIENCE`]
+/// (the run starts again: what it sent and did not record is sent again).
 pub async fn run_with(pump: WebhookPump, ctx: &Ctx, resolver: &dyn Resolve) -> Result<Tally, StoreError> {
+    let started = std::time::Instant::now();
+    let mut tally = Tally::default();
+    loop {
+        match run_once(pump.clone(), ctx, resolver, &mut tally).await {
+            Err(e) if e.is_unavailable() && started.elapsed() < DATABASE_PATIENCE => {
+                tracing::warn!(error = %e, "a webhook delivery job cannot reach the database; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(e),
+            Ok(()) => return Ok(tally),
+        }
+    }
+}
+
+async fn run_once(pump: WebhookPump, ctx: &Ctx, resolver: &dyn Resolve, tally: &mut Tally) -> Result<(), StoreError> {
     // Handed out before it was due: back until then.
     if let Some(early) = pump.not_before_ms.map(|at| at - now_ms()).filter(|ms| *ms > 0) {
         let mut tx = ctx.db.begin_write().await?;
         let left = Duration::from_millis(u64::try_from(early).unwrap_or(0));
         queue::push(&mut tx, &CallbackJob::webhook(pump), Some(left)).await?;
         tx.commit().await?;
-        return Ok(Tally::default());
+        return Ok(());
     }
     let endpoint = rows::get(&mut ctx.db.acquire().await?, &pump.endpoint_id).await?;
     let Some(endpoint) = endpoint.filter(|e| e.enabled && e.pump == pump.pump) else {
         tracing::debug!("the endpoint is gone, disabled, or served by a newer job: this chain stops");
-        return Ok(Tally::default());
+        return Ok(());
     };
     let now = now_ms();
     {
@@ -78,7 +100,6 @@ pub async fn run_with(pump: WebhookPump, ctx: &Ctx, resolver: &dyn Resolve) -> R
         let secret = rows::secret_of(&mut conn, &endpoint.id).await?;
         (due, secret)
     };
-    let mut tally = Tally::default();
     if let (false, Some(secret)) = (due.is_empty(), secret) {
         let sends = due.iter().map(|d| deliver(ctx, &endpoint, d, &secret, resolver));
         for outcome in futures::future::join_all(sends).await {
@@ -89,8 +110,7 @@ pub async fn run_with(pump: WebhookPump, ctx: &Ctx, resolver: &dyn Resolve) -> R
             }
         }
     }
-    successor(ctx, &endpoint, &pump, due.len() as i64 == BATCH).await?;
-    Ok(tally)
+    successor(ctx, &endpoint, &pump, due.len() as i64 == BATCH).await
 }
 
 enum Outcome {

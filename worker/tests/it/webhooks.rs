@@ -240,6 +240,54 @@ async fn a_worker_killed_between_sending_and_recording_a_delivery_loses_none(eng
 
 slipway_jobs::on_both_engines!(a_worker_killed_between_sending_and_recording_a_delivery_loses_none);
 
+/// PostgreSQL only (the outage switch is PostgreSQL's): the worker is
+/// stopped (SIGSTOP, a failpoint) right after sending a delivery, the
+/// database then drops every connection and refuses new ones for a while,
+/// and the worker resumes into the outage: it cannot record the attempt,
+/// waits the outage out, and every event still reaches the receiver, in
+/// order, the interrupted one at least once.
+#[tokio::test]
+async fn a_database_outage_between_sending_and_recording_a_delivery_loses_none() {
+    let port = free_port();
+    let origin = format!("http://127.0.0.1:{port}");
+    let fleet = Fleet::new(Engine::Postgres, &origin, true, &[]).await;
+    let _builds = fleet.worker(Some("builds,nix,readiness,maintenance"), &[], "builds.log");
+    let hooks = fleet.worker(Some("callbacks"), &[("SLIPWAY_FAILPOINTS", "webhook_after_send=stop")], "hooks.log");
+    let pid = hooks.0.id();
+    let (_, secret) = fleet.register(&format!("{origin}/hook"), json!(["*"])).await;
+    let _up = receiver(&fleet.db, port, &secret, "received", "accept").await;
+    let (status, body) = fleet.api.submit("wh-p", &demo()).await.unwrap();
+    assert_eq!(status, 202, "{body}");
+
+    wait_for("the worker to stop after its first send", LONG, || async { common::stopped(pid).then_some(()) }).await;
+    assert!(fleet.db.accept_connections(false).await > 0, "no connection of the fleet was dropped");
+    common::signal(pid, libc::SIGCONT);
+    let log = fleet.db.path("hooks.log");
+    wait_for("the delivery job to wait out the outage", LONG, || async {
+        std::fs::read_to_string(&log).ok()?.contains("a webhook delivery job cannot reach the database").then_some(())
+    })
+    .await;
+    // The outage's length (the scenario, not a wait for anything): longer
+    // than the job's attempts and their backoff (1 + 2 + 4 s).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    fleet.db.accept_connections(true).await;
+
+    // Each later send stops the worker again: resumed each time.
+    let records = wait_for("every event to arrive", LONG, || async {
+        if common::stopped(pid) {
+            common::signal(pid, libc::SIGCONT);
+        }
+        let records = received(&fleet.db, "received");
+        let (by, _) = states_by_deployment(&records);
+        let states: Vec<&str> = by.get("wh-p")?.iter().map(|(_, s)| s.as_str()).collect();
+        (states == ["building", "active"]).then_some(records)
+    })
+    .await;
+    let first = records[0]["id"].clone();
+    assert!(records.iter().filter(|r| r["id"] == first).count() >= 2, "the unrecorded delivery was not sent again");
+    assert!(records.iter().all(|r| r["verified"] == true));
+}
+
 async fn an_endpoint_failing_for_its_retry_window_is_disabled_and_a_redirect_is_never_followed(engine: Engine) {
     let (failing, redirecting, target) = (free_port(), free_port(), free_port());
     let origin = |port: u16| format!("http://127.0.0.1:{port}");
