@@ -252,28 +252,30 @@ async fn a_database_outage_between_sending_and_recording_a_delivery_loses_none()
     let origin = format!("http://127.0.0.1:{port}");
     let fleet = Fleet::new(Engine::Postgres, &origin, true, &[]).await;
     let _builds = fleet.worker(Some("builds,nix,readiness,maintenance"), &[], "builds.log");
-    let hooks = fleet.worker(Some("callbacks"), &[("SLIPWAY_FAILPOINTS", "webhook_after_send=stop")], "hooks.log");
-    let pid = hooks.0.id();
     let (_, secret) = fleet.register(&format!("{origin}/hook"), json!(["*"])).await;
     let _up = receiver(&fleet.db, port, &secret, "received", "accept").await;
-    let (status, body) = fleet.api.submit("wh-p", &demo()).await.unwrap();
-    assert_eq!(status, 202, "{body}");
+    // The deploy ends before any delivery is sent: the outage is the
+    // deliveries' alone.
+    fleet.deploy("wh-p").await;
+    let hooks = fleet.worker(Some("callbacks"), &[("SLIPWAY_FAILPOINTS", "webhook_after_send=stop")], "hooks.log");
+    let pid = hooks.0.id();
 
     wait_for("the worker to stop after its first send", LONG, || async { common::stopped(pid).then_some(()) }).await;
     assert!(fleet.db.accept_connections(false).await > 0, "no connection of the fleet was dropped");
     common::signal(pid, libc::SIGCONT);
     let log = fleet.db.path("hooks.log");
-    wait_for("the delivery job to wait out the outage", LONG, || async {
+    let waited = common::poll(LONG, || async {
         std::fs::read_to_string(&log).ok()?.contains("a webhook delivery job cannot reach the database").then_some(())
     })
     .await;
+    assert!(waited.is_some(), "the delivery job did not wait out the outage:\n{}", tail(&fleet.db, "hooks.log"));
     // The outage's length (the scenario, not a wait for anything): longer
     // than the job's attempts and their backoff (1 + 2 + 4 s).
     tokio::time::sleep(Duration::from_secs(10)).await;
     fleet.db.accept_connections(true).await;
 
     // Each later send stops the worker again: resumed each time.
-    let records = wait_for("every event to arrive", LONG, || async {
+    let records = common::poll(LONG, || async {
         if common::stopped(pid) {
             common::signal(pid, libc::SIGCONT);
         }
@@ -282,7 +284,15 @@ async fn a_database_outage_between_sending_and_recording_a_delivery_loses_none()
         let states: Vec<&str> = by.get("wh-p")?.iter().map(|(_, s)| s.as_str()).collect();
         (states == ["building", "active"]).then_some(records)
     })
-    .await;
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "not every event arrived: {:?}\n{}\n{}",
+            received(&fleet.db, "received"),
+            tail(&fleet.db, "hooks.log"),
+            tail(&fleet.db, "builds.log")
+        )
+    });
     let first = records[0]["id"].clone();
     assert!(records.iter().filter(|r| r["id"] == first).count() >= 2, "the unrecorded delivery was not sent again");
     assert!(records.iter().all(|r| r["verified"] == true));
@@ -408,6 +418,13 @@ async fn hostile_webhook_urls_are_refused_when_registered_and_when_delivered(eng
 }
 
 slipway_jobs::on_both_engines!(hostile_webhook_urls_are_refused_when_registered_and_when_delivered);
+
+/// The last 40 lines of a test's log, for a failure's message.
+fn tail(db: &TestDatabase, log: &str) -> String {
+    let text = std::fs::read_to_string(db.path(log)).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    format!("--- {log} ---\n{}", lines[lines.len().saturating_sub(40)..].join("\n"))
+}
 
 /// Standard base64 with padding.
 fn base64_of(bytes: &[u8]) -> String {
