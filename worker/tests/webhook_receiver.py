@@ -11,7 +11,8 @@ for a delivery it accepted (answered 204), or {"verified": false,
 Usage: webhook_receiver.py PORT RECORD [MODE]
   The secret is read from the environment (WEBHOOK_SECRET), never from the
   command line. MODE: `accept` (default); `status:503` answers that status
-  after verifying; `redirect:URL` answers 302 to URL after verifying.
+  after verifying; `redirect:URL` answers 302 to URL after verifying;
+  `retry-after:N` answers 429 with `Retry-After: N` after verifying.
 """
 
 import json
@@ -54,6 +55,11 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("content-length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+        elif MODE.startswith("retry-after:"):
+            self.send_response(429)
+            self.send_header("retry-after", MODE.split(":", 1)[1])
+            self.send_header("content-length", "0")
+            self.end_headers()
         elif MODE.startswith("redirect:"):
             self.send_response(302)
             self.send_header("location", MODE.split(":", 1)[1])

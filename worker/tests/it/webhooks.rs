@@ -298,10 +298,12 @@ async fn a_database_outage_between_sending_and_recording_a_delivery_loses_none()
     assert!(records.iter().all(|r| r["verified"] == true));
 }
 
-async fn an_endpoint_failing_for_its_retry_window_is_disabled_and_a_redirect_is_never_followed(engine: Engine) {
-    let (failing, redirecting, target) = (free_port(), free_port(), free_port());
+async fn an_endpoint_failing_for_its_retry_window_is_disabled_a_retry_after_is_honoured_and_a_redirect_never_followed(
+    engine: Engine,
+) {
+    let (failing, redirecting, target, busy) = (free_port(), free_port(), free_port(), free_port());
     let origin = |port: u16| format!("http://127.0.0.1:{port}");
-    let origins = format!("{},{},{}", origin(failing), origin(redirecting), origin(target));
+    let origins = format!("{},{},{},{}", origin(failing), origin(redirecting), origin(target), origin(busy));
     let fleet = Fleet::new(engine, &origins, true, &[("WEBHOOK_RETRY_WINDOW", "3s")]).await;
     let _worker = fleet.worker(None, &[], "worker.log");
     let (down, down_secret) = fleet.register(&format!("{}/hook", origin(failing)), json!(["*"])).await;
@@ -312,6 +314,9 @@ async fn an_endpoint_failing_for_its_retry_window_is_disabled_and_a_redirect_is_
     let _redirecting =
         receiver(&fleet.db, redirecting, &moved_secret, "redirecting", &format!("redirect:{stolen}")).await;
     let _target = receiver(&fleet.db, target, &moved_secret, "target", "accept").await;
+    // A 429 asking for 30 s: honoured, though the backoff would try again within 2 s.
+    let (slow, slow_secret) = fleet.register(&format!("{}/hook", origin(busy)), json!(["deployment.building"])).await;
+    let _busy = receiver(&fleet.db, busy, &slow_secret, "busy", "retry-after:30").await;
 
     fleet.deploy("wh-d").await;
     let endpoint = wait_for("the failing endpoint to be disabled", LONG, || async {
@@ -331,6 +336,15 @@ async fn an_endpoint_failing_for_its_retry_window_is_disabled_and_a_redirect_is_
     assert_eq!(tried["last_response_excerpt"], "failing on purpose", "{tried}");
     // Every attempt reached the receiver signed and verified.
     assert!(received(&fleet.db, "failing").iter().all(|r| r["verified"] == true));
+
+    let asked = wait_for("the 429 to be recorded", LONG, || async {
+        let log = fleet.deliveries(&slow).await;
+        log.into_iter().find(|d| d["attempts"] == 1)
+    })
+    .await;
+    assert_eq!((&asked["status"], &asked["last_status_code"]), (&json!("pending"), &json!(429)), "{asked}");
+    let wait = common::ms_of(&asked["next_try_at"]) - common::ms_of(&asked["updated_at"]);
+    assert!(wait >= 30_000, "Retry-After: 30 was not honoured: the next try is {wait} ms later");
 
     // Only the subscribed type went to the other endpoint; its redirect was not followed.
     let only = wait_for("the redirected delivery to fail", LONG, || async {
@@ -360,7 +374,9 @@ async fn an_endpoint_failing_for_its_retry_window_is_disabled_and_a_redirect_is_
     assert_eq!((&body["enabled"], &body["disabled_reason"]), (&json!(true), &Value::Null), "{body}");
 }
 
-slipway_jobs::on_both_engines!(an_endpoint_failing_for_its_retry_window_is_disabled_and_a_redirect_is_never_followed);
+slipway_jobs::on_both_engines!(
+    an_endpoint_failing_for_its_retry_window_is_disabled_a_retry_after_is_honoured_and_a_redirect_never_followed
+);
 
 async fn hostile_webhook_urls_are_refused_when_registered_and_when_delivered(engine: Engine) {
     let port = free_port();
