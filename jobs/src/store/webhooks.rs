@@ -526,3 +526,19 @@ pub async fn redeliver(conn: &mut Conn, id: &str, delivery_id: &str, now: i64) -
     .await?;
     Ok(n > 0)
 }
+
+/// Removes the deliveries that ended (`delivered`, `failed`) before
+/// `before`, Unix ms, but the newest of each (endpoint, source, subject):
+/// the fan-out continues a subject from its newest delivery's number, so
+/// that one stays whatever its age. Returns how many were removed.
+pub async fn sweep(conn: &mut Conn, before: i64) -> Result<u64, StoreError> {
+    Q::new(
+        "DELETE FROM webhook_deliveries WHERE status <> 'pending' AND updated_at < $1 \
+         AND EXISTS (SELECT 1 FROM webhook_deliveries l WHERE l.endpoint_id = webhook_deliveries.endpoint_id \
+           AND l.source = webhook_deliveries.source AND l.subject = webhook_deliveries.subject \
+           AND l.n > webhook_deliveries.n)",
+    )
+    .int(before)
+    .execute(conn)
+    .await
+}

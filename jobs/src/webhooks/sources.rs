@@ -55,6 +55,9 @@ pub async fn deployment_events(conn: &mut Conn, endpoint: &Endpoint, now: i64) -
     let from = (cursor - LOOKBACK).max(endpoint.start_seq);
     let (subjects, newest) = events::deployments_after(conn, from, READ_LIMIT).await?;
     let mut created = 0;
+    // Ids made in this call increase in the order of the deliveries, also
+    // within one millisecond (the delivery log lists them by id).
+    let mut ids = ulid::Generator::new();
     for deployment in &subjects {
         let last = rows::last_fanned_out(conn, &endpoint.id, SOURCE, deployment).await?;
         for event in events::since_above_seq(conn, deployment, last, endpoint.start_seq, SUBJECT_LIMIT).await? {
@@ -75,7 +78,7 @@ pub async fn deployment_events(conn: &mut Conn, endpoint: &Endpoint, now: i64) -
                 },
             })
             .to_string();
-            let id = format!("msg_{}", ulid::Ulid::generate());
+            let id = format!("msg_{}", ids.generate().unwrap_or_else(|_| ulid::Ulid::generate()));
             let new = NewDelivery {
                 id: &id,
                 endpoint_id: &endpoint.id,
