@@ -98,6 +98,11 @@ pub enum ErrorCode {
     /// `400`: the `Idempotency-Key` header is not one (empty, too long,
     /// not visible ASCII, or sent twice).
     InvalidIdempotencyKey,
+    /// `400`: a webhook's URL is refused (scheme, user information, an
+    /// origin outside `SLIPWAY_ALLOWED_ORIGINS`, a refused address).
+    InvalidWebhookUrl,
+    /// `400`: a webhook's event types, secret or description are refused.
+    InvalidWebhook,
     /// `401`: no token, or one that is not valid.
     Unauthorized,
     /// `403`: this token may not do that.
@@ -198,7 +203,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the document.
-    pub const ALL: [ErrorCode; 52] = {
+    pub const ALL: [ErrorCode; 54] = {
         use ErrorCode::*;
         [
             InvalidRequest,
@@ -208,6 +213,8 @@ impl ErrorCode {
             InvalidModuleSource,
             InvalidSlug,
             InvalidIdempotencyKey,
+            InvalidWebhookUrl,
+            InvalidWebhook,
             Unauthorized,
             Forbidden,
             SourceNotAllowed,

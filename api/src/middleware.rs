@@ -192,7 +192,7 @@ pub(crate) fn cors(origins: &slipway_jobs::callback::Origins) -> CorsLayer {
         .allow_origin(AllowOrigin::predicate(move |origin: &HeaderValue, _| {
             origin.to_str().is_ok_and(|origin| origins.allows(origin))
         }))
-        .allow_methods([Method::GET, Method::PUT, Method::POST, Method::DELETE])
+        .allow_methods([Method::GET, Method::PUT, Method::POST, Method::PATCH, Method::DELETE])
         .allow_headers([
             header::AUTHORIZATION,
             header::CONTENT_TYPE,

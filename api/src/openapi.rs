@@ -71,6 +71,13 @@ use crate::routes;
         routes::sbom::document,
         routes::fleet::queues,
         routes::fleet::workers,
+        routes::webhooks::create,
+        routes::webhooks::list,
+        routes::webhooks::show,
+        routes::webhooks::update,
+        routes::webhooks::delete,
+        routes::webhooks::deliveries,
+        routes::webhooks::redeliver,
     ),
     components(schemas(crate::error::ErrorBody, routes::events::TicketBody)),
     modifiers(&CommonAnswers),
@@ -79,6 +86,7 @@ use crate::routes;
         (name = "deployments", description = "Submit, read, list, preview and delete deployments"),
         (name = "builds", description = "A build's status, log and report; cancelling it"),
         (name = "fleet", description = "Operator tokens only: the queues and the workers"),
+        (name = "webhooks", description = "Operator tokens only: signed webhook endpoints and their delivery log"),
         (name = "streams", description = "Server-sent events: the deployment channel and a build's live log"),
         (name = "sources", description = "Another module source's schema and renames"),
         (name = "sbom", description = "The CycloneDX SBOMs of a deployment's nodes"),
@@ -125,7 +133,7 @@ impl Modify for CommonAnswers {
         for (path, item) in doc.paths.paths.iter_mut() {
             for (method, operation) in operations(item) {
                 operation.operation_id = Some(operation_id(method, path));
-                if path.contains("{id}") && !path.starts_with("/builds/") {
+                if path.contains("{id}") && !path.starts_with("/builds/") && !path.starts_with("/webhooks/") {
                     deployment_id_schema(operation);
                 }
                 // A delete's body is optional (an empty one deletes without a callback).
@@ -146,7 +154,7 @@ impl Modify for CommonAnswers {
                     common.push((408, "`request_timeout`: the body paused longer than the read timeout"));
                 }
                 // Routes that change state refuse a query parameter they do not take.
-                if matches!(method, "put" | "post" | "delete") {
+                if matches!(method, "put" | "post" | "patch" | "delete") {
                     common.push((
                         400,
                         "`invalid_request`: a query parameter this route does not take (named in `details.parameter`)",
@@ -191,10 +199,16 @@ fn error(description: &str) -> RefOr<utoipa::openapi::Response> {
 
 /// The operations of a path, with their methods.
 fn operations(item: &mut PathItem) -> Vec<(&'static str, &mut Operation)> {
-    [("get", &mut item.get), ("put", &mut item.put), ("post", &mut item.post), ("delete", &mut item.delete)]
-        .into_iter()
-        .filter_map(|(method, op)| op.as_mut().map(|op| (method, op)))
-        .collect()
+    [
+        ("get", &mut item.get),
+        ("put", &mut item.put),
+        ("post", &mut item.post),
+        ("patch", &mut item.patch),
+        ("delete", &mut item.delete),
+    ]
+    .into_iter()
+    .filter_map(|(method, op)| op.as_mut().map(|op| (method, op)))
+    .collect()
 }
 
 /// `get_deployments_id_builds` for `GET /deployments/{id}/builds`;

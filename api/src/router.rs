@@ -58,6 +58,13 @@ pub fn app(state: AppState) -> Router {
         .merge(crate::ui::router())
         .route("/queues", get(routes::fleet::queues))
         .route("/workers", get(routes::fleet::workers))
+        .route("/webhooks", get(routes::webhooks::list).post(routes::webhooks::create))
+        .route(
+            "/webhooks/{id}",
+            get(routes::webhooks::show).patch(routes::webhooks::update).delete(routes::webhooks::delete),
+        )
+        .route("/webhooks/{id}/deliveries", get(routes::webhooks::deliveries))
+        .route("/webhooks/{id}/deliveries/{delivery_id}/redeliver", post(routes::webhooks::redeliver))
         // The OpenAPI document and its documentation page (public).
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .route("/docs", get(crate::openapi::docs))

@@ -7,6 +7,7 @@ mod follow;
 mod screen;
 mod table;
 mod token;
+mod webhook;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use client::{path_id, query_value, Client, Failure};
@@ -248,6 +249,12 @@ enum Command {
     /// Operators: the workers seen in the last hour with host, queues, slots in use and
     /// last heartbeat (GET /workers; needs a token with the operator claim).
     Workers,
+    /// Operators: signed webhook endpoints and their delivery log (/webhooks; needs a token
+    /// with the operator claim).
+    Webhook {
+        #[command(subcommand)]
+        command: webhook::WebhookCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -561,6 +568,10 @@ async fn run(cli: Cli, screen: Screen) -> Result<(), Failure> {
         Command::Workers => {
             let workers = client.get("/workers").await?;
             print(output, screen, &workers, || table::workers(&workers));
+        }
+        Command::Webhook { command } => {
+            let (answer, text) = webhook::run(&client, command).await?;
+            print(output, screen, &answer, || text);
         }
         Command::Token => unreachable!("handled above"),
     }

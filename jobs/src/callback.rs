@@ -27,7 +27,8 @@ mod push;
 
 pub use address::{block_of, forbidden_address, refusing_block, Block, Rule, BLOCKS};
 pub use push::{
-    install_crypto_provider, push, Lookup, PushError, PushOutcome, PushRequest, Resolve, SystemResolver, PUSH_DEADLINE,
+    checked_client, classify as classify_request_error, install_crypto_provider, push, Lookup, PushError, PushOutcome,
+    PushRequest, Resolve, SystemResolver, PUSH_DEADLINE,
 };
 
 use serde_json::{Map, Value};

@@ -24,6 +24,7 @@ mod safe_change;
 mod sandbox;
 mod sources;
 mod tenancy;
+mod webhooks;
 mod worker;
 
 pub use api::ApiConfig;
@@ -34,6 +35,7 @@ pub use safe_change::SafeChangeConfig;
 pub use sandbox::{parse_size, GitConfig, SandboxConfig};
 pub use sources::SourcesConfig;
 pub use tenancy::TenancyConfig;
+pub use webhooks::WebhooksConfig;
 pub use worker::WorkerConfig;
 
 use crate::callback::Origins;
@@ -137,6 +139,9 @@ pub struct Config {
     /// `SLIPWAY_IDEMPOTENCY_LEASE`, `SLIPWAY_TENANT_CLAIM`,
     /// `TENANT_BUILD_SLOTS`, `TENANT_QUEUE_SIZE`).
     pub tenancy: TenancyConfig,
+    /// Webhook deliveries (`WEBHOOK_RETRY_WINDOW`, `WEBHOOK_POLL`,
+    /// `WEBHOOK_TIMEOUT`; WH-1).
+    pub webhooks: WebhooksConfig,
     /// A worker's metrics address and the scrape token of both binaries
     /// (`SLIPWAY_METRICS_ADDR`, `SLIPWAY_METRICS_TOKEN`).
     pub metrics: MetricsConfig,
@@ -235,6 +240,9 @@ pub const KEYS: &[&str] = &[
     "PLAN_TTL",
     "KEEP_GENERATIONS",
     "HEALTH_GATE",
+    "WEBHOOK_RETRY_WINDOW",
+    "WEBHOOK_POLL",
+    "WEBHOOK_TIMEOUT",
     "SLIPWAY_METRICS_ADDR",
     "SLIPWAY_METRICS_TOKEN",
     "SLIPWAY_REQUEST_TIMEOUT",
@@ -397,6 +405,11 @@ impl Config {
         let queue_size = number(keys, "QUEUE_SIZE", 1000)?;
         let retention = duration(keys, "RETENTION", 14 * 86400)?;
         let plan_ttl = duration(keys, "PLAN_TTL", 3600)?;
+        let webhooks = WebhooksConfig {
+            retry_window: duration(keys, "WEBHOOK_RETRY_WINDOW", 86_400)?,
+            poll: duration(keys, "WEBHOOK_POLL", 2)?,
+            attempt_timeout: duration(keys, "WEBHOOK_TIMEOUT", 10)?,
+        };
         let keep_generations = number(keys, "KEEP_GENERATIONS", 5)?;
         let health_gate = match get("HEALTH_GATE").map(str::trim).filter(|v| *v != "off") {
             None => None,
@@ -480,6 +493,7 @@ impl Config {
             openbao,
             safe_change: SafeChangeConfig { plan_ttl, keep_generations, health_gate },
             tenancy,
+            webhooks,
             metrics: MetricsConfig { addr: metrics_addr, token: metrics_token },
             sandbox,
             git,

@@ -36,6 +36,7 @@ pub mod submit;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
 pub mod validate;
+pub mod webhooks;
 
 /// The exit status of a binary that cannot start until its configuration
 /// or its database changes (`EX_CONFIG` of sysexits.h): a pooler in

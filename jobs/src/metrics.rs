@@ -36,6 +36,9 @@ pub const WORKERS_ALIVE: &str = "slipway_workers_alive";
 pub const ADMISSION_REFUSALS: &str = "slipway_admission_refusals_total";
 /// Counter `{outcome}`: reloads of the api's token keys file (SEC-4).
 pub const KEY_RELOADS: &str = "slipway_token_key_reloads_total";
+/// Counter `{outcome}`: webhook delivery attempts a worker made (WH-1), by
+/// outcome (`delivered`, `retrying`, `failed`); never an endpoint, URL or id.
+pub const WEBHOOK_DELIVERIES: &str = "slipway_webhook_deliveries_total";
 
 /// Gauge: seconds left before this process's OpenBao token expires, as
 /// its last lookup or renewal said (docs/OPENBAO.md).
@@ -180,6 +183,10 @@ impl Metrics {
                 "Reloads of the token keys file (SLIPWAY_JWT_KEYS_FILE), by outcome (loaded, failed).",
             ),
             describe(BUILDS, "Builds this worker ran to a recorded end, by kind and outcome."),
+            describe(
+                WEBHOOK_DELIVERIES,
+                "Webhook delivery attempts this worker made, by outcome (delivered, retrying, failed).",
+            ),
             describe(OPENBAO_TOKEN_RENEWALS, "Renewals of this process's OpenBao token, by outcome (renewed, failed)."),
             describe(
                 STORAGE_FAULTS,
@@ -252,6 +259,14 @@ impl Metrics {
         ];
         self.recorder.register_counter(&Key::from_parts(BUILDS, labels.clone()), &METADATA).increment(1);
         self.recorder.register_histogram(&Key::from_parts(BUILD_DURATION, labels), &METADATA).record(ran.as_secs_f64());
+    }
+
+    /// Records the webhook delivery attempts of one delivery job.
+    pub fn webhook_deliveries(&self, tally: &crate::webhooks::Tally) {
+        for (outcome, n) in [("delivered", tally.delivered), ("retrying", tally.retrying), ("failed", tally.failed)] {
+            let key = Key::from_parts(WEBHOOK_DELIVERIES, vec![Label::from_static_parts("outcome", outcome)]);
+            self.recorder.register_counter(&key, &METADATA).increment(n);
+        }
     }
 
     /// Makes sure the build families show (at zero) before the first build

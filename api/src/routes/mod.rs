@@ -10,6 +10,7 @@ pub mod fleet;
 pub mod health;
 pub mod sbom;
 pub mod sources;
+pub mod webhooks;
 
 /// RFC 3339 in UTC with exactly three fractional digits
 /// (`2026-11-29T22:04:05.070Z`), so timestamps also sort as strings.

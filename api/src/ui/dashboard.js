@@ -9,7 +9,7 @@
 // the api; this script never builds markup from data, it only sets text.
 //
 // Routes (the location's hash): #/ the deployments, #/deployments/<id>
-// (following its newest build), #/deployments/<id>/builds/<build>, #/fleet,
+// (following its newest build), #/deployments/<id>/builds/<build>, #/fleet, #/webhooks,
 // #/submit.
 //
 // A fragment's buttons carry what they do as data-action (rollback, apply),
@@ -296,6 +296,9 @@
     } else if (parts[0] === "fleet") {
       await load("/ui/fragments/fleet", view, mine);
       timer = setInterval(() => load("/ui/fragments/fleet", view, mine), REFRESH_MS);
+    } else if (parts[0] === "webhooks") {
+      await load("/ui/fragments/webhooks", view, mine);
+      timer = setInterval(() => load("/ui/fragments/webhooks", view, mine), REFRESH_MS);
     } else if (parts[0] === "submit") {
       view.innerHTML = "";
       $("submit-form").hidden = false;
@@ -304,6 +307,7 @@
       if (shown) {
         const list = view.querySelector("section.deployments");
         $("nav-fleet").hidden = !(list && list.dataset.fleet === "true");
+        $("nav-webhooks").hidden = $("nav-fleet").hidden;
       }
       timer = setInterval(() => load("/ui/fragments/deployments", view, mine), REFRESH_MS);
     }

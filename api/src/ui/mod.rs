@@ -22,8 +22,10 @@
 //! | `GET /ui/fragments/deployments/{id}` | a token for `{id}` (`403` otherwise) |
 //! | `GET /ui/fragments/builds/{id}` | a token for the build's deployment (`404` otherwise, as `GET /builds/{id}`) |
 //! | `GET /ui/fragments/fleet` | a token that may see the fleet ([`may_see_fleet`]; `403` otherwise) |
+//! | `GET /ui/fragments/webhooks` | the same: the webhook endpoints and their latest deliveries |
 
 mod views;
+mod webhooks;
 
 use crate::auth::Auth;
 use crate::auth::Claims;
@@ -61,6 +63,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/fragments/deployments/{id}", get(deployment))
         .route("/ui/fragments/builds/{id}", get(build))
         .route("/ui/fragments/fleet", get(fleet_view))
+        .route("/ui/fragments/webhooks", get(webhooks::fragment))
 }
 
 /// Whether `claims` may see the queues and workers: an operator's token

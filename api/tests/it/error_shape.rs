@@ -143,7 +143,8 @@ fn faulty(route: &Route, fault: Fault, token: &str) -> (Request<Body>, Option<(S
             }
         }
         Fault::WrongMethod => {
-            method = Method::PATCH;
+            // A method no route takes (PATCH is a webhook's update).
+            method = Method::TRACE;
             Some((StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"))
         }
     };

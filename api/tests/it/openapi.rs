@@ -34,6 +34,7 @@ const NOT_API: &[&str] = &[
     "/ui/fragments/deployments/{id}",
     "/ui/fragments/builds/{id}",
     "/ui/fragments/fleet",
+    "/ui/fragments/webhooks",
     // Prometheus's text format (docs/METRICS.md).
     "/metrics",
 ];
@@ -47,7 +48,7 @@ async fn served(h: &Harness) -> Value {
 
 /// The route table's path in the document's syntax (`/builds/{id}` for `/builds/{build}`).
 fn template(uri: &str) -> String {
-    uri.split('?').next().unwrap().replace("{build}", "{id}")
+    route_table::template(uri)
 }
 
 #[tokio::test]

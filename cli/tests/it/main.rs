@@ -7,3 +7,4 @@ mod common;
 mod cli;
 mod safe_change;
 mod terminal;
+mod webhook;

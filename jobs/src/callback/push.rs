@@ -135,7 +135,8 @@ pub struct PushOutcome {
 }
 
 impl PushOutcome {
-    fn failed(error: PushError, message: String) -> Self {
+    /// A failure before or without an answer.
+    pub fn failed(error: PushError, message: String) -> Self {
         Self { delivered: false, status: None, error: Some(error), message, address: None }
     }
 }
@@ -147,6 +148,101 @@ impl PushOutcome {
 pub fn install_crypto_provider() {
     // An error means a provider is already installed, which is as good.
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The checks every outbound call to a URL from a caller goes through
+/// before anything is sent (DL-2, WH-1): `raw_url` checked again with
+/// [`check_url`] against `origins`; its host resolved once with `resolver`
+/// (an IP literal is not resolved); refused when any address is refused by
+/// [`forbidden_address`] and `allow_private` is off; then a client that
+/// connects only to the checked addresses (no second resolution, no proxy,
+/// no redirect followed), with a timeout of what is left of `deadline`
+/// since `started`. `Err` is the outcome to record: nothing was sent.
+pub async fn checked_client(
+    raw_url: &str,
+    origins: &Origins,
+    allow_private: bool,
+    resolver: &dyn Resolve,
+    deadline: Duration,
+    started: Instant,
+) -> Result<(url::Url, reqwest::Client, Vec<SocketAddr>), PushOutcome> {
+    let url = match check_url(raw_url, origins) {
+        Ok(url) => url,
+        Err(refusal) => {
+            return Err(PushOutcome::failed(PushError::RefusedOrigin, format!("No push was sent: {refusal}.")));
+        }
+    };
+    let port = url.port_or_known_default().unwrap_or(443);
+    let (name, ips): (Option<&str>, Vec<IpAddr>) = match url.host() {
+        Some(Host::Ipv4(ip)) => (None, vec![IpAddr::V4(ip)]),
+        Some(Host::Ipv6(ip)) => (None, vec![IpAddr::V6(ip)]),
+        Some(Host::Domain(name)) => match tokio::time::timeout(deadline, resolver.lookup(name)).await {
+            Err(_) => {
+                return Err(PushOutcome::failed(
+                    PushError::Timeout,
+                    format!("No push was sent: {name} did not resolve within {} ms.", deadline.as_millis()),
+                ));
+            }
+            Ok(Err(e)) => {
+                return Err(PushOutcome::failed(
+                    PushError::ResolveFailed,
+                    format!("No push was sent: {name} did not resolve: {e}."),
+                ));
+            }
+            Ok(Ok(ips)) if ips.is_empty() => {
+                return Err(PushOutcome::failed(
+                    PushError::ResolveFailed,
+                    format!("No push was sent: {name} resolved to no address."),
+                ));
+            }
+            Ok(Ok(ips)) => (Some(name), ips),
+        },
+        None => {
+            return Err(PushOutcome::failed(
+                PushError::RefusedOrigin,
+                "No push was sent: the callback URL has no host.".into(),
+            ))
+        }
+    };
+    if !allow_private {
+        if let Some((ip, why)) = ips.iter().find_map(|ip| forbidden_address(*ip).map(|why| (ip, why))) {
+            return Err(PushOutcome::failed(
+                PushError::RefusedAddress,
+                format!(
+                    "No push was sent: the callback host is {ip}, an address of a refused kind ({why}), which is refused unless \
+                     SLIPWAY_CALLBACK_ALLOW_PRIVATE is set."
+                ),
+            ));
+        }
+    }
+    let addrs: Vec<SocketAddr> = ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect();
+    let remaining = deadline.saturating_sub(started.elapsed());
+    if remaining.is_zero() {
+        return Err(PushOutcome::failed(
+            PushError::Timeout,
+            "No push was sent: the deadline passed while resolving.".into(),
+        ));
+    }
+    install_crypto_provider();
+    let mut client = reqwest::Client::builder()
+        .no_proxy()
+        .user_agent(concat!("slipway/", env!("CARGO_PKG_VERSION")))
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(remaining)
+        .dns_resolver(NoSecondResolution);
+    if let Some(name) = name {
+        client = client.resolve_to_addrs(name, &addrs);
+    }
+    let client = match client.build() {
+        Ok(client) => client,
+        Err(e) => {
+            return Err(PushOutcome::failed(
+                PushError::RequestFailed,
+                format!("No push was sent: {}.", crate::request_error_line(e)),
+            ));
+        }
+    };
+    Ok((url, client, addrs))
 }
 
 /// POSTs `request.body` once to the callback URL (DL-2), with the token as
@@ -163,81 +259,18 @@ pub fn install_crypto_provider() {
 /// `request.deadline` counted from the call (`timeout`).
 pub async fn push(request: PushRequest<'_>) -> PushOutcome {
     let started = Instant::now();
-    let url = match check_url(request.url, request.origins) {
-        Ok(url) => url,
-        Err(refusal) => {
-            return PushOutcome::failed(PushError::RefusedOrigin, format!("No push was sent: {refusal}."));
-        }
-    };
-    let port = url.port_or_known_default().unwrap_or(443);
-    let (name, ips): (Option<&str>, Vec<IpAddr>) = match url.host() {
-        Some(Host::Ipv4(ip)) => (None, vec![IpAddr::V4(ip)]),
-        Some(Host::Ipv6(ip)) => (None, vec![IpAddr::V6(ip)]),
-        Some(Host::Domain(name)) => match tokio::time::timeout(request.deadline, request.resolver.lookup(name)).await {
-            Err(_) => {
-                return PushOutcome::failed(
-                    PushError::Timeout,
-                    format!("No push was sent: {name} did not resolve within {} ms.", request.deadline.as_millis()),
-                );
-            }
-            Ok(Err(e)) => {
-                return PushOutcome::failed(
-                    PushError::ResolveFailed,
-                    format!("No push was sent: {name} did not resolve: {e}."),
-                );
-            }
-            Ok(Ok(ips)) if ips.is_empty() => {
-                return PushOutcome::failed(
-                    PushError::ResolveFailed,
-                    format!("No push was sent: {name} resolved to no address."),
-                );
-            }
-            Ok(Ok(ips)) => (Some(name), ips),
-        },
-        None => {
-            return PushOutcome::failed(
-                PushError::RefusedOrigin,
-                "No push was sent: the callback URL has no host.".into(),
-            )
-        }
-    };
-    if !request.allow_private {
-        if let Some((ip, why)) = ips.iter().find_map(|ip| forbidden_address(*ip).map(|why| (ip, why))) {
-            return PushOutcome::failed(
-                PushError::RefusedAddress,
-                format!(
-                    "No push was sent: the callback host is {ip}, an address of a refused kind ({why}), which is refused unless \
-                     SLIPWAY_CALLBACK_ALLOW_PRIVATE is set."
-                ),
-            );
-        }
-    }
-    let addrs: Vec<SocketAddr> = ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect();
-    let remaining = request.deadline.saturating_sub(started.elapsed());
-    if remaining.is_zero() {
-        return PushOutcome::failed(
-            PushError::Timeout,
-            "No push was sent: the deadline passed while resolving.".into(),
-        );
-    }
-    install_crypto_provider();
-    let mut client = reqwest::Client::builder()
-        .no_proxy()
-        .user_agent(concat!("slipway/", env!("CARGO_PKG_VERSION")))
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(remaining)
-        .dns_resolver(NoSecondResolution);
-    if let Some(name) = name {
-        client = client.resolve_to_addrs(name, &addrs);
-    }
-    let client = match client.build() {
-        Ok(client) => client,
-        Err(e) => {
-            return PushOutcome::failed(
-                PushError::RequestFailed,
-                format!("No push was sent: {}.", crate::request_error_line(e)),
-            );
-        }
+    let (url, client, addrs) = match checked_client(
+        request.url,
+        request.origins,
+        request.allow_private,
+        request.resolver,
+        request.deadline,
+        started,
+    )
+    .await
+    {
+        Ok(checked) => checked,
+        Err(failed) => return failed,
     };
     let Ok(mut authorization) =
         reqwest::header::HeaderValue::from_str(&format!("Bearer {}", request.token.expose_secret()))
@@ -300,7 +333,7 @@ impl reqwest::dns::Resolve for NoSecondResolution {
 /// by a rustls error in the chain. tokio-rustls wraps it in an `io::Error`
 /// (and reqwest in another), whose `source` skips the wrapped error, so an
 /// `io::Error` is looked into with `get_ref`.
-fn classify(e: &reqwest::Error) -> PushError {
+pub fn classify(e: &reqwest::Error) -> PushError {
     if e.is_timeout() {
         return PushError::Timeout;
     }

@@ -29,16 +29,32 @@ use tracing::Instrument;
 /// How long the outcome is tried to be recorded while the database is away.
 const RECORD_PATIENCE: Duration = Duration::from_secs(60);
 
+/// The `callbacks` queue carries reconcile pushes and, with
+/// [`CallbackJob::webhook`] set, webhook endpoints' delivery jobs
+/// ([`super::webhook`]); the output counts the webhook deliveries.
 impl Job for CallbackJob {
-    type Output = ();
+    type Output = crate::webhooks::Tally;
     const NAME: &'static str = "callback";
 
-    async fn run(self, ctx: &Ctx) -> Result<(), JobError> {
-        Ok(run(self, ctx).await?)
+    async fn run(self, ctx: &Ctx) -> Result<crate::webhooks::Tally, JobError> {
+        match self.webhook {
+            Some(pump) => Ok(super::webhook::run(pump, ctx).await?),
+            None => {
+                run(self, ctx).await?;
+                Ok(crate::webhooks::Tally::default())
+            }
+        }
     }
 
     fn span(&self, worker: &str) -> tracing::Span {
-        tracing::info_span!("job", job.kind = "reconcile_push", build.id = %self.build_id, worker.name = %worker)
+        match &self.webhook {
+            Some(pump) => {
+                tracing::info_span!("job", job.kind = "webhook", webhook.id = %pump.endpoint_id, worker.name = %worker)
+            }
+            None => {
+                tracing::info_span!("job", job.kind = "reconcile_push", build.id = %self.build_id, worker.name = %worker)
+            }
+        }
     }
 }
 

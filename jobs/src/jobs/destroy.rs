@@ -103,7 +103,7 @@ pub(crate) async fn record_end(
         instance_readiness::clear(tx, &build.deployment_id).await?;
     }
     if builds::settle_callback(tx, &build.id, idle, status.as_str(), now).await? {
-        queue::push(tx, &CallbackJob { build_id: build.id.clone() }, None).await?;
+        queue::push(tx, &CallbackJob::reconcile(build.id.clone()), None).await?;
     }
     Ok(())
 }

@@ -32,6 +32,7 @@ pub mod readiness;
 pub mod report;
 pub mod sweep;
 pub mod timing;
+pub mod webhook;
 pub mod workspace;
 
 use crate::config::Config;

@@ -67,6 +67,25 @@ pub async fn tick(ctx: &Ctx) {
         ),
         Err(e) => tracing::warn!(error = %e, "retention sweep failed; the next tick tries again"),
     }
+    let before = now_ms() - i64::try_from(ctx.config.worker.retention.as_millis()).unwrap_or(i64::MAX);
+    let swept = async {
+        let mut tx = ctx.db.begin_write().await?;
+        let n = crate::store::webhooks::sweep(&mut tx, before).await?;
+        tx.commit().await?;
+        Ok::<u64, StoreError>(n)
+    };
+    match swept.await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(deliveries = n, "swept webhook deliveries older than RETENTION"),
+        Err(e) => tracing::warn!(error = %e, "could not sweep webhook deliveries; the next tick tries again"),
+    }
+    match super::webhook::restart_stalled(ctx).await {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(endpoints = n, "restarted webhook delivery jobs that had stopped"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not look for stopped webhook delivery jobs; the next tick tries again")
+        }
+    }
 }
 
 /// Sweeps builds that finished before `now_ms - RETENTION`.

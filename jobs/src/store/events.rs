@@ -151,3 +151,49 @@ pub async fn after(conn: &mut Conn, seq: i64) -> Result<(Vec<String>, i64), Stor
     }
     Ok((ids, newest))
 }
+
+/// For the webhook fan-out (WH-1): the deployments with events whose
+/// `seq` is above `seq`, oldest first, with the highest `seq` read; at
+/// most `limit` rows read.
+pub async fn deployments_after(conn: &mut Conn, seq: i64, limit: i64) -> Result<(Vec<String>, i64), StoreError> {
+    let rows = Q::new("SELECT seq, deployment_id FROM deployment_events WHERE seq > $1 ORDER BY seq LIMIT $2")
+        .int(seq)
+        .int(limit)
+        .fetch_all(conn)
+        .await?;
+    let mut ids: Vec<String> = Vec::new();
+    let mut newest = seq;
+    for r in &rows {
+        newest = newest.max(r.int("seq")?);
+        let id = r.text("deployment_id")?;
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok((ids, newest))
+}
+
+/// For the webhook fan-out (WH-1): deployment `id`'s events numbered
+/// after `n` whose `seq` is above `min_seq`, oldest first, at most `limit`.
+pub async fn since_above_seq(
+    conn: &mut Conn,
+    id: &str,
+    n: i64,
+    min_seq: i64,
+    limit: i64,
+) -> Result<Vec<Event>, StoreError> {
+    Q::new(format!(
+        "SELECT {} FROM deployment_events e LEFT JOIN builds b ON b.id = e.build_id
+         WHERE e.deployment_id = $1 AND e.n > $2 AND e.seq > $3 ORDER BY e.n LIMIT $4",
+        event_columns()
+    ))
+    .text(id)
+    .int(n)
+    .int(min_seq)
+    .int(limit)
+    .fetch_all(conn)
+    .await?
+    .iter()
+    .map(from_row)
+    .collect()
+}

@@ -24,6 +24,7 @@ pub mod queue;
 pub mod sboms;
 pub mod submit;
 pub mod tickets;
+pub mod webhooks;
 
 #[cfg(debug_assertions)]
 pub use db::Held;

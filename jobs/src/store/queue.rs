@@ -369,8 +369,39 @@ pub const CALLBACKS_QUEUE: &str = "callbacks";
 /// apalis's table, so it never carries the token).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallbackJob {
-    /// The destroy build.
+    /// The destroy build (empty for a webhook delivery job).
     pub build_id: String,
+    /// Set instead for a webhook endpoint's delivery job (WH-1,
+    /// `jobs/src/jobs/webhook.rs`); absent from a reconcile push's payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookPump>,
+}
+
+/// A webhook endpoint's delivery job (WH-1), carried by a [`CallbackJob`]
+/// on the `callbacks` queue: fan the endpoint's new events out, send what
+/// is due, then push its successor. Never carries the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookPump {
+    /// The endpoint.
+    pub endpoint_id: String,
+    /// The generation of the endpoint's job chain it belongs to: a job of
+    /// another generation than the endpoint's stops at once.
+    pub pump: i64,
+    /// Not to run before this, Unix ms (handed out earlier, it puts itself back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before_ms: Option<i64>,
+}
+
+impl CallbackJob {
+    /// The `reconcile_push` of destroy `build_id`.
+    pub fn reconcile(build_id: impl Into<String>) -> Self {
+        Self { build_id: build_id.into(), webhook: None }
+    }
+
+    /// A webhook endpoint's delivery job.
+    pub fn webhook(pump: WebhookPump) -> Self {
+        Self { build_id: String::new(), webhook: Some(pump) }
+    }
 }
 
 impl JobKind for CallbackJob {

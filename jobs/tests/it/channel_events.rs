@@ -111,10 +111,10 @@ async fn a_destroy_that_reaches_idle_queues_one_push_that_only_one_worker_can_ta
     // A worker that took the push and died leaves it `sending`; the job
     // handed out again sends nothing, and says the push was interrupted.
     assert_eq!(w.build(&destroy).await.callback.unwrap()["state"], "sending");
-    callback::run(CallbackJob { build_id: destroy.clone() }, &w.ctx).await.unwrap();
+    callback::run(CallbackJob::reconcile(destroy.clone()), &w.ctx).await.unwrap();
     let outcome = w.build(&destroy).await.callback.unwrap();
     assert_eq!((&outcome["state"], &outcome["error"]), (&json!("failed"), &json!("interrupted")), "{outcome}");
-    callback::run(CallbackJob { build_id: destroy.clone() }, &w.ctx).await.unwrap();
+    callback::run(CallbackJob::reconcile(destroy.clone()), &w.ctx).await.unwrap();
     assert_eq!(w.build(&destroy).await.callback.unwrap(), outcome, "a third delivery changed the outcome");
     // After idle, a delete's callback is not stored: nothing would send it.
     let late = submit::delete(&w.ctx.db, &demo_id(), Some(&callback("late-token")), None).await.unwrap().unwrap();

@@ -30,3 +30,4 @@ mod strings;
 mod submit_path;
 mod submit_statements;
 mod timings;
+mod webhook_store;

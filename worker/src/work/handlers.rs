@@ -57,8 +57,13 @@ impl Handled for BuildJob {
 impl Handled for NixJob {}
 
 /// The push itself is never retried (DL-2); only a job that could not take
-/// or record it goes back.
-impl Handled for CallbackJob {}
+/// or record it goes back. A webhook delivery job's attempts are counted.
+impl Handled for CallbackJob {
+    fn ended(tally: slipway_jobs::webhooks::Tally, metrics: &Metrics) -> Ended {
+        metrics.webhook_deliveries(&tally);
+        Ended::Done
+    }
+}
 
 impl Handled for ReadinessJob {}
 

@@ -39,3 +39,4 @@ mod storage_full;
 mod systemd_units;
 mod takeover;
 mod upgrade;
+mod webhooks;

@@ -54,7 +54,9 @@ impl Input {
 pub struct Route {
     /// The method.
     pub method: Method,
-    /// Path and query; `{id}` stands for a deployment id, `{build}` for a build id.
+    /// Path and query; `{id}` stands for a deployment id, `{build}` for a
+    /// build id, `{webhook}` and `{delivery}` for a webhook's and a
+    /// delivery's id (none of which exists in the seeded data).
     pub uri: &'static str,
     /// Who may call it.
     pub access: Access,
@@ -78,7 +80,11 @@ pub struct Route {
 impl Route {
     /// The path and query for deployment `id` and build `build`.
     pub fn uri(&self, id: &str, build: &str) -> String {
-        self.uri.replace("{id}", id).replace("{build}", build)
+        self.uri
+            .replace("{id}", id)
+            .replace("{build}", build)
+            .replace("{webhook}", UNKNOWN_WEBHOOK)
+            .replace("{delivery}", UNKNOWN_DELIVERY)
     }
 
     /// The path alone (no query), for deployment `id` and build `build`.
@@ -97,6 +103,11 @@ impl Route {
         format!("{} {}", self.method, self.uri)
     }
 }
+
+/// A webhook id no endpoint has.
+pub const UNKNOWN_WEBHOOK: &str = "wh_01ARZ3NDEKTSV4RRFFQ69G5FAV";
+/// A delivery id no delivery has.
+pub const UNKNOWN_DELIVERY: &str = "msg_01ARZ3NDEKTSV4RRFFQ69G5FAV";
 
 fn submit_body() -> Value {
     json!({ "configuration": slipway_jobs::test_support::demo() })
@@ -166,8 +177,21 @@ pub fn routes() -> Vec<Route> {
         media(route(Method::GET, "/ui/fragments/builds/{build}", Build, &[200]), "text/html"),
         // Only an operator's token sees the fleet.
         media(route(Method::GET, "/ui/fragments/fleet", Operator, &[200]), "text/html"),
+        media(route(Method::GET, "/ui/fragments/webhooks", Operator, &[200]), "text/html"),
         route(Method::GET, "/queues", Operator, &[200]),
         route(Method::GET, "/workers", Operator, &[200]),
+        // Webhooks (WH-1), operators only. The seeded service allows no
+        // origin, so a registration is refused as a domain 400.
+        with_body(
+            route(Method::POST, "/webhooks", Operator, &[201, 400]),
+            || json!({ "url": "https://panel.example/hook", "events": ["*"] }),
+        ),
+        route(Method::GET, "/webhooks", Operator, &[200]),
+        route(Method::GET, "/webhooks/{webhook}", Operator, &[404]),
+        with_body(route(Method::PATCH, "/webhooks/{webhook}", Operator, &[404]), || json!({ "enabled": true })),
+        route(Method::DELETE, "/webhooks/{webhook}", Operator, &[404]),
+        with_query(route(Method::GET, "/webhooks/{webhook}/deliveries", Operator, &[404]), "limit=many"),
+        route(Method::POST, "/webhooks/{webhook}/deliveries/{delivery}/redeliver", Operator, &[404]),
         // The OpenAPI document and its documentation page.
         route(Method::GET, "/openapi.json", Public, &[200]),
         media(route(Method::GET, "/docs", Public, &[200]), "text/html"),
@@ -206,7 +230,19 @@ pub fn registered_paths() -> BTreeSet<String> {
 
 /// The table's template of a path in axum's syntax (`/builds/{id}` for `/builds/{build}`).
 fn axum_template(route: &Route) -> String {
-    route.uri.split('?').next().unwrap().replace("{build}", "{id}")
+    template(route.uri)
+}
+
+/// A table uri's path as the router (and the OpenAPI document) writes it:
+/// `/builds/{id}` for `/builds/{build}`, `/webhooks/{id}/deliveries/{delivery_id}/redeliver`
+/// for `/webhooks/{webhook}/deliveries/{delivery}/redeliver`.
+pub fn template(uri: &str) -> String {
+    uri.split('?')
+        .next()
+        .unwrap()
+        .replace("{build}", "{id}")
+        .replace("{webhook}", "{id}")
+        .replace("{delivery}", "{delivery_id}")
 }
 
 /// Checks the table against `router` (called with `bearer`, valid for
@@ -224,15 +260,16 @@ pub async fn the_table_names_every_route_of(router: &Router, bearer: &str) {
     assert!(missing.is_empty(), "routes of router.rs missing from tests/route_table: {missing:?}");
     for (template, want) in &methods {
         assert!(registered.contains(template), "{template} is in the table but router.rs does not register it");
-        let path = template.replace("{id}", "z");
+        let path = template.replace("{id}", "z").replace("{delivery_id}", "z");
+        // A method no route takes (PATCH is a webhook's update).
         let request = Request::builder()
-            .method(Method::PATCH)
+            .method(Method::TRACE)
             .uri(&path)
             .header(header::AUTHORIZATION, format!("Bearer {bearer}"))
             .body(Body::empty())
             .unwrap();
         let answer = router.clone().oneshot(request).await.unwrap();
-        assert_eq!(answer.status(), StatusCode::METHOD_NOT_ALLOWED, "PATCH {path}");
+        assert_eq!(answer.status(), StatusCode::METHOD_NOT_ALLOWED, "TRACE {path}");
         let allow: BTreeSet<String> = answer
             .headers()
             .get(header::ALLOW)
