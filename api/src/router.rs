@@ -64,7 +64,10 @@ pub fn app(state: AppState) -> Router {
             get(routes::webhooks::show).patch(routes::webhooks::update).delete(routes::webhooks::delete),
         )
         .route("/webhooks/{id}/deliveries", get(routes::webhooks::deliveries))
-        .route("/webhooks/{id}/deliveries/{delivery_id}/redeliver", post(routes::webhooks::redeliver))
+        .route(
+            "/webhooks/{id}/deliveries/{delivery_id}/redeliver",
+            idempotent(&state, post(routes::webhooks::redeliver)),
+        )
         // The OpenAPI document and its documentation page (public).
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .route("/docs", get(crate::openapi::docs))
