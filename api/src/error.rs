@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use slipway_jobs::nix::{FailureCode, NixFailure};
+use slipway_jobs::rollout::RolloutError;
 use slipway_jobs::safe_change::ChangeError;
 use slipway_jobs::source::SourceError;
 use slipway_jobs::store::StoreError;
@@ -95,6 +96,15 @@ pub enum ErrorCode {
     InvalidModuleSource,
     /// `400`: the slug of `POST /labels` is not one.
     InvalidSlug,
+    /// `400`: `POST /rollouts` is not a rollout (an empty list, waves that
+    /// do not add up, …); the message says what.
+    InvalidRollout,
+    /// `400`: deployments a rollout names do not exist
+    /// (`details.deployments`: the first 20; `details.total`).
+    UnknownDeployments,
+    /// `400`: a rollout names more deployments than
+    /// `ROLLOUT_MAX_DEPLOYMENTS` (`details.limit`).
+    TooManyDeployments,
     /// `401`: no token, or one that is not valid.
     Unauthorized,
     /// `403`: this token may not do that.
@@ -123,6 +133,9 @@ pub enum ErrorCode {
     SecretGone,
     /// `409`: the deployment is being destroyed, or was.
     DeploymentDestroyed,
+    /// `409`: the rollout halted, was cancelled or completed: it can no
+    /// longer be paused, resumed or cancelled.
+    RolloutEnded,
     /// `410`: the plan's `PLAN_TTL` has passed.
     PlanExpired,
     /// `411`: the request needs a `Content-Length`.
@@ -183,7 +196,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the document.
-    pub const ALL: [ErrorCode; 47] = {
+    pub const ALL: [ErrorCode; 51] = {
         use ErrorCode::*;
         [
             InvalidRequest,
@@ -192,6 +205,9 @@ impl ErrorCode {
             InvalidConfiguration,
             InvalidModuleSource,
             InvalidSlug,
+            InvalidRollout,
+            UnknownDeployments,
+            TooManyDeployments,
             Unauthorized,
             Forbidden,
             SourceNotAllowed,
@@ -206,6 +222,7 @@ impl ErrorCode {
             InvalidRollbackTarget,
             SecretGone,
             DeploymentDestroyed,
+            RolloutEnded,
             PlanExpired,
             LengthRequired,
             PayloadTooLarge,
@@ -533,6 +550,24 @@ impl From<ChangeError> for ApiError {
             }
             e @ ChangeError::Destroyed(_) => conflict("deployment_destroyed", &e),
             ChangeError::Store(s) => s.into(),
+        }
+    }
+}
+
+impl From<RolloutError> for ApiError {
+    fn from(e: RolloutError) -> Self {
+        match e {
+            e @ RolloutError::Invalid(_) => Self::bad_request("invalid_rollout", e.to_string()),
+            RolloutError::UnknownDeployments { ref named, total } => {
+                let details = json!({ "deployments": named, "total": total });
+                Self::bad_request("unknown_deployments", e.to_string()).with_details(details)
+            }
+            RolloutError::TooMany { count, limit } => Self::bad_request("too_many_deployments", e.to_string())
+                .with_details(json!({ "count": count, "limit": limit })),
+            e @ RolloutError::NotFound(_) => Self::not_found(e.to_string()),
+            e @ RolloutError::Ended { .. } => Self::new(StatusCode::CONFLICT, "rollout_ended", e.to_string()),
+            RolloutError::Source(e) => e.into(),
+            RolloutError::Store(s) => s.into(),
         }
     }
 }

@@ -71,6 +71,12 @@ use crate::routes;
         routes::sbom::document,
         routes::fleet::queues,
         routes::fleet::workers,
+        routes::rollouts::start,
+        routes::rollouts::list,
+        routes::rollouts::show,
+        routes::rollouts::pause,
+        routes::rollouts::resume,
+        routes::rollouts::cancel,
     ),
     components(schemas(crate::error::ErrorBody, routes::events::TicketBody)),
     modifiers(&CommonAnswers),
@@ -79,6 +85,7 @@ use crate::routes;
         (name = "deployments", description = "Submit, read, list, preview and delete deployments"),
         (name = "builds", description = "A build's status, log and report; cancelling it"),
         (name = "fleet", description = "Operator tokens only: the queues and the workers"),
+        (name = "rollouts", description = "Operator tokens only: one module source revision rolled out to many deployments in waves"),
         (name = "streams", description = "Server-sent events: the deployment channel and a build's live log"),
         (name = "sources", description = "Another module source's schema and renames"),
         (name = "sbom", description = "The CycloneDX SBOMs of a deployment's nodes"),
@@ -125,7 +132,7 @@ impl Modify for CommonAnswers {
         for (path, item) in doc.paths.paths.iter_mut() {
             for (method, operation) in operations(item) {
                 operation.operation_id = Some(operation_id(method, path));
-                if path.contains("{id}") && !path.starts_with("/builds/") {
+                if path.contains("{id}") && !path.starts_with("/builds/") && !path.starts_with("/rollouts/") {
                     deployment_id_schema(operation);
                 }
                 // A delete's body is optional (an empty one deletes without a callback).

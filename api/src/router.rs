@@ -53,6 +53,11 @@ pub fn app(state: AppState) -> Router {
         .merge(crate::ui::router())
         .route("/queues", get(routes::fleet::queues))
         .route("/workers", get(routes::fleet::workers))
+        .route("/rollouts", get(routes::rollouts::list).post(routes::rollouts::start))
+        .route("/rollouts/{id}", get(routes::rollouts::show))
+        .route("/rollouts/{id}/pause", post(routes::rollouts::pause))
+        .route("/rollouts/{id}/resume", post(routes::rollouts::resume))
+        .route("/rollouts/{id}/cancel", post(routes::rollouts::cancel))
         // The OpenAPI document and its documentation page (public).
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .route("/docs", get(crate::openapi::docs))

@@ -20,6 +20,7 @@ mod api;
 mod database;
 mod metrics;
 mod openbao;
+mod rollouts;
 mod safe_change;
 mod sandbox;
 mod sources;
@@ -29,6 +30,7 @@ pub use api::ApiConfig;
 pub use database::DatabaseConfig;
 pub use metrics::MetricsConfig;
 pub use openbao::OpenBaoConfig;
+pub use rollouts::RolloutsConfig;
 pub use safe_change::SafeChangeConfig;
 pub use sandbox::{parse_size, GitConfig, SandboxConfig};
 pub use sources::SourcesConfig;
@@ -131,6 +133,8 @@ pub struct Config {
     /// Plans, rollbacks and health gates (`PLAN_TTL`, `KEEP_GENERATIONS`,
     /// `HEALTH_GATE`).
     pub safe_change: SafeChangeConfig,
+    /// Rollouts' bounds (`ROLLOUT_MAX_DEPLOYMENTS`).
+    pub rollouts: RolloutsConfig,
     /// A worker's metrics address and the scrape token of both binaries
     /// (`SLIPWAY_METRICS_ADDR`, `SLIPWAY_METRICS_TOKEN`).
     pub metrics: MetricsConfig,
@@ -229,6 +233,7 @@ pub const KEYS: &[&str] = &[
     "PLAN_TTL",
     "KEEP_GENERATIONS",
     "HEALTH_GATE",
+    "ROLLOUT_MAX_DEPLOYMENTS",
     "SLIPWAY_METRICS_ADDR",
     "SLIPWAY_METRICS_TOKEN",
     "SLIPWAY_REQUEST_TIMEOUT",
@@ -387,6 +392,7 @@ impl Config {
         let retention = duration(keys, "RETENTION", 14 * 86400)?;
         let plan_ttl = duration(keys, "PLAN_TTL", 3600)?;
         let keep_generations = number(keys, "KEEP_GENERATIONS", 5)?;
+        let rollout_max_deployments = number(keys, "ROLLOUT_MAX_DEPLOYMENTS", 10_000)?;
         let health_gate = match get("HEALTH_GATE").map(str::trim).filter(|v| *v != "off") {
             None => None,
             Some(v) => Some(crate::provenance::HealthGate::from_setting(v).map_err(|_| ConfigError::Invalid {
@@ -467,6 +473,7 @@ impl Config {
             },
             openbao,
             safe_change: SafeChangeConfig { plan_ttl, keep_generations, health_gate },
+            rollouts: RolloutsConfig { max_deployments: rollout_max_deployments },
             metrics: MetricsConfig { addr: metrics_addr, token: metrics_token },
             sandbox,
             git,
