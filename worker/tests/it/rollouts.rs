@@ -1,0 +1,310 @@
+//! Rollouts (RO-1) end to end: the real api and worker, a real git
+//! repository over `file://` holding the reference module source at two
+//! revisions, real Nix deploys, on both engines. Polls with deadlines;
+//! never sleeps to synchronise.
+//!
+//! The target revision refuses `registrations: "open"` (so a deployment
+//! stored with it is refused by the preflight) and its deploy effect fails
+//! for deployments whose id starts with `broken` (so a wave can fail).
+
+use crate::common;
+use crate::sources::{commit, edit, reference_repository, wait_serving};
+
+use common::{binary, command, free_port, start, wait_for, Api, Running};
+use reqwest::Method;
+use serde_json::{json, Value};
+use slipway_jobs::store::{Engine, Q};
+use slipway_jobs::test_support::TestDatabase;
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+/// How long a whole rollout of these tests may take.
+const ROLLOUT: Duration = Duration::from_secs(600);
+
+/// A database, a repository, and the api and a worker on them.
+struct Fleet {
+    db: TestDatabase,
+    /// A token for every deployment, without the operator claim.
+    api: Api,
+    /// The same api with an operator token.
+    operator: Api,
+    /// `file://` URL of the repository.
+    url: String,
+    /// The repository's folder.
+    repo: std::path::PathBuf,
+    /// Its first revision (every deployment is submitted at it).
+    first: String,
+    port: u16,
+    _api: Running,
+    worker: Option<Running>,
+}
+
+fn with_env(mut cmd: Command, url: &str, env: &[(&str, &str)]) -> Command {
+    cmd.env("SLIPWAY_ALLOW_PATH_SOURCES", "true").env("SLIPWAY_TRUSTED_SOURCES", url);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+impl Fleet {
+    async fn new(engine: Engine, env: &[(&str, &str)]) -> Fleet {
+        let db = TestDatabase::new(engine).await;
+        let repo = db.path("repo");
+        let first = reference_repository(&repo);
+        let url = format!("file://{}", repo.display());
+        let port = free_port();
+        let api_process = start(with_env(command(&binary("slipway-api"), &db, port), &url, env), &db, "api.log");
+        let api = Api::connect(&db, port).await;
+        let operator = Api { token: Api::operator_token(&db, port), ..api.clone() };
+        let mut fleet = Fleet { db, api, operator, url, repo, first, port, _api: api_process, worker: None };
+        fleet.start_worker(env, "worker.log");
+        wait_serving(&fleet.api, "nix").await;
+        fleet
+    }
+
+    fn start_worker(&mut self, env: &[(&str, &str)], log: &str) {
+        let mut worker = with_env(command(&binary("slipway-worker"), &self.db, self.port), &self.url, env);
+        worker.arg("work").env("READY_TIMEOUT", "1s");
+        self.worker = Some(start(worker, &self.db, log));
+    }
+
+    fn source(&self, pin: &str) -> String {
+        format!("git+{}?{pin}", self.url)
+    }
+
+    /// Submits `ids` with `config` at the first revision and waits until each is active.
+    async fn deployed(&self, ids: &[&str], config: &Value) {
+        let body = json!({ "configuration": config, "module_source": self.source(&format!("rev={}", self.first)) });
+        for id in ids {
+            let (status, answer) =
+                self.api.call(Method::PUT, &format!("/deployments/{id}"), Some(&body)).await.unwrap();
+            assert_eq!(status, 202, "{answer}");
+        }
+        for id in ids {
+            self.api.wait_state(id, "active", ROLLOUT).await;
+        }
+    }
+
+    /// The target revision (see the module doc), committed on `main`.
+    fn target(&self) -> String {
+        edit(&self.repo, "core/applications/mastodon.nix", "types.enum [ \"open\" \"approval\"", "types.enum [ \"approval\"");
+        edit(
+            &self.repo,
+            "core/effects/deploy",
+            "set -u\n",
+            "set -u\ncase \"${DEPLOYMENT_ID:-}\" in broken*) echo \"broken on purpose\" >&2; exit 1 ;; esac\n",
+        );
+        commit(&self.repo, "the target: registrations cannot be open; broken deployments fail")
+    }
+
+    async fn start_rollout(&self, body: &Value) -> Value {
+        let (status, rollout) = self.operator.call(Method::POST, "/rollouts", Some(body)).await.unwrap();
+        assert_eq!(status, 201, "{rollout}");
+        rollout
+    }
+
+    async fn rollout(&self, id: &str) -> Value {
+        let (status, rollout) = self.operator.call(Method::GET, &format!("/rollouts/{id}"), None).await.unwrap();
+        assert_eq!(status, 200, "{rollout}");
+        rollout
+    }
+
+    /// Waits until rollout `id` is in `state`; the rollout.
+    async fn rollout_in(&self, id: &str, state: &str) -> Value {
+        wait_for(&format!("rollout {id} to be {state}"), ROLLOUT, || async {
+            let rollout = self.rollout(id).await;
+            (rollout["state"] == state).then_some(rollout)
+        })
+        .await
+    }
+
+    /// Deployment `id`'s builds with trigger `rollout`, newest first.
+    async fn rollout_builds(&self, id: &str) -> Vec<Value> {
+        let path = format!("/deployments/{id}/builds?trigger=rollout");
+        let (status, page) = self.api.call(Method::GET, &path, None).await.unwrap();
+        assert_eq!(status, 200, "{page}");
+        page["builds"].as_array().unwrap().clone()
+    }
+}
+
+/// The demo with only Mastodon (a small system) and its `registrations`.
+fn mastodon(registrations: &str) -> Value {
+    let mut c = common::demo();
+    c["applications"]["peertube"]["enable"] = json!(false);
+    c["applications"]["mastodon"]["registrations"] = json!(registrations);
+    c
+}
+
+/// Deployment → its entry of `rollout`.
+fn entries(rollout: &Value) -> BTreeMap<String, Value> {
+    rollout["deployments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["deployment_id"].as_str().unwrap().to_owned(), e.clone()))
+        .collect()
+}
+
+/// Unix ms of an api timestamp.
+fn ms(v: &Value) -> i64 {
+    common::ms_of(v)
+}
+
+/// Six deployments in waves of 1, up to 50 % and up to 100 %, the target
+/// given by branch: the branch's revision is pinned when the rollout
+/// starts and every build deploys it, although the branch moves on right
+/// after; the deployment stored with a configuration the target refuses
+/// is skipped, named with the reason and counted as a failure (within the
+/// budget); each wave starts only after every build of the previous one
+/// ended; every other deployment is deployed exactly once.
+async fn a_rollout_completes_wave_by_wave_at_the_revision_pinned_when_it_started(engine: Engine) {
+    let fleet = Fleet::new(engine, &[]).await;
+    let ids = ["ro-1", "ro-2", "ro-3", "ro-4", "ro-5"];
+    fleet.deployed(&ids, &mastodon("approval")).await;
+    fleet.deployed(&["ro-6"], &mastodon("open")).await;
+    let target = fleet.target();
+
+    let body = json!({
+        "module_source": fleet.source("ref=main"),
+        "deployments": ["ro-1", "ro-2", "ro-3", "ro-4", "ro-5", "ro-6"],
+        "waves": [1, "50%", "100%"],
+        "max_failures": { "per_wave": 1, "total": 1 },
+    });
+    let started = fleet.start_rollout(&body).await;
+    let pinned = fleet.source(&format!("rev={target}"));
+    assert_eq!(started["module_source"], pinned, "{started}");
+    // The branch moves on: the rollout keeps the revision it pinned.
+    std::fs::write(fleet.repo.join("NOTES"), "a later revision\n").unwrap();
+    commit(&fleet.repo, "a later revision");
+    let sizes: Vec<u64> = started["waves"].as_array().unwrap().iter().map(|w| w["size"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, [1, 2, 3], "{started}");
+    let skipped = &entries(&started)["ro-6"];
+    assert_eq!(skipped["status"], "skipped", "{started}");
+    assert!(skipped["reason"].as_str().unwrap().contains("registrations"), "{skipped}");
+
+    let id = started["id"].as_str().unwrap();
+    let done = fleet.rollout_in(id, "completed").await;
+    assert_eq!(done["failures"], 1, "{done}");
+    let mut ended_by_wave: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+    for (deployment, entry) in entries(&done) {
+        if deployment == "ro-6" {
+            assert_eq!(entry["status"], "skipped", "{done}");
+            assert!(fleet.rollout_builds("ro-6").await.is_empty(), "a skipped deployment was deployed");
+            continue;
+        }
+        assert_eq!(entry["status"], "succeeded", "{done}");
+        let builds = fleet.rollout_builds(&deployment).await;
+        assert_eq!(builds.len(), 1, "{deployment} was deployed {} times by the rollout", builds.len());
+        assert_eq!(builds[0]["id"], entry["build_id"]);
+        let (_, _, build) = fleet.api.get(&format!("/builds/{}", builds[0]["id"].as_str().unwrap())).await;
+        assert_eq!((&build["module_source"], &build["rollout"], &build["trigger"]), (&json!(pinned), &json!(id), &json!("rollout")));
+        let wave = entry["wave"].as_i64().unwrap();
+        ended_by_wave.entry(wave).or_default().push((ms(&build["queued_at"]), ms(&build["finished_at"])));
+    }
+    for wave in 2..=3 {
+        let last_end = ended_by_wave[&(wave - 1)].iter().map(|(_, end)| *end).max().unwrap();
+        let first_queued = ended_by_wave[&wave].iter().map(|(queued, _)| *queued).min().unwrap();
+        assert!(first_queued >= last_end, "wave {wave} was queued before wave {} ended: {ended_by_wave:?}", wave - 1);
+    }
+    let (_, _, deployed) = fleet.api.get("/deployments/ro-3").await;
+    assert_eq!(deployed["module_source"], pinned, "{deployed}");
+}
+
+/// A wave past its failure budget halts the rollout, naming the failed
+/// build, and nothing of the later waves is queued.
+async fn a_wave_past_its_failure_budget_halts_the_rollout_and_queues_nothing_further(engine: Engine) {
+    let fleet = Fleet::new(engine, &[]).await;
+    let ids = ["canary", "fine", "broken-1", "later-1", "later-2"];
+    fleet.deployed(&ids, &mastodon("approval")).await;
+    let target = fleet.target();
+    let body = json!({
+        "module_source": fleet.source(&format!("rev={target}")),
+        "deployments": ids,
+        "waves": [1, 2, 2],
+        "max_failures": 0,
+    });
+    let started = fleet.start_rollout(&body).await;
+    let id = started["id"].as_str().unwrap();
+    let halted = fleet.rollout_in(id, "halted").await;
+    let by = entries(&halted);
+    assert_eq!(by["canary"]["status"], "succeeded", "{halted}");
+    assert_eq!(by["broken-1"]["status"], "failed", "{halted}");
+    let broken_build = by["broken-1"]["build_id"].as_str().unwrap();
+    assert!(halted["reason"].as_str().unwrap().contains(broken_build), "{halted}");
+    assert_eq!(halted["wave"], 2, "{halted}");
+    for later in ["later-1", "later-2"] {
+        assert_eq!(by[later]["status"], "pending", "{halted}");
+        assert!(fleet.rollout_builds(later).await.is_empty(), "{later} was queued after the halt");
+    }
+    // A halted rollout cannot be resumed.
+    let (status, answer) = fleet.operator.call(Method::POST, &format!("/rollouts/{id}/resume"), None).await.unwrap();
+    assert_eq!((status, answer["error"].as_str()), (409, Some("rollout_ended")), "{answer}");
+    let (status, events) = fleet.operator.call(Method::GET, "/rollouts", None).await.unwrap();
+    assert_eq!(status, 200, "{events}");
+    assert_eq!(events["rollouts"][0]["id"], id);
+    let halts = count(
+        &fleet.db,
+        &format!("SELECT COUNT(*) AS n FROM rollout_events WHERE rollout_id = '{id}' AND type = 'rollout.halted'"),
+    )
+    .await;
+    assert_eq!(halts, 1);
+}
+
+/// A count from the test's database.
+async fn count(db: &TestDatabase, sql: &str) -> i64 {
+    let keys = BTreeMap::from([("DATABASE_URL".to_owned(), db.url.clone())]);
+    let store = slipway_jobs::store::open(&slipway_jobs::config::Config::from_keys(&keys).unwrap()).await.unwrap();
+    let n = Q::new(sql).fetch_one(&mut store.acquire().await.unwrap()).await.unwrap().int("n").unwrap();
+    store.close().await;
+    n
+}
+
+/// Hostile and malformed requests are refused with their codes, writing nothing.
+async fn a_malformed_or_hostile_rollout_request_is_refused_and_writes_nothing(engine: Engine) {
+    let fleet = Fleet::new(engine, &[("ROLLOUT_MAX_DEPLOYMENTS", "50")]).await;
+    fleet.deployed(&["one"], &mastodon("approval")).await;
+    let source = fleet.source(&format!("rev={}", fleet.first));
+    let refused = |body: Value, code: &'static str| {
+        let op = &fleet.operator;
+        async move {
+            let (status, answer) = op.call(Method::POST, "/rollouts", Some(&body)).await.unwrap();
+            assert_eq!(answer["error"], code, "{body}: {answer}");
+            assert_eq!(status, 400, "{answer}");
+            answer
+        }
+    };
+    refused(json!({ "module_source": source, "deployments": [], "waves": [1] }), "invalid_rollout").await;
+    let unknown =
+        refused(json!({ "module_source": source, "deployments": ["one", "nope"], "waves": [2] }), "unknown_deployments")
+            .await;
+    assert_eq!(unknown["details"]["deployments"], json!(["nope"]));
+    refused(json!({ "module_source": source, "deployments": ["one"], "waves": [2] }), "invalid_rollout").await;
+    refused(json!({ "module_source": source, "deployments": ["one"], "waves": ["0%"] }), "invalid_rollout").await;
+    refused(json!({ "module_source": source, "deployments": ["one", "one"], "waves": [2] }), "invalid_rollout").await;
+    // 100k ids fit in the 1 MiB body; ROLLOUT_MAX_DEPLOYMENTS refuses them before any is looked up.
+    let many: Vec<String> = (0..100_000).map(|i| format!("d{i}")).collect();
+    let body = json!({ "module_source": source, "deployments": many, "waves": ["100%"] });
+    let answer = refused(body, "too_many_deployments").await;
+    assert_eq!((&answer["details"]["count"], &answer["details"]["limit"]), (&json!(100_000), &json!(50)));
+    let over: Vec<String> = (0..51).map(|i| format!("d{i}")).collect();
+    refused(json!({ "module_source": source, "deployments": over, "waves": ["100%"] }), "too_many_deployments").await;
+    let (status, answer) = fleet
+        .api
+        .call(Method::POST, "/rollouts", Some(&json!({ "module_source": source, "deployments": ["one"], "waves": [1] })))
+        .await
+        .unwrap();
+    assert_eq!((status, answer["error"].as_str()), (403, Some("forbidden")), "{answer}");
+    for path in ["/rollouts", "/rollouts/rollout-x"] {
+        let (status, _) = fleet.api.call(Method::GET, path, None).await.unwrap();
+        assert_eq!(status, 403, "{path}");
+    }
+    assert_eq!(count(&fleet.db, "SELECT COUNT(*) AS n FROM rollouts").await, 0);
+}
+
+slipway_jobs::on_both_engines!(
+    a_rollout_completes_wave_by_wave_at_the_revision_pinned_when_it_started,
+    a_wave_past_its_failure_budget_halts_the_rollout_and_queues_nothing_further,
+    a_malformed_or_hostile_rollout_request_is_refused_and_writes_nothing,
+);
