@@ -301,11 +301,8 @@ pub async fn start(
         created_at: now,
         updated_at: now,
     };
-    let skipped: Vec<Value> = entries
-        .iter()
-        .filter(|e| e.2 == "skipped")
-        .map(|e| json!({ "deployment_id": e.0, "reason": e.3 }))
-        .collect();
+    let skipped: Vec<Value> =
+        entries.iter().filter(|e| e.2 == "skipped").map(|e| json!({ "deployment_id": e.0, "reason": e.3 })).collect();
     let mut tx = db.begin_write().await?;
     rollouts::insert(&mut tx, &row).await?;
     rollouts::insert_entries(&mut tx, &row.id, &entries).await?;
@@ -332,10 +329,8 @@ async fn name_all(
     to_name: &[usize],
 ) -> Result<(), RolloutError> {
     use futures::StreamExt as _;
-    let jobs: Vec<(usize, Value)> = to_name
-        .iter()
-        .filter_map(|i| Some((*i, entries[*i].5.as_ref()?.get("configuration")?.clone())))
-        .collect();
+    let jobs: Vec<(usize, Value)> =
+        to_name.iter().filter_map(|i| Some((*i, entries[*i].5.as_ref()?.get("configuration")?.clone()))).collect();
     let named: Vec<(usize, Result<NamesEval, SubmitError>)> = futures::stream::iter(jobs)
         .map(|(i, configuration)| async move { (i, sources.names(Some(pinned), &configuration).await) })
         .buffer_unordered(nix_slots.max(1) as usize)
@@ -422,7 +417,9 @@ fn settled(entry: &EntryRow) -> Option<(&'static str, Option<String>)> {
         Some("succeeded") => Some(("succeeded", None)),
         Some("failed") => Some(("failed", entry.build_error.clone())),
         Some("cancelled") => Some(("failed", Some("the build was cancelled".into()))),
-        Some("superseded") => Some(("overridden", Some("a newer submit of the deployment superseded the build".into()))),
+        Some("superseded") => {
+            Some(("overridden", Some("a newer submit of the deployment superseded the build".into())))
+        }
         None => Some(("failed", Some("the build is gone".into()))),
         _ => None,
     }
@@ -672,6 +669,8 @@ async fn queue_one(ctx: &Ctx, step: &RolloutRow, entry: &EntryRow) -> Result<Que
     let how = WriteBuild { supersede: true, event: Some(building), cap: 0, check_kept_secrets: false };
     write_build(&mut tx, new, how, now).await?;
     rollouts::set_entry(&mut tx, &row.id, entry.position, "queued", Some(&build_id), None).await?;
+    // A crash here rolls the build and its record back together.
+    crate::failpoint::hit("rollout_build_uncommitted");
     tx.commit().await?;
     tracing::info!(rollout.id = %row.id, deployment.id = %id, build.id = %build_id, "rollout build queued");
     Ok(Queued::Done)

@@ -124,9 +124,14 @@ pub async fn start(
     };
     let pause = match body.pause.as_deref() {
         None => std::time::Duration::ZERO,
-        Some(p) => slipway_jobs::config::parse_duration(p)
-            .filter(|d| *d <= rollout::LONGEST_PAUSE)
-            .ok_or_else(|| invalid(format!("pause {} is not a duration up to 24h (such as 30s or 5m)", slipway_jobs::id::quoted(p))))?,
+        Some(p) => {
+            slipway_jobs::config::parse_duration(p).filter(|d| *d <= rollout::LONGEST_PAUSE).ok_or_else(|| {
+                invalid(format!(
+                    "pause {} is not a duration up to 24h (such as 30s or 5m)",
+                    slipway_jobs::id::quoted(p)
+                ))
+            })?
+        }
     };
     let health_gate = match body.health_gate {
         None => None,

@@ -201,7 +201,17 @@ pub async fn insert_entries(conn: &mut Conn, id: &str, entries: &[NewEntry]) -> 
         let values: Vec<String> = (0..chunk.len())
             .map(|i| {
                 let b = i * 8;
-                format!("(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})", b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7, b + 8)
+                format!(
+                    "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                    b + 1,
+                    b + 2,
+                    b + 3,
+                    b + 4,
+                    b + 5,
+                    b + 6,
+                    b + 7,
+                    b + 8
+                )
             })
             .collect();
         let mut q = Q::new(format!(
@@ -303,14 +313,13 @@ pub struct EventRow {
 
 /// Rollout `id`'s events after event `after`, oldest first, at most `limit`.
 pub async fn events_after(conn: &mut Conn, id: &str, after: i64, limit: i64) -> Result<Vec<EventRow>, StoreError> {
-    let rows = Q::new(
-        "SELECT id, type, body, at FROM rollout_events WHERE rollout_id = $1 AND id > $2 ORDER BY id LIMIT $3",
-    )
-    .text(id)
-    .int(after)
-    .int(limit)
-    .fetch_all(conn)
-    .await?;
+    let rows =
+        Q::new("SELECT id, type, body, at FROM rollout_events WHERE rollout_id = $1 AND id > $2 ORDER BY id LIMIT $3")
+            .text(id)
+            .int(after)
+            .int(limit)
+            .fetch_all(conn)
+            .await?;
     rows.iter()
         .map(|r| {
             Ok(EventRow {

@@ -52,7 +52,10 @@ impl Fleet {
     async fn new(engine: Engine, env: &[(&str, &str)]) -> Fleet {
         let db = TestDatabase::new(engine).await;
         let repo = db.path("repo");
-        let first = reference_repository(&repo);
+        reference_repository(&repo);
+        // A deploy of a configuration naming `slowly` takes 12 s at every revision.
+        edit(&repo, "core/effects/deploy", "set -u\n", "set -u\ngrep -q slowly \"$CONFIGURATION_FILE\" && sleep 12\n");
+        let first = commit(&repo, "slow deploys on request");
         let url = format!("file://{}", repo.display());
         let port = free_port();
         let api_process = start(with_env(command(&binary("slipway-api"), &db, port), &url, env), &db, "api.log");
@@ -89,7 +92,12 @@ impl Fleet {
 
     /// The target revision (see the module doc), committed on `main`.
     fn target(&self) -> String {
-        edit(&self.repo, "core/applications/mastodon.nix", "types.enum [ \"open\" \"approval\"", "types.enum [ \"approval\"");
+        edit(
+            &self.repo,
+            "core/applications/mastodon.nix",
+            "types.enum [ \"open\" \"approval\"",
+            "types.enum [ \"approval\"",
+        );
         edit(
             &self.repo,
             "core/effects/deploy",
@@ -105,10 +113,17 @@ impl Fleet {
         rollout
     }
 
+    /// `GET /rollouts/{id}`, again while the api answers `503` (the database was away).
     async fn rollout(&self, id: &str) -> Value {
-        let (status, rollout) = self.operator.call(Method::GET, &format!("/rollouts/{id}"), None).await.unwrap();
-        assert_eq!(status, 200, "{rollout}");
-        rollout
+        wait_for("the rollout", Duration::from_secs(60), || async {
+            let (status, rollout) = self.operator.call(Method::GET, &format!("/rollouts/{id}"), None).await.ok()?;
+            if status == 503 {
+                return None;
+            }
+            assert_eq!(status, 200, "{rollout}");
+            Some(rollout)
+        })
+        .await
     }
 
     /// Waits until rollout `id` is in `state`; the rollout.
@@ -134,6 +149,13 @@ fn mastodon(registrations: &str) -> Value {
     let mut c = common::demo();
     c["applications"]["peertube"]["enable"] = json!(false);
     c["applications"]["mastodon"]["registrations"] = json!(registrations);
+    c
+}
+
+/// Mastodon only, with an admin address that makes its deploys slow.
+fn slowly() -> Value {
+    let mut c = mastodon("approval");
+    c["applications"]["mastodon"]["adminEmail"] = json!("slowly@demo.example.org");
     c
 }
 
@@ -199,7 +221,10 @@ async fn a_rollout_completes_wave_by_wave_at_the_revision_pinned_when_it_started
         assert_eq!(builds.len(), 1, "{deployment} was deployed {} times by the rollout", builds.len());
         assert_eq!(builds[0]["id"], entry["build_id"]);
         let (_, _, build) = fleet.api.get(&format!("/builds/{}", builds[0]["id"].as_str().unwrap())).await;
-        assert_eq!((&build["module_source"], &build["rollout"], &build["trigger"]), (&json!(pinned), &json!(id), &json!("rollout")));
+        assert_eq!(
+            (&build["module_source"], &build["rollout"], &build["trigger"]),
+            (&json!(pinned), &json!(id), &json!("rollout"))
+        );
         let wave = entry["wave"].as_i64().unwrap();
         ended_by_wave.entry(wave).or_default().push((ms(&build["queued_at"]), ms(&build["finished_at"])));
     }
@@ -276,9 +301,11 @@ async fn a_malformed_or_hostile_rollout_request_is_refused_and_writes_nothing(en
         }
     };
     refused(json!({ "module_source": source, "deployments": [], "waves": [1] }), "invalid_rollout").await;
-    let unknown =
-        refused(json!({ "module_source": source, "deployments": ["one", "nope"], "waves": [2] }), "unknown_deployments")
-            .await;
+    let unknown = refused(
+        json!({ "module_source": source, "deployments": ["one", "nope"], "waves": [2] }),
+        "unknown_deployments",
+    )
+    .await;
     assert_eq!(unknown["details"]["deployments"], json!(["nope"]));
     refused(json!({ "module_source": source, "deployments": ["one"], "waves": [2] }), "invalid_rollout").await;
     refused(json!({ "module_source": source, "deployments": ["one"], "waves": ["0%"] }), "invalid_rollout").await;
@@ -292,7 +319,11 @@ async fn a_malformed_or_hostile_rollout_request_is_refused_and_writes_nothing(en
     refused(json!({ "module_source": source, "deployments": over, "waves": ["100%"] }), "too_many_deployments").await;
     let (status, answer) = fleet
         .api
-        .call(Method::POST, "/rollouts", Some(&json!({ "module_source": source, "deployments": ["one"], "waves": [1] })))
+        .call(
+            Method::POST,
+            "/rollouts",
+            Some(&json!({ "module_source": source, "deployments": ["one"], "waves": [1] })),
+        )
         .await
         .unwrap();
     assert_eq!((status, answer["error"].as_str()), (403, Some("forbidden")), "{answer}");
@@ -303,8 +334,188 @@ async fn a_malformed_or_hostile_rollout_request_is_refused_and_writes_nothing(en
     assert_eq!(count(&fleet.db, "SELECT COUNT(*) AS n FROM rollouts").await, 0);
 }
 
+impl Fleet {
+    /// Replaces the worker with one that serves `queues`.
+    fn replace_worker(&mut self, env: &[(&str, &str)], log: &str) {
+        self.worker = None;
+        self.start_worker(env, log);
+    }
+
+    /// A front-end's submit of `config` to `id` at the first revision; the build id.
+    async fn submit(&self, id: &str, config: &Value) -> String {
+        let body = json!({ "configuration": config, "module_source": self.source(&format!("rev={}", self.first)) });
+        let (status, answer) = self.api.call(Method::PUT, &format!("/deployments/{id}"), Some(&body)).await.unwrap();
+        assert_eq!(status, 202, "{answer}");
+        answer["build_id"].as_str().unwrap().to_owned()
+    }
+
+    /// Waits until rollout `id`'s entry of `deployment` is `status`; the rollout.
+    async fn entry_is(&self, id: &str, deployment: &str, status: &str) -> Value {
+        wait_for(&format!("{deployment} to be {status} in {id}"), ROLLOUT, || async {
+            let rollout = self.rollout(id).await;
+            (entries(&rollout)[deployment]["status"] == status).then_some(rollout)
+        })
+        .await
+    }
+
+    async fn control(&self, id: &str, what: &str) -> (u16, Value) {
+        self.operator.call(Method::POST, &format!("/rollouts/{id}/{what}"), None).await.unwrap()
+    }
+
+    /// Every listed deployment has exactly one rollout build, and it succeeded.
+    async fn deployed_once(&self, rollout: &Value, ids: &[&str]) {
+        let by = entries(rollout);
+        for id in ids {
+            let builds = self.rollout_builds(id).await;
+            assert_eq!(builds.len(), 1, "{id} has {} rollout builds: {builds:?}", builds.len());
+            assert_eq!(builds[0]["status"], "succeeded", "{builds:?}");
+            assert_eq!(
+                (&by[*id]["status"], &by[*id]["build_id"]),
+                (&json!("succeeded"), &builds[0]["id"]),
+                "{rollout}"
+            );
+        }
+    }
+}
+
+/// A front-end's submit during a rollout wins: one that supersedes the
+/// rollout's queued build, and one to a deployment of a later wave before
+/// its wave is queued, each leave the deployment `overridden`, not failed
+/// (the rollout completes with a failure budget of 0), and the rollout
+/// queues nothing for the second.
+async fn a_front_end_submit_during_a_rollout_wins_and_is_recorded_as_overridden(engine: Engine) {
+    let fleet = Fleet::new(engine, &[]).await;
+    let ids = ["d-a", "d-b", "d-c"];
+    fleet.deployed(&ids, &mastodon("approval")).await;
+    let target = fleet.target();
+    // d-a is busy with a slow deploy, so the rollout's build of it waits its turn (ST-2).
+    let slow = fleet.submit("d-a", &slowly()).await;
+    wait_for("the slow deploy to run", ROLLOUT, || async {
+        (fleet.api.get(&format!("/builds/{slow}")).await.2["status"] == "running").then_some(())
+    })
+    .await;
+    let body = json!({ "module_source": fleet.source(&format!("rev={target}")), "deployments": ids, "waves": [1, 2] });
+    let id = fleet.start_rollout(&body).await["id"].as_str().unwrap().to_owned();
+    let queued = fleet.entry_is(&id, "d-a", "queued").await;
+    let superseded = entries(&queued)["d-a"]["build_id"].as_str().unwrap().to_owned();
+    let later = fleet.submit("d-c", &mastodon("closed")).await;
+    let newer = fleet.submit("d-a", &mastodon("closed")).await;
+    let done = fleet.rollout_in(&id, "completed").await;
+    let by = entries(&done);
+    assert_eq!((&by["d-a"]["status"], &by["d-c"]["status"]), (&json!("overridden"), &json!("overridden")), "{done}");
+    assert_eq!(done["failures"], 0, "{done}");
+    let (_, _, old) = fleet.api.get(&format!("/builds/{superseded}")).await;
+    assert_eq!(old["status"], "superseded", "{old}");
+    fleet.deployed_once(&done, &["d-b"]).await;
+    assert!(fleet.rollout_builds("d-c").await.is_empty(), "the rollout deployed over a newer submit");
+    for build in [newer, later] {
+        let b = wait_for("the front-end's build to end", ROLLOUT, || async {
+            let (_, _, b) = fleet.api.get(&format!("/builds/{build}")).await;
+            (b["status"] == "succeeded").then_some(b)
+        })
+        .await;
+        assert_eq!(b["trigger"], "submit", "{b}");
+    }
+}
+
+/// Pause holds the next wave while the builds already queued run; a
+/// second pause changes nothing; resume goes on; cancel during the pause
+/// between waves queues nothing more, marks the deployments not reached
+/// `cancelled`, and a cancelled rollout cannot be resumed.
+async fn a_rollout_pauses_resumes_and_cancels(engine: Engine) {
+    let fleet = Fleet::new(engine, &[]).await;
+    let ids = ["p-1", "p-2", "p-3", "p-4"];
+    fleet.deployed(&ids[1..], &mastodon("approval")).await;
+    // The canary deploys slowly, so the pause lands while its build runs.
+    fleet.deployed(&ids[..1], &slowly()).await;
+    let target = fleet.target();
+    let body = json!({
+        "module_source": fleet.source(&format!("rev={target}")),
+        "deployments": ids,
+        "waves": [1, 1, 2],
+        "pause": "1h",
+    });
+    let id = fleet.start_rollout(&body).await["id"].as_str().unwrap().to_owned();
+    fleet.entry_is(&id, "p-1", "queued").await;
+    for _ in 0..2 {
+        let (status, paused) = fleet.control(&id, "pause").await;
+        assert_eq!((status, &paused["state"]), (200, &json!("paused")), "{paused}");
+    }
+    // The build queued before the pause runs to its end; nothing more is queued.
+    let build = entries(&fleet.rollout(&id).await)["p-1"]["build_id"].as_str().unwrap().to_owned();
+    wait_for("the canary's build to end", ROLLOUT, || async {
+        (fleet.api.get(&format!("/builds/{build}")).await.2["status"] == "succeeded").then_some(())
+    })
+    .await;
+    let paused = fleet.rollout(&id).await;
+    assert_eq!((&paused["state"], &paused["wave"]), (&json!("paused"), &json!(1)), "{paused}");
+    for later in &ids[1..] {
+        assert!(fleet.rollout_builds(later).await.is_empty(), "{later} was queued while paused");
+    }
+    let (status, resumed) = fleet.control(&id, "resume").await;
+    assert_eq!((status, &resumed["state"]), (200, &json!("running")), "{resumed}");
+    // Wave 1 is judged; wave 2 waits out the pause between waves.
+    wait_for("wave 2 to start", ROLLOUT, || async { (fleet.rollout(&id).await["wave"] == 2).then_some(()) }).await;
+    let (status, cancelled) = fleet.control(&id, "cancel").await;
+    assert_eq!((status, &cancelled["state"]), (200, &json!("cancelled")), "{cancelled}");
+    let by = entries(&cancelled);
+    for later in &ids[1..] {
+        assert_eq!(by[*later]["status"], "cancelled", "{cancelled}");
+        assert!(fleet.rollout_builds(later).await.is_empty(), "{later} was queued");
+    }
+    let (status, answer) = fleet.control(&id, "resume").await;
+    assert_eq!((status, answer["error"].as_str()), (409, Some("rollout_ended")), "{answer}");
+    fleet.deployed_once(&cancelled, &["p-1"]).await;
+}
+
+/// A worker killed (abort, as `kill -9`) in the middle of queuing a wave,
+/// before and after the commit of a deployment's build, and a database
+/// outage mid-wave (PostgreSQL): the rollout resumes and every deployment
+/// is deployed exactly once.
+async fn a_rollout_resumes_after_a_worker_crash_mid_wave_deploying_each_deployment_once(engine: Engine) {
+    let mut fleet = Fleet::new(engine, &[("SLIPWAY_HEARTBEAT", "1")]).await;
+    let ids = ["k-1", "k-2", "k-3", "k-4", "k-5", "k-6"];
+    fleet.deployed(&ids, &mastodon("approval")).await;
+    let target = fleet.target();
+    let source = fleet.source(&format!("rev={target}"));
+    for (n, point) in ["rollout_build_uncommitted", "rollout_build_queued"].iter().enumerate() {
+        fleet.replace_worker(&[("SLIPWAY_HEARTBEAT", "1"), ("SLIPWAY_FAILPOINTS", point)], &format!("crash-{n}.log"));
+        let started =
+            fleet.start_rollout(&json!({ "module_source": source, "deployments": ids, "waves": [3, 3] })).await;
+        let id = started["id"].as_str().unwrap().to_owned();
+        let crashed = fleet.worker.take().unwrap();
+        let log = fleet.db.path(&format!("crash-{n}.log"));
+        let status = common::wait_exit(crashed, "the worker to crash at the failpoint", ROLLOUT, &log).await;
+        assert!(!status.success(), "{status}");
+        fleet.start_worker(&[("SLIPWAY_HEARTBEAT", "1")], &format!("after-crash-{n}.log"));
+        if engine == Engine::Postgres && n == 1 {
+            // And the database goes away mid-wave, until the api answers 503 for it.
+            fleet.entry_is(&id, "k-4", "queued").await;
+            assert!(fleet.db.accept_connections(false).await > 0);
+            wait_for("the api to see the outage", ROLLOUT, || async {
+                let r = fleet.operator.call(Method::GET, &format!("/rollouts/{id}"), None).await.ok()?;
+                (r.0 == 503).then_some(())
+            })
+            .await;
+            fleet.db.accept_connections(true).await;
+        }
+        let done = fleet.rollout_in(&id, "completed").await;
+        for deployment in ids {
+            assert_eq!(entries(&done)[deployment]["status"], "succeeded", "{done}");
+            let sql = format!(
+                "SELECT COUNT(*) AS n FROM builds WHERE deployment_id = '{deployment}' AND trigger_kind = 'rollout' \
+                 AND provenance LIKE '%\"rollout\":\"{id}\"%'"
+            );
+            assert_eq!(count(&fleet.db, &sql).await, 1, "{deployment} was not deployed exactly once by {id}");
+        }
+    }
+}
+
 slipway_jobs::on_both_engines!(
     a_rollout_completes_wave_by_wave_at_the_revision_pinned_when_it_started,
     a_wave_past_its_failure_budget_halts_the_rollout_and_queues_nothing_further,
     a_malformed_or_hostile_rollout_request_is_refused_and_writes_nothing,
+    a_front_end_submit_during_a_rollout_wins_and_is_recorded_as_overridden,
+    a_rollout_pauses_resumes_and_cancels,
+    a_rollout_resumes_after_a_worker_crash_mid_wave_deploying_each_deployment_once,
 );
