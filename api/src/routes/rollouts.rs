@@ -229,6 +229,7 @@ async fn control(app: AppState, auth: Auth, id: String, what: Control) -> Result
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The rollout, paused", body = RolloutView),
+        (status = 400, description = "`invalid_request`: a query parameter this route does not take", body = crate::error::ErrorBody),
         (status = 403, description = "`forbidden`: the token lacks the operator claim", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: no such rollout", body = crate::error::ErrorBody),
         (status = 409, description = "`rollout_ended`: it halted, was cancelled or completed", body = crate::error::ErrorBody),
@@ -248,6 +249,7 @@ pub async fn pause(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The rollout, running", body = RolloutView),
+        (status = 400, description = "`invalid_request`: a query parameter this route does not take", body = crate::error::ErrorBody),
         (status = 403, description = "`forbidden`: the token lacks the operator claim", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: no such rollout", body = crate::error::ErrorBody),
         (status = 409, description = "`rollout_ended`: it halted, was cancelled or completed", body = crate::error::ErrorBody),
@@ -270,6 +272,7 @@ pub async fn resume(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The rollout, cancelled", body = RolloutView),
+        (status = 400, description = "`invalid_request`: a query parameter this route does not take", body = crate::error::ErrorBody),
         (status = 403, description = "`forbidden`: the token lacks the operator claim", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: no such rollout", body = crate::error::ErrorBody),
         (status = 409, description = "`rollout_ended`: it halted, was cancelled or completed", body = crate::error::ErrorBody),

@@ -47,7 +47,7 @@ async fn served(h: &Harness) -> Value {
 
 /// The route table's path in the document's syntax (`/builds/{id}` for `/builds/{build}`).
 fn template(uri: &str) -> String {
-    uri.split('?').next().unwrap().replace("{build}", "{id}")
+    uri.split('?').next().unwrap().replace("{build}", "{id}").replace("{rollout}", "{id}")
 }
 
 #[tokio::test]

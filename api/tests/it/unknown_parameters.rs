@@ -49,7 +49,7 @@ async fn call(h: &Harness, route: &Route, build: &str, extra: &str) -> (StatusCo
 
 /// The query parameters the OpenAPI document gives `route` (`dry_run` of a submit).
 fn documented_query(doc: &Value, route: &Route) -> Vec<String> {
-    let path = route.uri.split('?').next().unwrap().replace("{build}", "{id}");
+    let path = route.uri.split('?').next().unwrap().replace("{build}", "{id}").replace("{rollout}", "{id}");
     let operation = &doc["paths"][path.as_str()][route.method.as_str().to_ascii_lowercase()];
     operation["parameters"]
         .as_array()
@@ -90,7 +90,7 @@ async fn every_route_that_changes_state_refuses_an_unknown_query_parameter_by_na
     assert_eq!(status, StatusCode::OK);
     for route in &state_changing {
         let taken = documented_query(&doc, route);
-        let path = route.uri.split('?').next().unwrap().replace("{build}", "{id}");
+        let path = route.uri.split('?').next().unwrap().replace("{build}", "{id}").replace("{rollout}", "{id}");
         let documented = &doc["paths"][path.as_str()][route.method.as_str().to_ascii_lowercase()]["responses"]["400"];
         assert!(documented.is_object(), "{}: the document gives no 400", route.name());
         let candidates = [("dry_run=true", "dry_run"), ("force=1", "force"), ("limit=5&dryrun", "limit")];

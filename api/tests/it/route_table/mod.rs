@@ -54,7 +54,8 @@ impl Input {
 pub struct Route {
     /// The method.
     pub method: Method,
-    /// Path and query; `{id}` stands for a deployment id, `{build}` for a build id.
+    /// Path and query; `{id}` stands for a deployment id, `{build}` for a
+    /// build id, `{rollout}` for a rollout id (none exists: `404`).
     pub uri: &'static str,
     /// Who may call it.
     pub access: Access,
@@ -78,7 +79,7 @@ pub struct Route {
 impl Route {
     /// The path and query for deployment `id` and build `build`.
     pub fn uri(&self, id: &str, build: &str) -> String {
-        self.uri.replace("{id}", id).replace("{build}", build)
+        self.uri.replace("{id}", id).replace("{build}", build).replace("{rollout}", "rollout-none")
     }
 
     /// The path alone (no query), for deployment `id` and build `build`.
@@ -89,7 +90,7 @@ impl Route {
 
     /// Whether the path names a deployment or a build.
     pub fn has_id(&self) -> bool {
-        self.uri.contains("{id}") || self.uri.contains("{build}")
+        self.uri.contains("{id}") || self.uri.contains("{build}") || self.uri.contains("{rollout}")
     }
 
     /// `GET /schema` and the like, for messages.
@@ -168,6 +169,17 @@ pub fn routes() -> Vec<Route> {
         media(route(Method::GET, "/ui/fragments/fleet", Operator, &[200]), "text/html"),
         route(Method::GET, "/queues", Operator, &[200]),
         route(Method::GET, "/workers", Operator, &[200]),
+        // Rollouts (operator tokens only): a rollout of an unknown deployment
+        // is refused before its source is looked at; no rollout {id}: 404.
+        with_body(
+            route(Method::POST, "/rollouts", Operator, &[400]),
+            || json!({ "module_source": "git+https://example.org/m?ref=main", "deployments": ["nope"], "waves": [1] }),
+        ),
+        route(Method::GET, "/rollouts", Operator, &[200]),
+        route(Method::GET, "/rollouts/{rollout}", Operator, &[404]),
+        route(Method::POST, "/rollouts/{rollout}/pause", Operator, &[404]),
+        route(Method::POST, "/rollouts/{rollout}/resume", Operator, &[404]),
+        route(Method::POST, "/rollouts/{rollout}/cancel", Operator, &[404]),
         // The OpenAPI document and its documentation page.
         route(Method::GET, "/openapi.json", Public, &[200]),
         media(route(Method::GET, "/docs", Public, &[200]), "text/html"),
@@ -206,7 +218,7 @@ pub fn registered_paths() -> BTreeSet<String> {
 
 /// The table's template of a path in axum's syntax (`/builds/{id}` for `/builds/{build}`).
 fn axum_template(route: &Route) -> String {
-    route.uri.split('?').next().unwrap().replace("{build}", "{id}")
+    route.uri.split('?').next().unwrap().replace("{build}", "{id}").replace("{rollout}", "{id}")
 }
 
 /// Checks the table against `router` (called with `bearer`, valid for
