@@ -77,6 +77,7 @@ use crate::routes;
         routes::rollouts::pause,
         routes::rollouts::resume,
         routes::rollouts::cancel,
+        routes::rollouts::events,
     ),
     components(schemas(crate::error::ErrorBody, routes::events::TicketBody)),
     modifiers(&CommonAnswers),

@@ -58,6 +58,7 @@ pub fn app(state: AppState) -> Router {
         .route("/rollouts/{id}/pause", post(routes::rollouts::pause))
         .route("/rollouts/{id}/resume", post(routes::rollouts::resume))
         .route("/rollouts/{id}/cancel", post(routes::rollouts::cancel))
+        .route("/rollouts/{id}/events", get(routes::rollouts::events))
         // The OpenAPI document and its documentation page (public).
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .route("/docs", get(crate::openapi::docs))

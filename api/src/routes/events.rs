@@ -300,7 +300,7 @@ pub async fn ticket_for_log(
 }
 
 /// The `Last-Event-ID` header: a non-negative integer, or absent.
-fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     let Some(value) = headers.get("last-event-id") else { return Ok(None) };
     let invalid =
         || ApiError::bad_request("invalid_request", "Last-Event-ID must be an event id this service sent (a number)");
@@ -333,7 +333,7 @@ fn retry_wait() -> Duration {
 /// headers that keep proxies from buffering it. It opens with a `retry:`
 /// field alone (no data, so no event is dispatched): how long the client
 /// waits before reconnecting once the stream is cut ([`retry_wait`]).
-fn sse(rx: mpsc::Receiver<Event>) -> Response {
+pub(crate) fn sse(rx: mpsc::Receiver<Event>) -> Response {
     let retry = futures::stream::once(std::future::ready(Ok::<_, Infallible>(Event::default().retry(retry_wait()))));
     let stream =
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx)) });

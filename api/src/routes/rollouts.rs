@@ -285,3 +285,94 @@ pub async fn cancel(
 ) -> Result<Json<RolloutView>, ApiError> {
     control(app, auth, id, Control::Cancel).await
 }
+
+/// How often a rollout's event stream looks for new events.
+const EVENTS_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `GET /rollouts/{id}/events`: the rollout's events as server-sent events,
+/// oldest first: `id: <n>` (increasing across all rollouts), `event:
+/// <type>` (`rollout.started`, `rollout.wave_started`,
+/// `rollout.wave_completed`, `rollout.paused`, `rollout.resumed`,
+/// `rollout.cancelled`, `rollout.halted`, `rollout.completed`) and `data:`
+/// the event's JSON (`type`, `rollout_id`, what it says, `id`, `at`).
+/// With `Last-Event-ID` it resumes after that event. The stream ends once
+/// the rollout halted, was cancelled or completed and every event was
+/// sent; a reconnect with nothing new then answers `204`. Operator tokens
+/// only (the `Authorization` header).
+#[utoipa::path(get, path = "/rollouts/{id}/events", tag = "rollouts",
+    params(
+        ("id" = String, Path, description = "A rollout id"),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id"),
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Server-sent events: `event: <type>`, `data: {type, rollout_id, …, id, at}`",
+         body = String, content_type = "text/event-stream"),
+        (status = 204, description = "Nothing new after the rollout ended: stop reconnecting"),
+        (status = 400, description = "`invalid_request`: a bad `Last-Event-ID` or query string", body = crate::error::ErrorBody),
+        (status = 403, description = "`forbidden`: the token lacks the operator claim", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such rollout", body = crate::error::ErrorBody),
+    ))]
+pub async fn events(
+    State(app): State<AppState>,
+    auth: Auth,
+    RolloutIdPath(id): RolloutIdPath,
+    headers: HeaderMap,
+    _query: StrictQuery<NoQuery>,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse as _;
+    auth.require_operator()?;
+    let last = super::events::last_event_id(&headers)?.unwrap_or(0);
+    let mut conn = app.db.acquire().await?;
+    let row = slipway_jobs::store::rollouts::get(&mut conn, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no rollout {}", slipway_jobs::id::quoted(&id))))?;
+    let ended = !matches!(row.state.as_str(), "running" | "paused");
+    if ended && slipway_jobs::store::rollouts::events_after(&mut conn, &id, last, 1).await?.is_empty() {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    drop(conn);
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(follow(app.db.clone(), id, last, tx));
+    Ok(super::events::sse(rx))
+}
+
+/// Sends rollout `id`'s events after `last` until it ended and every event
+/// was sent, the client went away, or the database failed (the client
+/// reconnects with its last id).
+async fn follow(
+    db: slipway_jobs::store::Db,
+    id: String,
+    mut last: i64,
+    tx: tokio::sync::mpsc::Sender<axum::response::sse::Event>,
+) {
+    use slipway_jobs::store::rollouts;
+    loop {
+        let Ok(mut conn) = db.acquire().await else { return };
+        // The state first: its change commits with its events, so an ended
+        // rollout's events are all there when they are read after it.
+        let Ok(Some(row)) = rollouts::get(&mut conn, &id).await else { return };
+        let Ok(page) = rollouts::events_after(&mut conn, &id, last, 100).await else { return };
+        drop(conn);
+        for e in &page {
+            let mut data = e.body.clone();
+            data["id"] = serde_json::json!(e.id);
+            data["at"] = serde_json::json!(super::rfc3339(e.at));
+            let event =
+                axum::response::sse::Event::default().id(e.id.to_string()).event(&e.kind).data(data.to_string());
+            if tx.send(event).await.is_err() {
+                return;
+            }
+            last = e.id;
+        }
+        if page.is_empty() && !matches!(row.state.as_str(), "running" | "paused") {
+            return;
+        }
+        if page.len() < 100 {
+            tokio::select! {
+                _ = tokio::time::sleep(EVENTS_POLL) => {}
+                _ = tx.closed() => return,
+            }
+        }
+    }
+}

@@ -275,6 +275,60 @@ async fn a_wave_past_its_failure_budget_halts_the_rollout_and_queues_nothing_fur
     )
     .await;
     assert_eq!(halts, 1);
+
+    // The event stream: every step in order, ending once the rollout ended;
+    // resumable with Last-Event-ID; nothing new after the end is a 204.
+    let events = fleet.events(id, None).await;
+    let types: Vec<&str> = events.iter().map(|(_, t, _)| t.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "rollout.started",
+            "rollout.wave_started",
+            "rollout.wave_completed",
+            "rollout.wave_started",
+            "rollout.wave_completed",
+            "rollout.halted"
+        ],
+        "{events:?}"
+    );
+    assert!(events.windows(2).all(|w| w[0].0 < w[1].0), "ids do not increase: {events:?}");
+    assert_eq!(events[5].2["failed_builds"], json!([broken_build]), "{events:?}");
+    assert_eq!((&events[3].2["wave"], &events[3].2["rollout_id"]), (&json!(2), &json!(id)));
+    let resumed = fleet.events(id, Some(events[3].0)).await;
+    assert_eq!(resumed, events[4..].to_vec());
+    let url = format!("{}/rollouts/{id}/events", fleet.operator.base);
+    let r = fleet
+        .operator
+        .http
+        .get(&url)
+        .bearer_auth(&fleet.operator.token)
+        .header("Last-Event-ID", events[5].0.to_string());
+    assert_eq!(r.send().await.unwrap().status().as_u16(), 204);
+}
+
+impl Fleet {
+    /// The whole event stream of ended rollout `id` (after `last`): (id, type, data).
+    async fn events(&self, id: &str, last: Option<i64>) -> Vec<(i64, String, Value)> {
+        let url = format!("{}/rollouts/{id}/events", self.operator.base);
+        let mut r = self.operator.http.get(&url).bearer_auth(&self.operator.token);
+        if let Some(last) = last {
+            r = r.header("Last-Event-ID", last.to_string());
+        }
+        let answer =
+            tokio::time::timeout(Duration::from_secs(60), async { r.send().await.unwrap().text().await.unwrap() })
+                .await
+                .expect("the stream of an ended rollout ends");
+        let mut out = Vec::new();
+        for block in answer.split("\n\n") {
+            let field =
+                |name: &str| block.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim_start().to_owned()));
+            if let (Some(n), Some(kind), Some(data)) = (field("id:"), field("event:"), field("data:")) {
+                out.push((n.parse().unwrap(), kind, serde_json::from_str(&data).unwrap()));
+            }
+        }
+        out
+    }
 }
 
 /// A count from the test's database.

@@ -180,6 +180,7 @@ pub fn routes() -> Vec<Route> {
         route(Method::POST, "/rollouts/{rollout}/pause", Operator, &[404]),
         route(Method::POST, "/rollouts/{rollout}/resume", Operator, &[404]),
         route(Method::POST, "/rollouts/{rollout}/cancel", Operator, &[404]),
+        route(Method::GET, "/rollouts/{rollout}/events", Operator, &[404]),
         // The OpenAPI document and its documentation page.
         route(Method::GET, "/openapi.json", Public, &[200]),
         media(route(Method::GET, "/docs", Public, &[200]), "text/html"),
