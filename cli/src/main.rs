@@ -4,6 +4,7 @@
 
 mod client;
 mod follow;
+mod rollout;
 mod screen;
 mod table;
 mod token;
@@ -248,6 +249,12 @@ enum Command {
     /// Operators: the workers seen in the last hour with host, queues, slots in use and
     /// last heartbeat (GET /workers; needs a token with the operator claim).
     Workers,
+    /// Operators: roll one module source revision out to many deployments in waves
+    /// (/rollouts; needs a token with the operator claim).
+    Rollout {
+        #[command(subcommand)]
+        action: rollout::Action,
+    },
 }
 
 fn main() -> ExitCode {
@@ -562,6 +569,7 @@ async fn run(cli: Cli, screen: Screen) -> Result<(), Failure> {
             let workers = client.get("/workers").await?;
             print(output, screen, &workers, || table::workers(&workers));
         }
+        Command::Rollout { action } => rollout::run(&client, action, output == Output::Json, screen).await?,
         Command::Token => unreachable!("handled above"),
     }
     Ok(())

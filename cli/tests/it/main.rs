@@ -5,5 +5,6 @@
 mod common;
 
 mod cli;
+mod rollouts;
 mod safe_change;
 mod terminal;
