@@ -35,6 +35,7 @@ pub fn shell() -> Markup {
                     nav #nav hidden {
                         a href="#/" { "Deployments" }
                         a #nav-fleet href="#/fleet" hidden { "Queues and workers" }
+                        a #nav-rollouts href="#/rollouts" hidden { "Rollouts" }
                         a href="#/submit" { "Submit" }
                     }
                     span #who {}

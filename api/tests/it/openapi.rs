@@ -34,6 +34,8 @@ const NOT_API: &[&str] = &[
     "/ui/fragments/deployments/{id}",
     "/ui/fragments/builds/{id}",
     "/ui/fragments/fleet",
+    "/ui/fragments/rollouts",
+    "/ui/fragments/rollouts/{id}",
     // Prometheus's text format (docs/METRICS.md).
     "/metrics",
 ];

@@ -276,6 +276,21 @@ async fn a_wave_past_its_failure_budget_halts_the_rollout_and_queues_nothing_fur
     .await;
     assert_eq!(halts, 1);
 
+    // The dashboard's view of it: operators only.
+    let page = |token: String| {
+        let url = format!("{}/ui/fragments/rollouts/{id}", fleet.operator.base);
+        let http = fleet.operator.http.clone();
+        async move {
+            let r = http.get(&url).bearer_auth(token).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (status, html) = page(fleet.operator.token.clone()).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains(r#"data-state="halted""#) && html.contains(broken_build), "{html}");
+    assert!(html.contains(r#"data-deployment="later-1""#), "{html}");
+    assert_eq!(page(fleet.api.token.clone()).await.0, 403);
+
     // The event stream: every step in order, ending once the rollout ended;
     // resumable with Last-Event-ID; nothing new after the end is a 204.
     let events = fleet.events(id, None).await;

@@ -167,6 +167,8 @@ pub fn routes() -> Vec<Route> {
         media(route(Method::GET, "/ui/fragments/builds/{build}", Build, &[200]), "text/html"),
         // Only an operator's token sees the fleet.
         media(route(Method::GET, "/ui/fragments/fleet", Operator, &[200]), "text/html"),
+        media(route(Method::GET, "/ui/fragments/rollouts", Operator, &[200]), "text/html"),
+        media(route(Method::GET, "/ui/fragments/rollouts/{rollout}", Operator, &[404]), "text/html"),
         route(Method::GET, "/queues", Operator, &[200]),
         route(Method::GET, "/workers", Operator, &[200]),
         // Rollouts (operator tokens only): a rollout of an unknown deployment
