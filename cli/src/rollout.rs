@@ -17,7 +17,7 @@ const POLL: Duration = Duration::from_secs(1);
 pub enum Action {
     /// Starts a rollout of a module source revision to many deployments in waves (POST /rollouts).
     Start {
-        /// The target: git+<url>?rev=<commit> or ?ref=<branch> (a ref is pinned once, at start).
+        /// The target: `git+<url>?rev=<commit>` or `?ref=<branch>` (a ref is pinned once, at start).
         #[arg(long)]
         source: String,
         /// The deployments, comma separated, in the order they are rolled out.

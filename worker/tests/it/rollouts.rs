@@ -580,6 +580,49 @@ async fn a_rollout_resumes_after_a_worker_crash_mid_wave_deploying_each_deployme
     }
 }
 
+/// The headline: 30 deployments in three waves (3 canaries, up to 50 %,
+/// the rest), one deployment of the second wave broken, a budget of 0: the
+/// canaries and the second wave's other deployments are deployed once each
+/// at the pinned revision, the rollout halts after the second wave naming
+/// the broken build, and none of the third wave's 15 is queued.
+async fn thirty_deployments_in_three_waves_halt_at_the_wave_with_a_broken_deployment(engine: Engine) {
+    let fleet = Fleet::new(engine, &[("BUILD_SLOTS", "6")]).await;
+    let ids: Vec<String> =
+        (1..=30).map(|n| if n == 7 { "broken-07".to_owned() } else { format!("fleet-{n:02}") }).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    fleet.deployed(&refs, &mastodon("approval")).await;
+    let target = fleet.target();
+    let body = json!({
+        "module_source": fleet.source("ref=main"),
+        "deployments": ids,
+        "waves": [3, "50%", "100%"],
+    });
+    let started = fleet.start_rollout(&body).await;
+    let sizes: Vec<u64> = started["waves"].as_array().unwrap().iter().map(|w| w["size"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, [3, 12, 15], "{started}");
+    let id = started["id"].as_str().unwrap();
+    let halted = fleet.rollout_in(id, "halted").await;
+    let by = entries(&halted);
+    let broken = by["broken-07"]["build_id"].as_str().unwrap();
+    assert_eq!(by["broken-07"]["status"], "failed", "{halted}");
+    assert!(halted["reason"].as_str().unwrap().contains(broken), "{halted}");
+    let pinned = fleet.source(&format!("rev={target}"));
+    for (n, deployment) in refs.iter().enumerate() {
+        let builds = fleet.rollout_builds(deployment).await;
+        if n < 15 {
+            assert_eq!(builds.len(), 1, "{deployment}: {builds:?}");
+            if *deployment != "broken-07" {
+                assert_eq!(by[*deployment]["status"], "succeeded", "{halted}");
+                let (_, _, d) = fleet.api.get(&format!("/deployments/{deployment}")).await;
+                assert_eq!(d["module_source"], pinned, "{d}");
+            }
+        } else {
+            assert!(builds.is_empty(), "{deployment} of the third wave was queued: {builds:?}");
+            assert_eq!(by[*deployment]["status"], "pending", "{halted}");
+        }
+    }
+}
+
 slipway_jobs::on_both_engines!(
     a_rollout_completes_wave_by_wave_at_the_revision_pinned_when_it_started,
     a_wave_past_its_failure_budget_halts_the_rollout_and_queues_nothing_further,
@@ -587,4 +630,5 @@ slipway_jobs::on_both_engines!(
     a_front_end_submit_during_a_rollout_wins_and_is_recorded_as_overridden,
     a_rollout_pauses_resumes_and_cancels,
     a_rollout_resumes_after_a_worker_crash_mid_wave_deploying_each_deployment_once,
+    thirty_deployments_in_three_waves_halt_at_the_wave_with_a_broken_deployment,
 );
