@@ -95,6 +95,9 @@ enum Trigger {
     /// A rollback after a failed health gate.
     #[value(name = "auto_rollback")]
     AutoRollback,
+    /// A wave of a rollout (`slipway rollout`).
+    #[value(name = "rollout")]
+    Rollout,
 }
 
 impl Trigger {
@@ -107,6 +110,7 @@ impl Trigger {
             Trigger::Apply => "apply",
             Trigger::Rollback => "rollback",
             Trigger::AutoRollback => "auto_rollback",
+            Trigger::Rollout => "rollout",
         }
     }
 }

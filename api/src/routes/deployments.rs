@@ -540,7 +540,7 @@ pub struct BuildsQuery {
     /// A build id of this deployment: the page starts after it (older builds).
     before: Option<String>,
     /// Only the builds of this trigger (`submit`, `delete`, `dry_run`,
-    /// `apply`, `rollback`, `auto_rollback`).
+    /// `apply`, `rollback`, `auto_rollback`, `rollout`).
     #[param(value_type = Option<slipway_jobs::provenance::Trigger>)]
     trigger: Option<String>,
 }

@@ -441,9 +441,10 @@ fn state_event(e: &events::Event) -> Event {
 /// (numbers per deployment, from 1; `0` stands for the state of a
 /// deployment with no recorded event yet) and `data: {"deployment_id",
 /// "state", "build_id", "at", "trigger"}`; `trigger` says why that build
-/// was queued (`submit`, `delete`, `apply`, `rollback`, `auto_rollback`;
-/// `null` without a build): after an `apply`, a `rollback` or an
-/// `auto_rollback` the deployment's stored configuration is that build's,
+/// was queued (`submit`, `delete`, `apply`, `rollback`, `auto_rollback`,
+/// `rollout`; `null` without a build): after an `apply`, a `rollback`, an
+/// `auto_rollback` or a `rollout` the deployment's stored configuration
+/// (and its module source) is that build's,
 /// so read it again. The stream ends after a terminal state
 /// (`active`, `idle`, `failed`); a reconnect with nothing new after a
 /// terminal state answers `204`. `404` for an unknown deployment, `403`
