@@ -344,7 +344,7 @@ pub(crate) fn sse(rx: mpsc::Receiver<Event>) -> Response {
 }
 
 /// Why a stream ends before what it follows does.
-enum Cut {
+pub(crate) enum Cut {
     /// The process stops serving: the client reconnects (to another api).
     Closing,
     /// The token it was opened with expired (at `exp`, seconds since the
@@ -356,7 +356,7 @@ enum Cut {
 /// serving, or when the token it was opened with expires (a token is
 /// checked when a stream opens; the client reconnects with a fresh one and
 /// its last id).
-fn ends(app: &AppState, auth: &Auth) -> impl std::future::Future<Output = Cut> + Send + 'static {
+pub(crate) fn ends(app: &AppState, auth: &Auth) -> impl std::future::Future<Output = Cut> + Send + 'static {
     let closed = app.hub.closed();
     let exp = auth.0.exp;
     let left = until_expiry(exp, slipway_jobs::clock::now_us() as f64 / 1e6);
@@ -403,7 +403,7 @@ const LAST_EVENT_WAIT: Duration = Duration::from_secs(5);
 /// its `slot` under the caps until then; a stream cut because its token
 /// expired gets a last `token_expired` event on `tx`. Dropping the
 /// senders ends the response.
-async fn until_closed(
+pub(crate) async fn until_closed(
     task: impl std::future::Future<Output = ()>,
     cut: impl std::future::Future<Output = Cut>,
     tx: mpsc::Sender<Event>,

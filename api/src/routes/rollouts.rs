@@ -298,7 +298,9 @@ const EVENTS_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 /// With `Last-Event-ID` it resumes after that event. The stream ends once
 /// the rollout halted, was cancelled or completed and every event was
 /// sent; a reconnect with nothing new then answers `204`. Operator tokens
-/// only (the `Authorization` header).
+/// only (the `Authorization` header); counted against the stream caps
+/// (`429 too_many_streams`) and ended when the token expires, as the
+/// deployment channel is.
 #[utoipa::path(get, path = "/rollouts/{id}/events", tag = "rollouts",
     params(
         ("id" = String, Path, description = "A rollout id"),
@@ -312,6 +314,7 @@ const EVENTS_POLL: std::time::Duration = std::time::Duration::from_secs(1);
         (status = 400, description = "`invalid_request`: a bad `Last-Event-ID` or query string", body = crate::error::ErrorBody),
         (status = 403, description = "`forbidden`: the token lacks the operator claim", body = crate::error::ErrorBody),
         (status = 404, description = "`not_found`: no such rollout", body = crate::error::ErrorBody),
+        (status = 429, description = "`too_many_streams`: the token's subject, or this api, holds its most streams open (`details.limit`, `Retry-After`)", body = crate::error::ErrorBody),
     ))]
 pub async fn events(
     State(app): State<AppState>,
@@ -332,8 +335,12 @@ pub async fn events(
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     drop(conn);
+    // Counted against SLIPWAY_STREAMS_PER_SUBJECT and _PER_API like a
+    // deployment's channel; ended when the api stops or the token expires.
+    let slot = app.streams.open(&auth.0.sub, slipway_jobs::store::tickets::StreamKind::DeploymentEvents)?;
     let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(follow(app.db.clone(), id, last, tx));
+    let follow = follow(app.db.clone(), id, last, tx.clone());
+    tokio::spawn(super::events::until_closed(follow, super::events::ends(&app, &auth), tx, slot));
     Ok(super::events::sse(rx))
 }
 
