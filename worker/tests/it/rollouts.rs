@@ -632,3 +632,25 @@ slipway_jobs::on_both_engines!(
     a_rollout_resumes_after_a_worker_crash_mid_wave_deploying_each_deployment_once,
     thirty_deployments_in_three_waves_halt_at_the_wave_with_a_broken_deployment,
 );
+
+/// The driver needs no other queue: with the `rollouts` queue served by a
+/// worker of its own (`SLIPWAY_QUEUES=rollouts`) and every other queue by
+/// another, a rollout runs its waves to the end.
+#[tokio::test]
+async fn a_worker_serving_only_the_rollouts_queue_drives_a_rollout() {
+    let mut fleet = Fleet::new(Engine::Sqlite, &[]).await;
+    let ids = ["s-1", "s-2", "s-3"];
+    fleet.deployed(&ids, &mastodon("approval")).await;
+    let target = fleet.target();
+    fleet.replace_worker(&[("SLIPWAY_QUEUES", "builds,nix,callbacks,readiness,maintenance")], "others.log");
+    let mut driver = with_env(command(&binary("slipway-worker"), &fleet.db, fleet.port), &fleet.url, &[]);
+    driver.arg("work").env("SLIPWAY_QUEUES", "rollouts");
+    let _driver = start(driver, &fleet.db, "rollouts-only.log");
+    let body =
+        json!({ "module_source": fleet.source(&format!("rev={target}")), "deployments": ids, "waves": [1, 1, 1] });
+    let id = fleet.start_rollout(&body).await["id"].as_str().unwrap().to_owned();
+    let done = fleet.rollout_in(&id, "completed").await;
+    fleet.deployed_once(&done, &ids).await;
+    let log = std::fs::read_to_string(fleet.db.path("rollouts-only.log")).unwrap();
+    assert!(log.contains("rollout build queued"), "the rollouts-only worker did not drive it: {log}");
+}
