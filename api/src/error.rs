@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use slipway_jobs::nix::{FailureCode, NixFailure};
+use slipway_jobs::rollout::RolloutError;
 use slipway_jobs::safe_change::ChangeError;
 use slipway_jobs::source::SourceError;
 use slipway_jobs::store::StoreError;
@@ -103,6 +104,15 @@ pub enum ErrorCode {
     InvalidWebhookUrl,
     /// `400`: a webhook's event types, secret or description are refused.
     InvalidWebhook,
+    /// `400`: `POST /rollouts` is not a rollout (an empty list, waves that
+    /// do not add up, …); the message says what.
+    InvalidRollout,
+    /// `400`: deployments a rollout names do not exist
+    /// (`details.deployments`: the first 20; `details.total`).
+    UnknownDeployments,
+    /// `400`: a rollout names more deployments than
+    /// `ROLLOUT_MAX_DEPLOYMENTS` (`details.limit`).
+    TooManyDeployments,
     /// `401`: no token, or one that is not valid.
     Unauthorized,
     /// `403`: this token may not do that.
@@ -134,6 +144,9 @@ pub enum ErrorCode {
     /// `409`: a request with the same `Idempotency-Key` is still being
     /// answered; try again once it is.
     IdempotencyKeyInFlight,
+    /// `409`: the rollout halted, was cancelled or completed: it can no
+    /// longer be paused, resumed or cancelled.
+    RolloutEnded,
     /// `410`: the plan's `PLAN_TTL` has passed.
     PlanExpired,
     /// `411`: the request needs a `Content-Length`.
@@ -203,7 +216,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the document.
-    pub const ALL: [ErrorCode; 54] = {
+    pub const ALL: [ErrorCode; 58] = {
         use ErrorCode::*;
         [
             InvalidRequest,
@@ -215,6 +228,9 @@ impl ErrorCode {
             InvalidIdempotencyKey,
             InvalidWebhookUrl,
             InvalidWebhook,
+            InvalidRollout,
+            UnknownDeployments,
+            TooManyDeployments,
             Unauthorized,
             Forbidden,
             SourceNotAllowed,
@@ -230,6 +246,7 @@ impl ErrorCode {
             SecretGone,
             DeploymentDestroyed,
             IdempotencyKeyInFlight,
+            RolloutEnded,
             PlanExpired,
             LengthRequired,
             PreconditionFailed,
@@ -561,6 +578,24 @@ impl From<ChangeError> for ApiError {
             }
             e @ ChangeError::Destroyed(_) => conflict("deployment_destroyed", &e),
             ChangeError::Store(s) => s.into(),
+        }
+    }
+}
+
+impl From<RolloutError> for ApiError {
+    fn from(e: RolloutError) -> Self {
+        match e {
+            e @ RolloutError::Invalid(_) => Self::bad_request("invalid_rollout", e.to_string()),
+            RolloutError::UnknownDeployments { ref named, total } => {
+                let details = json!({ "deployments": named, "total": total });
+                Self::bad_request("unknown_deployments", e.to_string()).with_details(details)
+            }
+            RolloutError::TooMany { count, limit } => Self::bad_request("too_many_deployments", e.to_string())
+                .with_details(json!({ "count": count, "limit": limit })),
+            e @ RolloutError::NotFound(_) => Self::not_found(e.to_string()),
+            e @ RolloutError::Ended { .. } => Self::new(StatusCode::CONFLICT, "rollout_ended", e.to_string()),
+            RolloutError::Source(e) => e.into(),
+            RolloutError::Store(s) => s.into(),
         }
     }
 }

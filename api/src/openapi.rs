@@ -78,6 +78,13 @@ use crate::routes;
         routes::webhooks::delete,
         routes::webhooks::deliveries,
         routes::webhooks::redeliver,
+        routes::rollouts::start,
+        routes::rollouts::list,
+        routes::rollouts::show,
+        routes::rollouts::pause,
+        routes::rollouts::resume,
+        routes::rollouts::cancel,
+        routes::rollouts::events,
     ),
     components(schemas(crate::error::ErrorBody, routes::events::TicketBody)),
     modifiers(&CommonAnswers),
@@ -87,6 +94,7 @@ use crate::routes;
         (name = "builds", description = "A build's status, log and report; cancelling it"),
         (name = "fleet", description = "Operator tokens only: the queues and the workers"),
         (name = "webhooks", description = "Operator tokens only: signed webhook endpoints and their delivery log"),
+        (name = "rollouts", description = "Operator tokens only: one module source revision rolled out to many deployments in waves"),
         (name = "streams", description = "Server-sent events: the deployment channel and a build's live log"),
         (name = "sources", description = "Another module source's schema and renames"),
         (name = "sbom", description = "The CycloneDX SBOMs of a deployment's nodes"),
@@ -133,7 +141,11 @@ impl Modify for CommonAnswers {
         for (path, item) in doc.paths.paths.iter_mut() {
             for (method, operation) in operations(item) {
                 operation.operation_id = Some(operation_id(method, path));
-                if path.contains("{id}") && !path.starts_with("/builds/") && !path.starts_with("/webhooks/") {
+                if path.contains("{id}")
+                    && !path.starts_with("/builds/")
+                    && !path.starts_with("/webhooks/")
+                    && !path.starts_with("/rollouts/")
+                {
                     deployment_id_schema(operation);
                 }
                 // A delete's body is optional (an empty one deletes without a callback).

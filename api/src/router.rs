@@ -68,6 +68,12 @@ pub fn app(state: AppState) -> Router {
             "/webhooks/{id}/deliveries/{delivery_id}/redeliver",
             idempotent(&state, post(routes::webhooks::redeliver)),
         )
+        .route("/rollouts", get(routes::rollouts::list).merge(idempotent(&state, post(routes::rollouts::start))))
+        .route("/rollouts/{id}", get(routes::rollouts::show))
+        .route("/rollouts/{id}/pause", idempotent(&state, post(routes::rollouts::pause)))
+        .route("/rollouts/{id}/resume", idempotent(&state, post(routes::rollouts::resume)))
+        .route("/rollouts/{id}/cancel", idempotent(&state, post(routes::rollouts::cancel)))
+        .route("/rollouts/{id}/events", get(routes::rollouts::events))
         // The OpenAPI document and its documentation page (public).
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .route("/docs", get(crate::openapi::docs))

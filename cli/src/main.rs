@@ -4,6 +4,7 @@
 
 mod client;
 mod follow;
+mod rollout;
 mod screen;
 mod table;
 mod token;
@@ -95,6 +96,9 @@ enum Trigger {
     /// A rollback after a failed health gate.
     #[value(name = "auto_rollback")]
     AutoRollback,
+    /// A wave of a rollout (`slipway rollout`).
+    #[value(name = "rollout")]
+    Rollout,
 }
 
 impl Trigger {
@@ -107,6 +111,7 @@ impl Trigger {
             Trigger::Apply => "apply",
             Trigger::Rollback => "rollback",
             Trigger::AutoRollback => "auto_rollback",
+            Trigger::Rollout => "rollout",
         }
     }
 }
@@ -254,6 +259,12 @@ enum Command {
     Webhook {
         #[command(subcommand)]
         command: webhook::WebhookCommand,
+    },
+    /// Operators: roll one module source revision out to many deployments in waves
+    /// (/rollouts; needs a token with the operator claim).
+    Rollout {
+        #[command(subcommand)]
+        action: rollout::Action,
     },
 }
 
@@ -573,6 +584,7 @@ async fn run(cli: Cli, screen: Screen) -> Result<(), Failure> {
             let (answer, text) = webhook::run(&client, command).await?;
             print(output, screen, &answer, || text);
         }
+        Command::Rollout { action } => rollout::run(&client, action, output == Output::Json, screen).await?,
         Command::Token => unreachable!("handled above"),
     }
     Ok(())

@@ -20,6 +20,7 @@ mod api;
 mod database;
 mod metrics;
 mod openbao;
+mod rollouts;
 mod safe_change;
 mod sandbox;
 mod sources;
@@ -31,6 +32,7 @@ pub use api::ApiConfig;
 pub use database::DatabaseConfig;
 pub use metrics::MetricsConfig;
 pub use openbao::OpenBaoConfig;
+pub use rollouts::RolloutsConfig;
 pub use safe_change::SafeChangeConfig;
 pub use sandbox::{parse_size, GitConfig, SandboxConfig};
 pub use sources::SourcesConfig;
@@ -142,6 +144,8 @@ pub struct Config {
     /// Webhook deliveries (`WEBHOOK_RETRY_WINDOW`, `WEBHOOK_POLL`,
     /// `WEBHOOK_TIMEOUT`; WH-1).
     pub webhooks: WebhooksConfig,
+    /// Rollouts' bounds (`ROLLOUT_MAX_DEPLOYMENTS`).
+    pub rollouts: RolloutsConfig,
     /// A worker's metrics address and the scrape token of both binaries
     /// (`SLIPWAY_METRICS_ADDR`, `SLIPWAY_METRICS_TOKEN`).
     pub metrics: MetricsConfig,
@@ -243,6 +247,7 @@ pub const KEYS: &[&str] = &[
     "WEBHOOK_RETRY_WINDOW",
     "WEBHOOK_POLL",
     "WEBHOOK_TIMEOUT",
+    "ROLLOUT_MAX_DEPLOYMENTS",
     "SLIPWAY_METRICS_ADDR",
     "SLIPWAY_METRICS_TOKEN",
     "SLIPWAY_REQUEST_TIMEOUT",
@@ -411,6 +416,7 @@ impl Config {
             attempt_timeout: duration(keys, "WEBHOOK_TIMEOUT", 10)?,
         };
         let keep_generations = number(keys, "KEEP_GENERATIONS", 5)?;
+        let rollout_max_deployments = number(keys, "ROLLOUT_MAX_DEPLOYMENTS", 10_000)?;
         let health_gate = match get("HEALTH_GATE").map(str::trim).filter(|v| *v != "off") {
             None => None,
             Some(v) => Some(crate::provenance::HealthGate::from_setting(v).map_err(|_| ConfigError::Invalid {
@@ -494,6 +500,7 @@ impl Config {
             safe_change: SafeChangeConfig { plan_ttl, keep_generations, health_gate },
             tenancy,
             webhooks,
+            rollouts: RolloutsConfig { max_deployments: rollout_max_deployments },
             metrics: MetricsConfig { addr: metrics_addr, token: metrics_token },
             sandbox,
             git,

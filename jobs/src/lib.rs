@@ -23,6 +23,7 @@ pub mod probe;
 pub mod provenance;
 pub mod read;
 pub mod renames;
+pub mod rollout;
 pub mod safe_change;
 pub mod sandbox;
 pub mod sbom;

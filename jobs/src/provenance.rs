@@ -23,12 +23,15 @@ pub enum Trigger {
     Rollback,
     /// A failed health gate's rollback to the previous successful build.
     AutoRollback,
+    /// A wave of a rollout (`POST /rollouts`, RO-1): the rollout's id is
+    /// the build's `provenance.rollout`.
+    Rollout,
 }
 
 impl Trigger {
     /// Every trigger, in the order the history's filter lists them.
-    pub const ALL: [Trigger; 6] =
-        [Self::Submit, Self::Delete, Self::DryRun, Self::Apply, Self::Rollback, Self::AutoRollback];
+    pub const ALL: [Trigger; 7] =
+        [Self::Submit, Self::Delete, Self::DryRun, Self::Apply, Self::Rollback, Self::AutoRollback, Self::Rollout];
 
     /// The stored and wire name (`auto_rollback`).
     pub fn as_str(self) -> &'static str {
@@ -39,6 +42,7 @@ impl Trigger {
             Self::Apply => "apply",
             Self::Rollback => "rollback",
             Self::AutoRollback => "auto_rollback",
+            Self::Rollout => "rollout",
         }
     }
 
@@ -206,6 +210,9 @@ pub struct Provenance {
     /// TF-1 domain of its configuration, for the same reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
+    /// The rollout that queued it (trigger `rollout`, RO-1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<String>,
 }
 
 impl Provenance {

@@ -69,6 +69,10 @@ pub struct BuildView {
     /// The plan an apply activates, or the build a rollback returns to.
     #[schema(required = true)]
     based_on: Option<String>,
+    /// The rollout that queued it (trigger `rollout`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    rollout: Option<String>,
     /// The system store paths an apply or a rollback must activate, by node.
     #[schema(required = true)]
     expected_systems: Option<std::collections::BTreeMap<String, String>>,
@@ -210,6 +214,7 @@ pub async fn show(
         trigger: b.trigger,
         requested_by: b.provenance.requested_by,
         based_on: b.provenance.based_on,
+        rollout: b.provenance.rollout,
         expected_systems: b.provenance.expected_systems,
         plan: b.provenance.plan.as_ref().map(PlanView::from),
         waiting_for,

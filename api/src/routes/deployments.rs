@@ -70,6 +70,10 @@ pub struct BuildSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     based_on: Option<String>,
+    /// The rollout that queued it (trigger `rollout`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    rollout: Option<String>,
     /// A dry run (a plan): it changed nothing.
     dry_run: bool,
     /// One line on what it changed from the build before it
@@ -94,6 +98,7 @@ impl From<&BuildRow> for BuildSummary {
             trigger: b.trigger,
             requested_by: b.provenance.requested_by.clone(),
             based_on: b.provenance.based_on.clone(),
+            rollout: b.provenance.rollout.clone(),
             dry_run: b.dry_run,
             changes: None,
             id: b.id.clone(),
@@ -548,7 +553,7 @@ pub struct BuildsQuery {
     /// A build id of this deployment: the page starts after it (older builds).
     before: Option<String>,
     /// Only the builds of this trigger (`submit`, `delete`, `dry_run`,
-    /// `apply`, `rollback`, `auto_rollback`).
+    /// `apply`, `rollback`, `auto_rollback`, `rollout`).
     #[param(value_type = Option<slipway_jobs::provenance::Trigger>)]
     trigger: Option<String>,
 }

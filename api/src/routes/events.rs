@@ -301,7 +301,7 @@ pub async fn ticket_for_log(
 }
 
 /// The `Last-Event-ID` header: a non-negative integer, or absent.
-fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     let Some(value) = headers.get("last-event-id") else { return Ok(None) };
     let invalid =
         || ApiError::bad_request("invalid_request", "Last-Event-ID must be an event id this service sent (a number)");
@@ -334,7 +334,7 @@ fn retry_wait() -> Duration {
 /// headers that keep proxies from buffering it. It opens with a `retry:`
 /// field alone (no data, so no event is dispatched): how long the client
 /// waits before reconnecting once the stream is cut ([`retry_wait`]).
-fn sse(rx: mpsc::Receiver<Event>) -> Response {
+pub(crate) fn sse(rx: mpsc::Receiver<Event>) -> Response {
     let retry = futures::stream::once(std::future::ready(Ok::<_, Infallible>(Event::default().retry(retry_wait()))));
     let stream =
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx)) });
@@ -345,7 +345,7 @@ fn sse(rx: mpsc::Receiver<Event>) -> Response {
 }
 
 /// Why a stream ends before what it follows does.
-enum Cut {
+pub(crate) enum Cut {
     /// The process stops serving: the client reconnects (to another api).
     Closing,
     /// The token it was opened with expired (at `exp`, seconds since the
@@ -357,7 +357,7 @@ enum Cut {
 /// serving, or when the token it was opened with expires (a token is
 /// checked when a stream opens; the client reconnects with a fresh one and
 /// its last id).
-fn ends(app: &AppState, auth: &Auth) -> impl std::future::Future<Output = Cut> + Send + 'static {
+pub(crate) fn ends(app: &AppState, auth: &Auth) -> impl std::future::Future<Output = Cut> + Send + 'static {
     let closed = app.hub.closed();
     let exp = auth.0.exp;
     let left = until_expiry(exp, slipway_jobs::clock::now_us() as f64 / 1e6);
@@ -404,7 +404,7 @@ const LAST_EVENT_WAIT: Duration = Duration::from_secs(5);
 /// its `slot` under the caps until then; a stream cut because its token
 /// expired gets a last `token_expired` event on `tx`. Dropping the
 /// senders ends the response.
-async fn until_closed(
+pub(crate) async fn until_closed(
     task: impl std::future::Future<Output = ()>,
     cut: impl std::future::Future<Output = Cut>,
     tx: mpsc::Sender<Event>,
@@ -442,9 +442,10 @@ fn state_event(e: &events::Event) -> Event {
 /// (numbers per deployment, from 1; `0` stands for the state of a
 /// deployment with no recorded event yet) and `data: {"deployment_id",
 /// "state", "build_id", "at", "trigger"}`; `trigger` says why that build
-/// was queued (`submit`, `delete`, `apply`, `rollback`, `auto_rollback`;
-/// `null` without a build): after an `apply`, a `rollback` or an
-/// `auto_rollback` the deployment's stored configuration is that build's,
+/// was queued (`submit`, `delete`, `apply`, `rollback`, `auto_rollback`,
+/// `rollout`; `null` without a build): after an `apply`, a `rollback`, an
+/// `auto_rollback` or a `rollout` the deployment's stored configuration
+/// (and its module source) is that build's,
 /// so read it again. The stream ends after a terminal state
 /// (`active`, `idle`, `failed`); a reconnect with nothing new after a
 /// terminal state answers `204`. `404` for an unknown deployment, `403`

@@ -18,7 +18,7 @@ pub const WORKERS_WINDOW_S: i64 = 3600;
 /// The answer of `GET /queues`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct QueuesAnswer {
-    /// Each queue's jobs now, in the order `builds`, `nix`, `callbacks`, `readiness`.
+    /// Each queue's jobs now, in the order `builds`, `nix`, `callbacks`, `readiness`, `rollouts`.
     pub queues: Vec<QueueLoad>,
 }
 

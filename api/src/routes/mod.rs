@@ -8,6 +8,7 @@ pub mod drafts;
 pub mod events;
 pub mod fleet;
 pub mod health;
+pub mod rollouts;
 pub mod sbom;
 pub mod sources;
 pub mod webhooks;

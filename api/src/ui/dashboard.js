@@ -293,6 +293,10 @@
     const parts = hash.split("/").filter((p) => p).map(decodeURIComponent);
     if (parts[0] === "deployments" && parts[1]) {
       await showDeployment(parts[1], parts[2] === "builds" ? parts[3] : null, mine);
+    } else if (parts[0] === "rollouts") {
+      const path = parts[1] ? `/ui/fragments/rollouts/${encodeURIComponent(parts[1])}` : "/ui/fragments/rollouts";
+      await load(path, view, mine);
+      timer = setInterval(() => load(path, view, mine), REFRESH_MS);
     } else if (parts[0] === "fleet") {
       await load("/ui/fragments/fleet", view, mine);
       timer = setInterval(() => load("/ui/fragments/fleet", view, mine), REFRESH_MS);
@@ -308,6 +312,7 @@
         const list = view.querySelector("section.deployments");
         $("nav-fleet").hidden = !(list && list.dataset.fleet === "true");
         $("nav-webhooks").hidden = $("nav-fleet").hidden;
+        $("nav-rollouts").hidden = $("nav-fleet").hidden;
       }
       timer = setInterval(() => load("/ui/fragments/deployments", view, mine), REFRESH_MS);
     }

@@ -23,7 +23,9 @@
 //! | `GET /ui/fragments/builds/{id}` | a token for the build's deployment (`404` otherwise, as `GET /builds/{id}`) |
 //! | `GET /ui/fragments/fleet` | a token that may see the fleet ([`may_see_fleet`]; `403` otherwise) |
 //! | `GET /ui/fragments/webhooks` | the same: the webhook endpoints and their latest deliveries |
+//! | `GET /ui/fragments/rollouts`, `/ui/fragments/rollouts/{id}` | an operator's token, as `GET /rollouts` |
 
+mod rollouts;
 mod views;
 mod webhooks;
 
@@ -64,6 +66,8 @@ pub fn router() -> Router<AppState> {
         .route("/ui/fragments/builds/{id}", get(build))
         .route("/ui/fragments/fleet", get(fleet_view))
         .route("/ui/fragments/webhooks", get(webhooks::fragment))
+        .route("/ui/fragments/rollouts", get(rollouts::rollouts_view))
+        .route("/ui/fragments/rollouts/{id}", get(rollouts::rollout_view))
 }
 
 /// Whether `claims` may see the queues and workers: an operator's token

@@ -36,6 +36,7 @@ pub fn shell() -> Markup {
                         a href="#/" { "Deployments" }
                         a #nav-fleet href="#/fleet" hidden { "Queues and workers" }
                         a #nav-webhooks href="#/webhooks" hidden { "Webhooks" }
+                        a #nav-rollouts href="#/rollouts" hidden { "Rollouts" }
                         a href="#/submit" { "Submit" }
                     }
                     span #who {}

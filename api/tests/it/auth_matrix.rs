@@ -348,7 +348,7 @@ async fn an_operator_token_reads_the_queues_and_the_workers(engine: Engine) {
         assert_eq!(status, StatusCode::OK, "{body}");
         let queues: Vec<&str> =
             body["queues"].as_array().unwrap().iter().map(|q| q["queue"].as_str().unwrap()).collect();
-        assert_eq!(queues, ["builds", "nix", "callbacks", "readiness"], "{body}");
+        assert_eq!(queues, ["builds", "nix", "callbacks", "readiness", "rollouts"], "{body}");
         // The two seeded submits wait for a worker (none runs here).
         let builds = &body["queues"][0];
         assert_eq!((builds["waiting"].as_i64(), builds["running"].as_i64()), (Some(2), Some(0)), "{body}");

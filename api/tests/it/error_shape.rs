@@ -135,6 +135,9 @@ fn faulty(route: &Route, fault: Fault, token: &str) -> (Request<Body>, Option<(S
             if route.uri.contains("{build}") {
                 uri = route.uri(ID, "%FF");
                 Some((StatusCode::NOT_FOUND, "not_found"))
+            } else if route.uri.contains("{rollout}") {
+                uri = route.uri.replace("{rollout}", "%FF");
+                Some((StatusCode::NOT_FOUND, "not_found"))
             } else if route.uri.contains("{id}") {
                 uri = route.uri("%FF", BUILD);
                 Some((StatusCode::BAD_REQUEST, "invalid_deployment_id"))

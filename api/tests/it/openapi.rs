@@ -35,6 +35,8 @@ const NOT_API: &[&str] = &[
     "/ui/fragments/builds/{id}",
     "/ui/fragments/fleet",
     "/ui/fragments/webhooks",
+    "/ui/fragments/rollouts",
+    "/ui/fragments/rollouts/{id}",
     // Prometheus's text format (docs/METRICS.md).
     "/metrics",
 ];

@@ -5,6 +5,7 @@
 mod common;
 
 mod cli;
+mod rollouts;
 mod safe_change;
 mod terminal;
 mod webhook;

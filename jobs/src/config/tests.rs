@@ -23,7 +23,7 @@ fn defaults_follow_the_specification() {
 
 #[test]
 fn a_list_of_queues_names_known_queues_and_at_least_one() {
-    assert_eq!(parse_queues(None).unwrap(), ["builds", "nix", "callbacks", "readiness", "maintenance"]);
+    assert_eq!(parse_queues(None).unwrap(), ["builds", "nix", "callbacks", "readiness", "maintenance", "rollouts"]);
     assert_eq!(parse_queues(Some(" nix, nix ")).unwrap(), ["nix"]);
     for bad in [",", "bogus", "nix,bogus", "NIX"] {
         assert!(parse_queues(Some(bad)).is_err(), "{bad}");

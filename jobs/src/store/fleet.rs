@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 /// One queue's jobs now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct QueueLoad {
-    /// The queue's name (`builds`, `nix`, `callbacks`, `readiness`).
+    /// The queue's name (`builds`, `nix`, `callbacks`, `readiness`, `rollouts`).
     pub queue: String,
     /// Jobs due and waiting for a worker.
     pub waiting: i64,

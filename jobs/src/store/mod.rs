@@ -21,6 +21,7 @@ pub mod listen;
 pub mod nix_results;
 pub mod nodelay;
 pub mod queue;
+pub mod rollouts;
 pub mod sboms;
 pub mod submit;
 pub mod tickets;

@@ -78,13 +78,15 @@ impl Queue {
 /// Every queue a worker process serves unless told otherwise, in the
 /// order they are listed everywhere: `builds`, `nix` (schema builds and
 /// names evals), `callbacks` (reconcile pushes), `readiness` (probes) and
-/// `maintenance` (the retention sweep).
-pub const KINDS: [Queue; 5] = [
+/// `maintenance` (the retention sweep), and `rollouts` (the rollouts'
+/// driver, RO-1).
+pub const KINDS: [Queue; 6] = [
     Queue::of::<BuildJob>(),
     Queue::of::<NixJob>(),
     Queue::of::<CallbackJob>(),
     Queue::of::<ReadinessJob>(),
     Queue { name: MAINTENANCE_QUEUE, worker_suffix: MAINTENANCE_WORKER_SUFFIX, in_database: false },
+    Queue::of::<RolloutJob>(),
 ];
 
 /// Which of [`KINDS`] a derived list takes.
@@ -150,7 +152,7 @@ pub const DATABASE_QUEUES: [&str; Pick::InDatabase.count()] = Pick::InDatabase.l
 pub const SIBLING_SUFFIXES: [&str; Pick::Siblings.count()] = Pick::Siblings.list(true);
 
 /// The queues of [`KINDS`] as an operator reads them: `builds, nix,
-/// callbacks, readiness and maintenance`.
+/// callbacks, readiness, maintenance and rollouts`.
 pub fn queue_names() -> &'static str {
     static NAMES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| match ALL_QUEUES.split_last() {
         Some((last, [])) => (*last).to_owned(),
@@ -453,14 +455,38 @@ impl JobKind for ReadinessJob {
     }
 }
 
+/// The queue of the rollouts' driver (RO-1).
+pub const ROLLOUTS_QUEUE: &str = "rollouts";
+
+/// A `rollout` job: one step of rollout `rollout_id`'s driver
+/// ([`crate::rollout::tick`]). Only the job carrying the rollout's current
+/// `tick` acts (each step pushes the next with `tick + 1` in the
+/// transaction that changes the rollout); any other is stale and ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolloutJob {
+    /// The rollout.
+    pub rollout_id: String,
+    /// The driver generation it belongs to (`rollouts.tick`).
+    pub tick: i64,
+}
+
+impl JobKind for RolloutJob {
+    const QUEUE: &'static str = ROLLOUTS_QUEUE;
+    const WORKER_SUFFIX: &'static str = "-rollouts";
+    /// A step that could not commit goes back; each step is idempotent.
+    const ATTEMPTS: usize = 20;
+    /// Steps one worker runs at once (each one rollout's).
+    const CONCURRENCY: Concurrency = Concurrency::Fixed(4);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_list_of_queues_comes_from_the_one_table_in_its_order() {
-        assert_eq!(ALL_QUEUES, ["builds", "nix", "callbacks", "readiness", "maintenance"]);
-        assert_eq!(DATABASE_QUEUES, ["builds", "nix", "callbacks", "readiness"]);
-        assert_eq!(SIBLING_SUFFIXES, ["-nix", "-callbacks", "-readiness"]);
+        assert_eq!(ALL_QUEUES, ["builds", "nix", "callbacks", "readiness", "maintenance", "rollouts"]);
+        assert_eq!(DATABASE_QUEUES, ["builds", "nix", "callbacks", "readiness", "rollouts"]);
+        assert_eq!(SIBLING_SUFFIXES, ["-nix", "-callbacks", "-readiness", "-rollouts"]);
     }
 }

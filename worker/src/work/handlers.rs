@@ -10,7 +10,7 @@ use apalis_cron::{timezone::Utc, Tick};
 use slipway_jobs::jobs::build_job::Ran;
 use slipway_jobs::jobs::{retry_backoff, sweep, Ctx, Job};
 use slipway_jobs::metrics::Metrics;
-use slipway_jobs::store::queue::{BuildJob, CallbackJob, Concurrency, NixJob, ReadinessJob};
+use slipway_jobs::store::queue::{BuildJob, CallbackJob, Concurrency, NixJob, ReadinessJob, RolloutJob};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
@@ -66,6 +66,8 @@ impl Handled for CallbackJob {
 }
 
 impl Handled for ReadinessJob {}
+
+impl Handled for RolloutJob {}
 
 /// The apalis handler of every queue: adapts a queued `J` to [`Job::run`],
 /// run in [`Job::span`] in a task of its own, holding a share of `gate`

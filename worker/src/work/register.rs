@@ -13,7 +13,7 @@ use apalis_cron::{timezone::Utc, CronScheduler, Schedule, Tick};
 use slipway_jobs::jobs::Ctx;
 use slipway_jobs::metrics::Metrics;
 use slipway_jobs::store::queue::{
-    BuildJob, CallbackJob, Concurrency, JobFeed, JobKind, NixJob, ReadinessJob, MAINTENANCE_QUEUE,
+    BuildJob, CallbackJob, Concurrency, JobFeed, JobKind, NixJob, ReadinessJob, RolloutJob, MAINTENANCE_QUEUE,
     MAINTENANCE_WORKER_SUFFIX,
 };
 use slipway_jobs::store::Db;
@@ -110,6 +110,9 @@ pub(crate) fn register_all(monitor: Monitor, reg: &Registration, queues: &[Strin
     }
     if serves(ReadinessJob::QUEUE) {
         monitor = register::<ReadinessJob>(monitor, reg);
+    }
+    if serves(RolloutJob::QUEUE) {
+        monitor = register::<RolloutJob>(monitor, reg);
     }
     if serves(MAINTENANCE_QUEUE) {
         let sweep_name = format!("{}{MAINTENANCE_WORKER_SUFFIX}", reg.ctx.worker);

@@ -28,6 +28,7 @@ mod newer_database;
 mod observability;
 mod plans;
 mod readiness;
+mod rollouts;
 mod run_migrate;
 mod safe_change;
 mod sandbox;

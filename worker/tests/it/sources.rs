@@ -19,7 +19,7 @@ use std::process::Command;
 use std::time::Duration;
 
 /// Runs `git args…` in `dir`; panics with its output unless it succeeds.
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args([
             "-c",
@@ -38,14 +38,14 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// Commits everything in `dir` and returns the commit id.
-fn commit(dir: &Path, message: &str) -> String {
+pub(crate) fn commit(dir: &Path, message: &str) -> String {
     git(dir, &["add", "-A"]);
     git(dir, &["commit", "-q", "-m", message]);
     git(dir, &["rev-parse", "HEAD"])
 }
 
 /// A repository at `dir` whose first commit is a copy of the reference source.
-fn reference_repository(dir: &Path) -> String {
+pub(crate) fn reference_repository(dir: &Path) -> String {
     let status = Command::new("cp").arg("-r").arg(common::repo().join("nix")).arg(dir).status().unwrap();
     assert!(status.success());
     git(dir, &["init", "-q"]);
@@ -53,7 +53,7 @@ fn reference_repository(dir: &Path) -> String {
 }
 
 /// Edits `file` under `dir`, asserting the edit changed it.
-fn edit(dir: &Path, file: &str, from: &str, to: &str) {
+pub(crate) fn edit(dir: &Path, file: &str, from: &str, to: &str) {
     let path = dir.join(file);
     let text = std::fs::read_to_string(&path).unwrap();
     let edited = text.replacen(from, to, 1);
@@ -122,7 +122,7 @@ impl Fleet {
 
 /// Waits until `/readyz` counts a live worker serving `queue` (a submit
 /// that needs the `nix` queue is refused while none does).
-async fn wait_serving(api: &Api, queue: &str) {
+pub(crate) async fn wait_serving(api: &Api, queue: &str) {
     wait_for(&format!("a live worker of the {queue} queue"), Duration::from_secs(30), || async {
         let (_, _, ready) = api.get("/readyz").await;
         let q = ready["queues"].as_array()?.iter().find(|q| q["queue"] == queue)?.clone();

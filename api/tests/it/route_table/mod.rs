@@ -56,7 +56,7 @@ pub struct Route {
     pub method: Method,
     /// Path and query; `{id}` stands for a deployment id, `{build}` for a
     /// build id, `{webhook}` and `{delivery}` for a webhook's and a
-    /// delivery's id (none of which exists in the seeded data).
+    /// delivery's id, `{rollout}` for a rollout's id (none of which exists in the seeded data).
     pub uri: &'static str,
     /// Who may call it.
     pub access: Access,
@@ -85,6 +85,7 @@ impl Route {
             .replace("{build}", build)
             .replace("{webhook}", UNKNOWN_WEBHOOK)
             .replace("{delivery}", UNKNOWN_DELIVERY)
+            .replace("{rollout}", "rollout-none")
     }
 
     /// The path alone (no query), for deployment `id` and build `build`.
@@ -95,7 +96,7 @@ impl Route {
 
     /// Whether the path names a deployment or a build.
     pub fn has_id(&self) -> bool {
-        self.uri.contains("{id}") || self.uri.contains("{build}")
+        self.uri.contains("{id}") || self.uri.contains("{build}") || self.uri.contains("{rollout}")
     }
 
     /// `GET /schema` and the like, for messages.
@@ -192,6 +193,20 @@ pub fn routes() -> Vec<Route> {
         route(Method::DELETE, "/webhooks/{webhook}", Operator, &[404]),
         with_query(route(Method::GET, "/webhooks/{webhook}/deliveries", Operator, &[404]), "limit=many"),
         route(Method::POST, "/webhooks/{webhook}/deliveries/{delivery}/redeliver", Operator, &[404]),
+        media(route(Method::GET, "/ui/fragments/rollouts", Operator, &[200]), "text/html"),
+        media(route(Method::GET, "/ui/fragments/rollouts/{rollout}", Operator, &[404]), "text/html"),
+        // Rollouts (operator tokens only): a rollout of an unknown deployment
+        // is refused before its source is looked at; no rollout {id}: 404.
+        with_body(
+            route(Method::POST, "/rollouts", Operator, &[400]),
+            || json!({ "module_source": "git+https://example.org/m?ref=main", "deployments": ["nope"], "waves": [1] }),
+        ),
+        route(Method::GET, "/rollouts", Operator, &[200]),
+        route(Method::GET, "/rollouts/{rollout}", Operator, &[404]),
+        route(Method::POST, "/rollouts/{rollout}/pause", Operator, &[404]),
+        route(Method::POST, "/rollouts/{rollout}/resume", Operator, &[404]),
+        route(Method::POST, "/rollouts/{rollout}/cancel", Operator, &[404]),
+        route(Method::GET, "/rollouts/{rollout}/events", Operator, &[404]),
         // The OpenAPI document and its documentation page.
         route(Method::GET, "/openapi.json", Public, &[200]),
         media(route(Method::GET, "/docs", Public, &[200]), "text/html"),
@@ -243,6 +258,7 @@ pub fn template(uri: &str) -> String {
         .replace("{build}", "{id}")
         .replace("{webhook}", "{id}")
         .replace("{delivery}", "{delivery_id}")
+        .replace("{rollout}", "{id}")
 }
 
 /// Checks the table against `router` (called with `bearer`, valid for

@@ -96,6 +96,24 @@ impl Fleet {
         fleet
     }
 
+    /// An api and a worker on a fresh `engine` database, both with `env`
+    /// (a worker fetching `file://` sources needs the same allowlist).
+    pub async fn start_both(engine: Engine, env: &[(&str, &str)]) -> Self {
+        let db = TestDatabase::new(engine).await;
+        let port = free_port();
+        let api_env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut api = command(&binary("slipway-api"), &db, port);
+        api.envs(api_env.iter().map(|(k, v)| (k, v)));
+        let api = start(api, &db, "api.log");
+        let mut worker = command(&binary("slipway-worker"), &db, port);
+        worker.arg("work").env("READY_TIMEOUT", "1s").envs(api_env.iter().map(|(k, v)| (k, v)));
+        let worker = start(worker, &db, "worker.log");
+        let url = format!("http://127.0.0.1:{port}");
+        let fleet = Self { db, url, port, api_env, _api: api, _worker: Some(worker) };
+        serving("the api", fleet.port).await;
+        fleet
+    }
+
     /// Kills the api (SIGKILL), leaves it down for `outage` (the length of
     /// the scenario, not a wait for anything), then starts another on the
     /// same port and database, returning once it listens.
