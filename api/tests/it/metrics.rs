@@ -141,7 +141,7 @@ async fn a_refused_submit_and_the_waiting_build_show_in_the_scrape(engine: Engin
     ] {
         assert!(text.contains(want), "{want} missing from:\n{text}");
     }
-    assert_eq!(samples(&text, "slipway_queue_depth").len(), 4, "builds, nix, callbacks, readiness:\n{text}");
+    assert_eq!(samples(&text, "slipway_queue_depth").len(), 5, "builds, nix, callbacks, readiness, rollouts:\n{text}");
 }
 
 slipway_jobs::on_both_engines!(a_refused_submit_and_the_waiting_build_show_in_the_scrape);
