@@ -36,13 +36,17 @@ async fn a_worker_shows_alive_with_its_queues_then_its_slot_in_use_then_gone_onc
     api.token = Api::operator_token(&db, port);
 
     // Its queues' apalis workers register one by one as they start.
-    let alive = wait_for("the worker to show alive with its four queues", Duration::from_secs(60), || async {
+    let alive = wait_for("the worker to show alive with its five queues", Duration::from_secs(60), || async {
         let html = fleet(&api).await?;
         let row = worker_row(&html, "fleetview@")?;
-        (row.contains("s-alive") && row.contains("<td>builds, callbacks, nix, readiness</td>")).then(|| row.to_owned())
+        (row.contains("s-alive") && row.contains("<td>builds, callbacks, nix, readiness, rollouts</td>"))
+            .then(|| row.to_owned())
     })
     .await;
-    assert!(alive.contains("<td>builds, callbacks, nix, readiness</td><td>0</td>"), "no slot in use yet: {alive}");
+    assert!(
+        alive.contains("<td>builds, callbacks, nix, readiness, rollouts</td><td>0</td>"),
+        "no slot in use yet: {alive}"
+    );
 
     let (status, accepted) = api.submit("demo", &demo()).await.unwrap();
     assert_eq!(status, 202, "{accepted}");
