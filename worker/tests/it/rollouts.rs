@@ -22,13 +22,14 @@ use std::time::Duration;
 /// How long a whole rollout of these tests may take.
 const ROLLOUT: Duration = Duration::from_secs(600);
 
-/// A database, a repository, and the api and a worker on them.
-struct Fleet {
-    db: TestDatabase,
+/// A database, a repository, and the api and a worker on them (also the
+/// webhook tests' rollouts, `worker/tests/it/webhooks.rs`).
+pub(crate) struct Fleet {
+    pub(crate) db: TestDatabase,
     /// A token for every deployment, without the operator claim.
-    api: Api,
+    pub(crate) api: Api,
     /// The same api with an operator token.
-    operator: Api,
+    pub(crate) operator: Api,
     /// `file://` URL of the repository.
     url: String,
     /// The repository's folder.
@@ -49,7 +50,7 @@ fn with_env(mut cmd: Command, url: &str, env: &[(&str, &str)]) -> Command {
 }
 
 impl Fleet {
-    async fn new(engine: Engine, env: &[(&str, &str)]) -> Fleet {
+    pub(crate) async fn new(engine: Engine, env: &[(&str, &str)]) -> Fleet {
         let db = TestDatabase::new(engine).await;
         let repo = db.path("repo");
         reference_repository(&repo);
@@ -73,12 +74,12 @@ impl Fleet {
         self.worker = Some(start(worker, &self.db, log));
     }
 
-    fn source(&self, pin: &str) -> String {
+    pub(crate) fn source(&self, pin: &str) -> String {
         format!("git+{}?{pin}", self.url)
     }
 
     /// Submits `ids` with `config` at the first revision and waits until each is active.
-    async fn deployed(&self, ids: &[&str], config: &Value) {
+    pub(crate) async fn deployed(&self, ids: &[&str], config: &Value) {
         let body = json!({ "configuration": config, "module_source": self.source(&format!("rev={}", self.first)) });
         for id in ids {
             let (status, answer) =
@@ -91,7 +92,7 @@ impl Fleet {
     }
 
     /// The target revision (see the module doc), committed on `main`.
-    fn target(&self) -> String {
+    pub(crate) fn target(&self) -> String {
         edit(
             &self.repo,
             "core/applications/mastodon.nix",
@@ -107,14 +108,14 @@ impl Fleet {
         commit(&self.repo, "the target: registrations cannot be open; broken deployments fail")
     }
 
-    async fn start_rollout(&self, body: &Value) -> Value {
+    pub(crate) async fn start_rollout(&self, body: &Value) -> Value {
         let (status, rollout) = self.operator.call(Method::POST, "/rollouts", Some(body)).await.unwrap();
         assert_eq!(status, 201, "{rollout}");
         rollout
     }
 
     /// `GET /rollouts/{id}`, again while the api answers `503` (the database was away).
-    async fn rollout(&self, id: &str) -> Value {
+    pub(crate) async fn rollout(&self, id: &str) -> Value {
         wait_for("the rollout", Duration::from_secs(60), || async {
             let (status, rollout) = self.operator.call(Method::GET, &format!("/rollouts/{id}"), None).await.ok()?;
             if status == 503 {
@@ -127,7 +128,7 @@ impl Fleet {
     }
 
     /// Waits until rollout `id` is in `state`; the rollout.
-    async fn rollout_in(&self, id: &str, state: &str) -> Value {
+    pub(crate) async fn rollout_in(&self, id: &str, state: &str) -> Value {
         wait_for(&format!("rollout {id} to be {state}"), ROLLOUT, || async {
             let rollout = self.rollout(id).await;
             (rollout["state"] == state).then_some(rollout)
@@ -145,7 +146,7 @@ impl Fleet {
 }
 
 /// The demo with only Mastodon (a small system) and its `registrations`.
-fn mastodon(registrations: &str) -> Value {
+pub(crate) fn mastodon(registrations: &str) -> Value {
     let mut c = common::demo();
     c["applications"]["peertube"]["enable"] = json!(false);
     c["applications"]["mastodon"]["registrations"] = json!(registrations);
@@ -347,7 +348,7 @@ impl Fleet {
 }
 
 /// A count from the test's database.
-async fn count(db: &TestDatabase, sql: &str) -> i64 {
+pub(crate) async fn count(db: &TestDatabase, sql: &str) -> i64 {
     let keys = BTreeMap::from([("DATABASE_URL".to_owned(), db.url.clone())]);
     let store = slipway_jobs::store::open(&slipway_jobs::config::Config::from_keys(&keys).unwrap()).await.unwrap();
     let n = Q::new(sql).fetch_one(&mut store.acquire().await.unwrap()).await.unwrap().int("n").unwrap();
