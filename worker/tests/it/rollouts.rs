@@ -624,7 +624,57 @@ async fn thirty_deployments_in_three_waves_halt_at_the_wave_with_a_broken_deploy
     }
 }
 
+impl Fleet {
+    /// `POST /rollouts` of `body` with `Idempotency-Key: key`: status,
+    /// `Idempotency-Replayed`, body.
+    async fn start_with_key(&self, key: &str, body: &Value) -> (u16, Option<String>, Value) {
+        let url = format!("{}/rollouts", self.operator.base);
+        let r = self
+            .operator
+            .http
+            .post(&url)
+            .bearer_auth(&self.operator.token)
+            .header("Idempotency-Key", format!("\"{key}\""))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let replayed = r.headers().get("idempotency-replayed").map(|v| v.to_str().unwrap().to_owned());
+        (status, replayed, r.json().await.unwrap())
+    }
+}
+
+/// IK-1 on `POST /rollouts`: a start retried with the same
+/// `Idempotency-Key` (its answer lost) answers the first answer, the same
+/// rollout id, and starts one rollout, which deploys its deployment once;
+/// the same key with another body is `422 idempotency_key_reused` and
+/// starts nothing.
+async fn a_rollout_start_retried_with_its_idempotency_key_starts_one_rollout(engine: Engine) {
+    let fleet = Fleet::new(engine, &[]).await;
+    fleet.deployed(&["ik-1"], &mastodon("approval")).await;
+    fleet.target();
+    let body = json!({ "module_source": fleet.source("ref=main"), "deployments": ["ik-1"], "waves": [1] });
+    let key = "01JD7Q0R6Q3W6Y1B8Z2M4N5P7S";
+    let (status, replayed, first) = fleet.start_with_key(key, &body).await;
+    assert_eq!((status, replayed), (201, None), "{first}");
+    let (status, replayed, again) = fleet.start_with_key(key, &body).await;
+    assert_eq!((status, replayed.as_deref()), (201, Some("true")), "{again}");
+    assert_eq!(again["id"], first["id"], "the retry answered another rollout: {again}");
+    assert_eq!(again, first);
+    assert_eq!(count(&fleet.db, "SELECT COUNT(*) AS n FROM rollouts").await, 1);
+
+    let other = json!({ "module_source": fleet.source("ref=main"), "deployments": ["ik-1"], "waves": ["100%"] });
+    let (status, _, refused) = fleet.start_with_key(key, &other).await;
+    assert_eq!((status, refused["error"].as_str()), (422, Some("idempotency_key_reused")), "{refused}");
+    assert_eq!(count(&fleet.db, "SELECT COUNT(*) AS n FROM rollouts").await, 1);
+
+    let done = fleet.rollout_in(first["id"].as_str().unwrap(), "completed").await;
+    fleet.deployed_once(&done, &["ik-1"]).await;
+}
+
 slipway_jobs::on_both_engines!(
+    a_rollout_start_retried_with_its_idempotency_key_starts_one_rollout,
     a_rollout_completes_wave_by_wave_at_the_revision_pinned_when_it_started,
     a_wave_past_its_failure_budget_halts_the_rollout_and_queues_nothing_further,
     a_malformed_or_hostile_rollout_request_is_refused_and_writes_nothing,
