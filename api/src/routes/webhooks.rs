@@ -87,7 +87,7 @@ pub struct WebhookWithSecret {
 pub struct CreateBody {
     /// An `http` or `https` URL whose origin is in `SLIPWAY_ALLOWED_ORIGINS`.
     url: String,
-    /// Event types (`deployment.active`, …), or `["*"]` for all.
+    /// Event types (`deployment.active`, `rollout.completed`, …), or `["*"]` for all.
     events: Vec<String>,
     /// A `whsec_` secret (base64 of 24 to 64 bytes); generated when absent.
     secret: Option<String>,
