@@ -8,8 +8,8 @@
 //!   the event types it subscribes to ([`check_events`]: names of
 //!   [`EVENT_TYPES`] or `["*"]`) and a `whsec_` secret ([`check_secret`],
 //!   or one made by [`generate_secret`]).
-//! - Events come from the sources of [`sources`] (today the deployment
-//!   channel, DL-3); each endpoint's job (`jobs/src/jobs/webhook.rs`) fans
+//! - Events come from the sources of [`sources`] (the deployment channel,
+//!   DL-3, and the rollouts' steps, RO-1); each endpoint's job (`jobs/src/jobs/webhook.rs`) fans
 //!   new events out into delivery rows, then sends them one at a time per
 //!   endpoint and subject, in order ([`send`]), with the headers of
 //!   [`signature`].
@@ -36,10 +36,24 @@ pub const GENERATED_SECRET_BYTES: usize = 32;
 
 /// Every event type an endpoint may subscribe to, besides `*`: one per
 /// state a deployment enters (DL-3; a build's end is the state it leaves
-/// the deployment in: `active`, `failed`, `idle`). An event source added
-/// to [`sources`] adds its types here.
-pub const EVENT_TYPES: [&str; 5] =
-    ["deployment.building", "deployment.active", "deployment.destroying", "deployment.idle", "deployment.failed"];
+/// the deployment in: `active`, `failed`, `idle`), then one per step a
+/// rollout records (RO-1). An event source added to [`sources`] adds its
+/// types here.
+pub const EVENT_TYPES: [&str; 13] = [
+    "deployment.building",
+    "deployment.active",
+    "deployment.destroying",
+    "deployment.idle",
+    "deployment.failed",
+    "rollout.started",
+    "rollout.wave_started",
+    "rollout.wave_completed",
+    "rollout.paused",
+    "rollout.resumed",
+    "rollout.cancelled",
+    "rollout.halted",
+    "rollout.completed",
+];
 
 /// The most event types one endpoint lists.
 pub const MAX_EVENTS: usize = 32;

@@ -16,8 +16,10 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use slipway_jobs::jobs::webhook::start_chain;
 use slipway_jobs::store::webhooks::{self as rows, Change, Delivery, Endpoint, NewEndpoint};
-use slipway_jobs::store::{events, now_ms};
-use slipway_jobs::webhooks::{check_endpoint_url, check_events, check_secret, generate_secret, MAX_DESCRIPTION};
+use slipway_jobs::store::{events, now_ms, rollouts};
+use slipway_jobs::webhooks::{
+    check_endpoint_url, check_events, check_secret, generate_secret, sources, MAX_DESCRIPTION,
+};
 
 /// The most endpoints `GET /webhooks` lists.
 pub const MAX_ENDPOINTS: i64 = 1000;
@@ -85,7 +87,7 @@ pub struct WebhookWithSecret {
 pub struct CreateBody {
     /// An `http` or `https` URL whose origin is in `SLIPWAY_ALLOWED_ORIGINS`.
     url: String,
-    /// Event types (`deployment.active`, …), or `["*"]` for all.
+    /// Event types (`deployment.active`, `rollout.completed`, …), or `["*"]` for all.
     events: Vec<String>,
     /// A `whsec_` secret (base64 of 24 to 64 bytes); generated when absent.
     secret: Option<String>,
@@ -127,9 +129,9 @@ pub struct DeliveryView {
     pub id: String,
     /// The event type.
     pub event_type: String,
-    /// The event's source (`deployment`).
+    /// The event's source (`deployment` or `rollout`).
     pub source: String,
-    /// The event's subject (a deployment id).
+    /// The event's subject (a deployment id or a rollout id).
     pub subject: String,
     /// The event's number within its subject (deliveries of one subject go in this order).
     pub n: i64,
@@ -278,6 +280,8 @@ pub async fn create(
         now,
     };
     rows::insert(&mut tx, &new).await?;
+    let last_rollout_event = rollouts::last_event_id(&mut tx).await?;
+    sources::start_rollout_cursor(&mut tx, &id, last_rollout_event).await?;
     start_chain(&mut tx, &id).await?;
     let endpoint = rows::get(&mut tx, &id).await?.ok_or_else(|| ApiError::internal("the new webhook vanished"))?;
     tx.commit().await?;

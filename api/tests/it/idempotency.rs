@@ -338,6 +338,102 @@ async fn two_tabs_writing_the_version_they_read_the_second_is_412(engine: Engine
     assert_eq!(h.count("deployments").await, 1);
 }
 
+/// The routes that queue work (IK-1), as `METHOD /template` of the route
+/// table: each takes an `Idempotency-Key`. A new one must be added here,
+/// and wrapped in the router (`idempotent(&state, …)`).
+const QUEUING_ROUTES: [&str; 10] = [
+    "PUT /deployments/{id}",
+    "DELETE /deployments/{id}",
+    "POST /deployments/{id}/apply",
+    "POST /deployments/{id}/rollback",
+    "POST /builds/{id}/cancel",
+    "POST /webhooks/{id}/deliveries/{delivery_id}/redeliver",
+    "POST /rollouts",
+    "POST /rollouts/{id}/pause",
+    "POST /rollouts/{id}/resume",
+    "POST /rollouts/{id}/cancel",
+];
+
+/// The (method, template) pairs `api/src/router.rs` wraps with the
+/// idempotency layer: `idempotent(&state, <method>(…))` inside a
+/// `.route("…"`, and the submit (`put(submit)`) whose handler carries
+/// `idempotency::guard`.
+fn wrapped_in_router() -> std::collections::BTreeSet<String> {
+    let router = std::fs::read_to_string(format!("{}/src/router.rs", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let submit_guarded = router
+        .split("let submit =")
+        .nth(1)
+        .is_some_and(|rest| rest[..rest.find(';').unwrap()].contains("idempotency::guard"));
+    let mut wrapped = std::collections::BTreeSet::new();
+    for chunk in router.split(".route(").skip(1) {
+        let Some(quoted) = chunk.trim_start().strip_prefix('"') else { continue };
+        let path = &quoted[..quoted.find('"').unwrap()];
+        let mut rest = chunk;
+        while let Some(at) = rest.find("idempotent(&state,") {
+            rest = rest[at + "idempotent(&state,".len()..].trim_start();
+            let method = &rest[..rest.find('(').unwrap()];
+            wrapped.insert(format!("{} {path}", method.to_uppercase()));
+        }
+        if submit_guarded && chunk.contains("put(submit)") {
+            wrapped.insert(format!("PUT {path}"));
+        }
+    }
+    wrapped
+}
+
+/// Walks the route table: every queuing route refuses a malformed key
+/// (`400 invalid_idempotency_key`) before it does anything, and every
+/// other route (the reads, `POST /webhooks` whose answer carries a
+/// one-time secret, …) ignores the header. The list of queuing routes is
+/// the router's list of wrapped routes, so a queuing route added without
+/// the layer fails here.
+async fn every_queuing_route_and_no_other_refuses_a_malformed_key(engine: Engine) {
+    use crate::route_table::{routes, template, Input};
+    let h = harness(engine).await;
+    let queuing: std::collections::BTreeSet<String> = QUEUING_ROUTES.iter().map(|r| r.to_string()).collect();
+    assert_eq!(queuing.len(), QUEUING_ROUTES.len(), "QUEUING_ROUTES repeats a route");
+    assert_eq!(queuing, wrapped_in_router(), "the queuing routes, then the routes the router wraps");
+    let table: Vec<_> = routes();
+    let names: std::collections::BTreeSet<String> =
+        table.iter().map(|r| format!("{} {}", r.method, template(r.uri))).collect();
+    assert!(queuing.is_subset(&names), "a queuing route is not in the route table: {queuing:?}");
+    for route in &table {
+        let name = format!("{} {}", route.method, template(route.uri));
+        let body = match route.input {
+            Input::Json(body) => Some(body()),
+            Input::None | Input::OptionalJson => None,
+        };
+        let mut req = Request::builder()
+            .method(route.method.clone())
+            .uri(route.uri("demo", "build-none"))
+            .header(header::AUTHORIZATION, format!("Bearer {}", operator()))
+            .header("idempotency-key", "\"unclosed");
+        let req = match body {
+            Some(b) => req.header(header::CONTENT_TYPE, "application/json").body(Body::from(b.to_string())),
+            None => {
+                req = req.header(header::ACCEPT, "*/*");
+                req.body(Body::empty())
+            }
+        }
+        .unwrap();
+        let res = h.router.clone().oneshot(req).await.unwrap();
+        let status = res.status();
+        // Only a 400 is read whole (a stream's success never ends).
+        let code = if status == StatusCode::BAD_REQUEST {
+            let bytes = res.into_body().collect().await.unwrap().to_bytes();
+            serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null)["error"].clone()
+        } else {
+            Value::Null
+        };
+        if queuing.contains(&name) {
+            assert_eq!((status, &code), (StatusCode::BAD_REQUEST, &json!("invalid_idempotency_key")), "{name}");
+        } else {
+            assert_ne!(code, json!("invalid_idempotency_key"), "{name} reads Idempotency-Key but is not listed");
+        }
+    }
+    assert_eq!(h.count("idempotency_keys").await, 0);
+}
+
 slipway_jobs::on_both_engines!(
     a_retried_put_with_the_same_key_queues_one_build_and_answers_the_same_body,
     the_same_key_with_another_body_or_route_is_422_and_queues_nothing,
@@ -347,4 +443,5 @@ slipway_jobs::on_both_engines!(
     hostile_keys_are_refused_with_a_clear_message_and_store_nothing,
     expired_keys_are_taken_again_and_swept,
     two_tabs_writing_the_version_they_read_the_second_is_412,
+    every_queuing_route_and_no_other_refuses_a_malformed_key,
 );

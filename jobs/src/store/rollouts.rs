@@ -345,3 +345,30 @@ pub async fn live_sources(conn: &mut Conn) -> Result<Vec<(String, String)>, Stor
     .await?;
     rows.iter().map(|r| Ok((r.text("id")?, r.text("module_source")?))).collect()
 }
+
+/// The highest `rollout_events.id` recorded (0: none): where a webhook
+/// endpoint registered now starts reading the rollout source (WH-1).
+pub async fn last_event_id(conn: &mut Conn) -> Result<i64, StoreError> {
+    Q::new("SELECT COALESCE(MAX(id), 0) AS id FROM rollout_events").fetch_one(conn).await?.int("id")
+}
+
+/// For the webhook fan-out (WH-1): the rollouts with events whose id is
+/// above `after`, oldest first, with the highest id read (`after` when
+/// none); at most `limit` rows read.
+pub async fn with_events_after(conn: &mut Conn, after: i64, limit: i64) -> Result<(Vec<String>, i64), StoreError> {
+    let rows = Q::new("SELECT id, rollout_id FROM rollout_events WHERE id > $1 ORDER BY id LIMIT $2")
+        .int(after)
+        .int(limit)
+        .fetch_all(conn)
+        .await?;
+    let mut ids: Vec<String> = Vec::new();
+    let mut newest = after;
+    for r in &rows {
+        newest = newest.max(r.int("id")?);
+        let id = r.text("rollout_id")?;
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok((ids, newest))
+}

@@ -13,15 +13,18 @@
 //! [`LOOKBACK`] numbers back, and a subject found there is caught up from
 //! its own last number, in order (docs/DECISIONS.md, "Webhook fan-out").
 //!
-//! To add a source (the rollouts' `rollout_events`): write its
+//! The sources: the deployment channel ([`deployment_events`]) and the
+//! rollouts' steps ([`rollout_events`]). To add one: write its
 //! `async fn <name>(conn, endpoint, now) -> Result<usize, StoreError>` as
-//! [`deployment_events`] is written (its own `SOURCE` name for the cursor
-//! and the deliveries, its subjects and numbers), add its event types to
-//! [`super::EVENT_TYPES`], and call it in [`fan_out`].
+//! those are written (its own `SOURCE` name for the cursor and the
+//! deliveries, its subjects and numbers, a floor below which an endpoint
+//! gets no old history), set its starting cursor where an endpoint is
+//! registered (`api/src/routes/webhooks.rs::create`), add its event types
+//! to [`super::EVENT_TYPES`], and call it in [`fan_out`].
 
 use super::{rfc3339, subscribes};
 use crate::store::webhooks::{self as rows, Endpoint, NewDelivery};
-use crate::store::{events, Conn, StoreError};
+use crate::store::{events, rollouts, Conn, StoreError};
 use serde_json::json;
 
 /// How many cursor numbers back each fan-out reads again, for events whose
@@ -35,9 +38,8 @@ pub const SUBJECT_LIMIT: i64 = 500;
 /// Creates `endpoint`'s deliveries of every source's events since its
 /// cursors, in `conn`'s transaction; returns how many were created.
 pub async fn fan_out(conn: &mut Conn, endpoint: &Endpoint, now: i64) -> Result<usize, StoreError> {
-    // Rollout steps (`rollout_events`) are added here, as another source:
-    // `created += rollout_events(conn, endpoint, now).await?;`
-    let created = deployment_events(conn, endpoint, now).await?;
+    let mut created = deployment_events(conn, endpoint, now).await?;
+    created += rollout_events(conn, endpoint, now).await?;
     Ok(created)
 }
 
@@ -96,6 +98,87 @@ pub async fn deployment_events(conn: &mut Conn, endpoint: &Endpoint, now: i64) -
     }
     if newest > cursor {
         rows::set_cursor(conn, &endpoint.id, SOURCE, newest).await?;
+    }
+    Ok(created)
+}
+
+/// The name of the rollout source's cursor and deliveries.
+pub const ROLLOUT_SOURCE: &str = "rollout";
+/// The name of the cursor row that keeps, unchanged, where an endpoint
+/// started reading the rollout source: its floor (the moving cursor
+/// cannot be it, since each fan-out reads [`LOOKBACK`] ids below it).
+pub const ROLLOUT_START: &str = "rollout.start";
+
+/// Sets where endpoint `id` starts reading the rollout source: at `last`,
+/// the highest `rollout_events.id` when it is registered
+/// ([`rollouts::last_event_id`]), so it gets no older step.
+pub async fn start_rollout_cursor(conn: &mut Conn, id: &str, last: i64) -> Result<(), StoreError> {
+    rows::set_cursor(conn, id, ROLLOUT_SOURCE, last).await?;
+    rows::set_cursor(conn, id, ROLLOUT_START, last).await
+}
+
+/// The rollouts' steps (RO-1, `rollout_events`): `rollout.started`,
+/// `rollout.wave_started`, `rollout.wave_completed`, `rollout.paused`,
+/// `rollout.resumed`, `rollout.cancelled`, `rollout.halted`,
+/// `rollout.completed`; subject the rollout, ordered by the event's id
+/// `n`. Only events with an id above the endpoint's start
+/// ([`start_rollout_cursor`]) are delivered; an endpoint without one (none
+/// is registered so since the rollout source exists) starts at the
+/// newest event when first fanned out.
+///
+/// The body: `{"type": "rollout.wave_completed", "timestamp": RFC 3339 of
+/// the event, "data": {"rollout_id", "n", "at", …}}`, `data` being the
+/// event as the rollout's own stream (`GET /rollouts/{id}/events`) shows
+/// it, without its `type`, with `n` and `at` added.
+pub async fn rollout_events(conn: &mut Conn, endpoint: &Endpoint, now: i64) -> Result<usize, StoreError> {
+    let (cursor, floor) = match (
+        rows::cursor(conn, &endpoint.id, ROLLOUT_SOURCE).await?,
+        rows::cursor(conn, &endpoint.id, ROLLOUT_START).await?,
+    ) {
+        (Some(cursor), Some(floor)) => (cursor, floor),
+        _ => {
+            let last = rollouts::last_event_id(conn).await?;
+            start_rollout_cursor(conn, &endpoint.id, last).await?;
+            (last, last)
+        }
+    };
+    let from = (cursor - LOOKBACK).max(floor);
+    let (subjects, newest) = rollouts::with_events_after(conn, from, READ_LIMIT).await?;
+    let mut created = 0;
+    let mut ids = ulid::Generator::new();
+    for rollout in &subjects {
+        let last = rows::last_fanned_out(conn, &endpoint.id, ROLLOUT_SOURCE, rollout).await?;
+        for event in rollouts::events_after(conn, rollout, last.max(floor), SUBJECT_LIMIT).await? {
+            if !subscribes(&endpoint.events, &event.kind) {
+                continue;
+            }
+            let mut data = match event.body {
+                serde_json::Value::Object(map) => map,
+                _ => serde_json::Map::new(),
+            };
+            data.remove("type");
+            data.insert("rollout_id".into(), json!(rollout));
+            data.insert("n".into(), json!(event.id));
+            data.insert("at".into(), json!(rfc3339(event.at)));
+            let body = json!({ "type": event.kind, "timestamp": rfc3339(event.at), "data": data }).to_string();
+            let id = format!("msg_{}", ids.generate().unwrap_or_else(|_| ulid::Ulid::generate()));
+            let new = NewDelivery {
+                id: &id,
+                endpoint_id: &endpoint.id,
+                source: ROLLOUT_SOURCE,
+                subject: rollout,
+                n: event.id,
+                event_type: &event.kind,
+                body: &body,
+                now,
+            };
+            if rows::insert_delivery(conn, &new).await? {
+                created += 1;
+            }
+        }
+    }
+    if newest > cursor {
+        rows::set_cursor(conn, &endpoint.id, ROLLOUT_SOURCE, newest).await?;
     }
     Ok(created)
 }

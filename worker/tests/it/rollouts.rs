@@ -22,13 +22,14 @@ use std::time::Duration;
 /// How long a whole rollout of these tests may take.
 const ROLLOUT: Duration = Duration::from_secs(600);
 
-/// A database, a repository, and the api and a worker on them.
-struct Fleet {
-    db: TestDatabase,
+/// A database, a repository, and the api and a worker on them (also the
+/// webhook tests' rollouts, `worker/tests/it/webhooks.rs`).
+pub(crate) struct Fleet {
+    pub(crate) db: TestDatabase,
     /// A token for every deployment, without the operator claim.
-    api: Api,
+    pub(crate) api: Api,
     /// The same api with an operator token.
-    operator: Api,
+    pub(crate) operator: Api,
     /// `file://` URL of the repository.
     url: String,
     /// The repository's folder.
@@ -49,7 +50,7 @@ fn with_env(mut cmd: Command, url: &str, env: &[(&str, &str)]) -> Command {
 }
 
 impl Fleet {
-    async fn new(engine: Engine, env: &[(&str, &str)]) -> Fleet {
+    pub(crate) async fn new(engine: Engine, env: &[(&str, &str)]) -> Fleet {
         let db = TestDatabase::new(engine).await;
         let repo = db.path("repo");
         reference_repository(&repo);
@@ -73,12 +74,12 @@ impl Fleet {
         self.worker = Some(start(worker, &self.db, log));
     }
 
-    fn source(&self, pin: &str) -> String {
+    pub(crate) fn source(&self, pin: &str) -> String {
         format!("git+{}?{pin}", self.url)
     }
 
     /// Submits `ids` with `config` at the first revision and waits until each is active.
-    async fn deployed(&self, ids: &[&str], config: &Value) {
+    pub(crate) async fn deployed(&self, ids: &[&str], config: &Value) {
         let body = json!({ "configuration": config, "module_source": self.source(&format!("rev={}", self.first)) });
         for id in ids {
             let (status, answer) =
@@ -91,7 +92,7 @@ impl Fleet {
     }
 
     /// The target revision (see the module doc), committed on `main`.
-    fn target(&self) -> String {
+    pub(crate) fn target(&self) -> String {
         edit(
             &self.repo,
             "core/applications/mastodon.nix",
@@ -107,14 +108,14 @@ impl Fleet {
         commit(&self.repo, "the target: registrations cannot be open; broken deployments fail")
     }
 
-    async fn start_rollout(&self, body: &Value) -> Value {
+    pub(crate) async fn start_rollout(&self, body: &Value) -> Value {
         let (status, rollout) = self.operator.call(Method::POST, "/rollouts", Some(body)).await.unwrap();
         assert_eq!(status, 201, "{rollout}");
         rollout
     }
 
     /// `GET /rollouts/{id}`, again while the api answers `503` (the database was away).
-    async fn rollout(&self, id: &str) -> Value {
+    pub(crate) async fn rollout(&self, id: &str) -> Value {
         wait_for("the rollout", Duration::from_secs(60), || async {
             let (status, rollout) = self.operator.call(Method::GET, &format!("/rollouts/{id}"), None).await.ok()?;
             if status == 503 {
@@ -127,7 +128,7 @@ impl Fleet {
     }
 
     /// Waits until rollout `id` is in `state`; the rollout.
-    async fn rollout_in(&self, id: &str, state: &str) -> Value {
+    pub(crate) async fn rollout_in(&self, id: &str, state: &str) -> Value {
         wait_for(&format!("rollout {id} to be {state}"), ROLLOUT, || async {
             let rollout = self.rollout(id).await;
             (rollout["state"] == state).then_some(rollout)
@@ -145,7 +146,7 @@ impl Fleet {
 }
 
 /// The demo with only Mastodon (a small system) and its `registrations`.
-fn mastodon(registrations: &str) -> Value {
+pub(crate) fn mastodon(registrations: &str) -> Value {
     let mut c = common::demo();
     c["applications"]["peertube"]["enable"] = json!(false);
     c["applications"]["mastodon"]["registrations"] = json!(registrations);
@@ -347,7 +348,7 @@ impl Fleet {
 }
 
 /// A count from the test's database.
-async fn count(db: &TestDatabase, sql: &str) -> i64 {
+pub(crate) async fn count(db: &TestDatabase, sql: &str) -> i64 {
     let keys = BTreeMap::from([("DATABASE_URL".to_owned(), db.url.clone())]);
     let store = slipway_jobs::store::open(&slipway_jobs::config::Config::from_keys(&keys).unwrap()).await.unwrap();
     let n = Q::new(sql).fetch_one(&mut store.acquire().await.unwrap()).await.unwrap().int("n").unwrap();
@@ -623,7 +624,57 @@ async fn thirty_deployments_in_three_waves_halt_at_the_wave_with_a_broken_deploy
     }
 }
 
+impl Fleet {
+    /// `POST /rollouts` of `body` with `Idempotency-Key: key`: status,
+    /// `Idempotency-Replayed`, body.
+    async fn start_with_key(&self, key: &str, body: &Value) -> (u16, Option<String>, Value) {
+        let url = format!("{}/rollouts", self.operator.base);
+        let r = self
+            .operator
+            .http
+            .post(&url)
+            .bearer_auth(&self.operator.token)
+            .header("Idempotency-Key", format!("\"{key}\""))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let replayed = r.headers().get("idempotency-replayed").map(|v| v.to_str().unwrap().to_owned());
+        (status, replayed, r.json().await.unwrap())
+    }
+}
+
+/// IK-1 on `POST /rollouts`: a start retried with the same
+/// `Idempotency-Key` (its answer lost) answers the first answer, the same
+/// rollout id, and starts one rollout, which deploys its deployment once;
+/// the same key with another body is `422 idempotency_key_reused` and
+/// starts nothing.
+async fn a_rollout_start_retried_with_its_idempotency_key_starts_one_rollout(engine: Engine) {
+    let fleet = Fleet::new(engine, &[]).await;
+    fleet.deployed(&["ik-1"], &mastodon("approval")).await;
+    fleet.target();
+    let body = json!({ "module_source": fleet.source("ref=main"), "deployments": ["ik-1"], "waves": [1] });
+    let key = "01JD7Q0R6Q3W6Y1B8Z2M4N5P7S";
+    let (status, replayed, first) = fleet.start_with_key(key, &body).await;
+    assert_eq!((status, replayed), (201, None), "{first}");
+    let (status, replayed, again) = fleet.start_with_key(key, &body).await;
+    assert_eq!((status, replayed.as_deref()), (201, Some("true")), "{again}");
+    assert_eq!(again["id"], first["id"], "the retry answered another rollout: {again}");
+    assert_eq!(again, first);
+    assert_eq!(count(&fleet.db, "SELECT COUNT(*) AS n FROM rollouts").await, 1);
+
+    let other = json!({ "module_source": fleet.source("ref=main"), "deployments": ["ik-1"], "waves": ["100%"] });
+    let (status, _, refused) = fleet.start_with_key(key, &other).await;
+    assert_eq!((status, refused["error"].as_str()), (422, Some("idempotency_key_reused")), "{refused}");
+    assert_eq!(count(&fleet.db, "SELECT COUNT(*) AS n FROM rollouts").await, 1);
+
+    let done = fleet.rollout_in(first["id"].as_str().unwrap(), "completed").await;
+    fleet.deployed_once(&done, &["ik-1"]).await;
+}
+
 slipway_jobs::on_both_engines!(
+    a_rollout_start_retried_with_its_idempotency_key_starts_one_rollout,
     a_rollout_completes_wave_by_wave_at_the_revision_pinned_when_it_started,
     a_wave_past_its_failure_budget_halts_the_rollout_and_queues_nothing_further,
     a_malformed_or_hostile_rollout_request_is_refused_and_writes_nothing,

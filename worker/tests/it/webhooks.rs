@@ -502,3 +502,111 @@ async fn the_dashboard_shows_an_operator_a_disabled_endpoint_with_its_reason_and
     let urls = page["request_urls"].as_array().unwrap();
     assert!(urls.iter().all(|u| !u.as_str().unwrap().contains(&fleet.api.token)), "a URL carries the token");
 }
+
+/// The rollout event types (RO-1), as an endpoint lists them.
+fn rollout_types() -> Vec<&'static str> {
+    slipway_jobs::webhooks::EVENT_TYPES.iter().copied().filter(|t| t.starts_with("rollout.")).collect()
+}
+
+/// Every verified request a receiver recorded, each `webhook-id` once:
+/// (type, payload `data`).
+fn events_received(db: &TestDatabase, record: &str) -> Vec<(String, Value)> {
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for r in received(db, record) {
+        assert_eq!(r["verified"], true, "the Standard Webhooks verifier refused a delivery: {r}");
+        let id = r["id"].as_str().unwrap().to_owned();
+        if !seen.contains(&id) {
+            seen.push(id);
+            out.push((r["payload"]["type"].as_str().unwrap().to_owned(), r["payload"]["data"].clone()));
+        }
+    }
+    out
+}
+
+/// A rollout's steps are webhook events (WH-1): an endpoint subscribed to
+/// the rollout types receives a one-deployment rollout's steps in order,
+/// each verified by the Standard Webhooks library, and nothing else; an
+/// endpoint subscribed to the deployment types receives the rollout's
+/// build but none of its steps; and neither receives the steps of a
+/// rollout that ended before it was registered.
+async fn a_rollouts_steps_reach_the_endpoints_subscribed_to_them_in_order_and_no_other(engine: Engine) {
+    let (rollout_port, deployment_port) = (free_port(), free_port());
+    let (rollout_origin, deployment_origin) =
+        (format!("http://127.0.0.1:{rollout_port}"), format!("http://127.0.0.1:{deployment_port}"));
+    let origins = format!("{rollout_origin},{deployment_origin}");
+    let env = [
+        ("SLIPWAY_ALLOWED_ORIGINS", origins.as_str()),
+        ("SLIPWAY_CALLBACK_ALLOW_PRIVATE", "true"),
+        ("WEBHOOK_POLL", "1"),
+    ];
+    let fleet = crate::rollouts::Fleet::new(engine, &env).await;
+    fleet.deployed(&["wr-1"], &crate::rollouts::mastodon("approval")).await;
+    fleet.target();
+    let body = json!({ "module_source": fleet.source("ref=main"), "deployments": ["wr-1"], "waves": [1] });
+    // A rollout that ends before the endpoints exist: old history.
+    let old = fleet.start_rollout(&body).await;
+    let old = old["id"].as_str().unwrap().to_owned();
+    fleet.rollout_in(&old, "completed").await;
+
+    let operator = &fleet.operator;
+    let register = |url: String, events: Value| async move {
+        let body = json!({ "url": url, "events": events });
+        let (status, body) = operator.call(Method::POST, "/webhooks", Some(&body)).await.unwrap();
+        assert_eq!(status, 201, "{body}");
+        (body["id"].as_str().unwrap().to_owned(), body["secret"].as_str().unwrap().to_owned())
+    };
+    let deployment_types: Vec<&str> =
+        slipway_jobs::webhooks::EVENT_TYPES.iter().copied().filter(|t| t.starts_with("deployment.")).collect();
+    let (_, rollout_secret) = register(format!("{rollout_origin}/hook"), json!(rollout_types())).await;
+    let (deployment_hook, deployment_secret) =
+        register(format!("{deployment_origin}/hook"), json!(deployment_types)).await;
+    let _r = receiver(&fleet.db, rollout_port, &rollout_secret, "rollout-hook", "accept").await;
+    let _d = receiver(&fleet.db, deployment_port, &deployment_secret, "deployment-hook", "accept").await;
+
+    let started = fleet.start_rollout(&body).await;
+    let id = started["id"].as_str().unwrap().to_owned();
+    fleet.rollout_in(&id, "completed").await;
+    let steps = wait_for("the rollout endpoint to receive rollout.completed", LONG, || async {
+        let steps = events_received(&fleet.db, "rollout-hook");
+        steps.iter().any(|(t, _)| t == "rollout.completed").then_some(steps)
+    })
+    .await;
+    let types: Vec<&str> = steps.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        types,
+        ["rollout.started", "rollout.wave_started", "rollout.wave_completed", "rollout.completed"],
+        "{steps:?}"
+    );
+    assert!(steps.iter().all(|(_, data)| data["rollout_id"] == id.as_str()), "a step of another rollout: {steps:?}");
+    let numbers: Vec<i64> = steps.iter().map(|(_, data)| data["n"].as_i64().unwrap()).collect();
+    assert!(numbers.windows(2).all(|w| w[0] < w[1]), "out of order: {steps:?}");
+    assert_eq!(steps[0].1["deployments"], 1, "{steps:?}");
+    assert_eq!(steps[2].1["wave"], 1, "{steps:?}");
+
+    // A later deployment event (the delete's `destroying`, recorded after
+    // the rollout completed) reaches the deployment endpoint: every fan-out
+    // before it has run, and none made a delivery of a rollout step.
+    let (status, answer) = fleet.api.delete("wr-1").await;
+    assert_eq!(status, 202, "{answer}");
+    let got = wait_for("the deployment endpoint to receive wr-1's destroying", LONG, || async {
+        let got = events_received(&fleet.db, "deployment-hook");
+        got.iter().any(|(t, _)| t == "deployment.destroying").then_some(got)
+    })
+    .await;
+    let types: Vec<&str> = got.iter().map(|(t, _)| t.as_str()).collect();
+    // The destroy may be over already (`deployment.idle`).
+    assert_eq!(types[..3], ["deployment.building", "deployment.active", "deployment.destroying"], "{got:?}");
+    assert!(types.iter().all(|t| t.starts_with("deployment.")), "{got:?}");
+    let (status, log) = fleet
+        .operator
+        .call(Method::GET, &format!("/webhooks/{deployment_hook}/deliveries?limit=100"), None)
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{log}");
+    assert!(log["deliveries"].as_array().unwrap().iter().all(|d| d["source"] == "deployment"), "{log}");
+    let again = events_received(&fleet.db, "rollout-hook");
+    assert_eq!(again.len(), 4, "the rollout endpoint got more than the rollout's steps: {again:?}");
+}
+
+slipway_jobs::on_both_engines!(a_rollouts_steps_reach_the_endpoints_subscribed_to_them_in_order_and_no_other);
