@@ -56,7 +56,9 @@ def render(r, command, git, quiet):
         "deployments are written through the real store functions, as a submit and a worker's claim write them "
         "(one deploy running each, its channel at event 1). Each engine in turn:",
         "",
-        f"1. **Idle streams.** The {n:,} streams opened at once; once each has read its first event they are "
+        f"1. **Idle streams.** The {n:,} streams opened {r['open_batch']:,} at a time (each batch once the one "
+        "before has read its first events, as tabs open over time; the storm below opens them all at once); "
+        "once each has read its first event they are "
         f"left idle {r['idle_s']:.0f} s, then the api's resident memory (`VmRSS`) is read: per stream is its "
         "growth over the count. Its CPU time (`/proc/PID/stat`) over the next 5 s; the database connections it "
         "holds (`pg_stat_activity` by its `application_name`; on SQLite its open descriptors of the database "
@@ -85,7 +87,7 @@ def render(r, command, git, quiet):
         ("memory per idle stream", lambda e: f"{e['per_stream_kib']:.1f} KiB"),
         ("api memory at the end (peak)", lambda e: f"{mb(e['after']['rss_kib'])} ({mb(e['after']['peak_kib'])})"),
         ("api threads", lambda e: f"{e['open']['threads']}"),
-        (f"opening {n:,} at once", lambda e: f"{e['opening']['seconds']:.1f} s, api CPU {e['opening']['cpu_s']:.1f} s, "
+        (f"opening {n:,}, {r['open_batch']:,} at a time", lambda e: f"{e['opening']['seconds']:.1f} s, api CPU {e['opening']['cpu_s']:.1f} s, "
                                               f"{e['opening']['refused']} refused"),
         (f"api CPU, {n:,} idle streams", lambda e: f"{100 * e['idle']['cpu_s'] / e['idle']['window_s']:.1f} % of a core"),
         ("database connections, no stream", lambda e: connections(e, "before")),

@@ -9,8 +9,9 @@
 //! 1. Seeds the deployments through the real store functions, as a submit
 //!    and a worker's claim write them: each has one deploy `running`, and
 //!    its channel one event (`1`, `building`).
-//! 2. Opens every stream (no `Last-Event-ID`) and waits until each has read
-//!    its first event; leaves them idle, then reads the api's resident
+//! 2. Opens every stream (no `Last-Event-ID`), `--open-batch` at a time,
+//!    each batch once the one before has read its first events; leaves them
+//!    idle, then reads the api's resident
 //!    memory (`VmRSS`; per stream = the growth over the count), its CPU time
 //!    (`/proc/PID/stat`) and the database connections it holds
 //!    (`pg_stat_activity` by its `application_name`; on SQLite, its open
@@ -68,6 +69,10 @@ pub struct Args {
     /// Seconds the streams are left idle before the api's memory is read.
     #[arg(long, default_value_t = 5.0)]
     idle: f64,
+    /// Streams opened together while they are first opened (tabs opening
+    /// over time; the storm opens them all at once).
+    #[arg(long, default_value_t = 500)]
+    open_batch: usize,
     /// PostgreSQL server (any existing database, for the admin connection);
     /// the bench creates and drops `slipway_bench_streams` there.
     #[arg(long, env = "SLIPWAY_BENCH_SERVER", default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
@@ -122,6 +127,7 @@ pub async fn run(args: Args) -> anyhow::Result<Value> {
         "deployments": args.deployments,
         "streams": args.streams,
         "end_seconds": args.end_seconds,
+        "open_batch": args.open_batch,
         "idle_s": args.idle,
         "client_fd_limit": fds,
         "engines": engines,
@@ -205,8 +211,12 @@ async fn one_engine(args: &Args, bin: &Path, engine: Engine, scratch: &Path) -> 
     // Open every stream and let them sit.
     let started = Instant::now();
     let open_cpu = cpu_seconds(pid)?;
-    let tasks = client.spawn_all();
-    client.wait_reads(args.streams, args.streams, "every stream's first event").await?;
+    let mut tasks = Vec::with_capacity(args.streams);
+    for start in (0..args.streams).step_by(args.open_batch.max(1)) {
+        let end = (start + args.open_batch.max(1)).min(args.streams);
+        tasks.extend(client.spawn(start..end));
+        client.wait_reads(end, end, "every stream's first event").await?;
+    }
     let open_s = started.elapsed().as_secs_f64();
     let open_cpu = cpu_seconds(pid)? - open_cpu;
     let (opened_refused, opened_errors) = client.take_counts();
@@ -490,7 +500,12 @@ impl Client {
 
     /// Starts every follower at once; dropping the answer cuts them all.
     fn spawn_all(self: &Arc<Self>) -> Vec<AbortOnDrop> {
-        (0..self.followers.len()).map(|i| AbortOnDrop(tokio::spawn(self.clone().follow(i)))).collect()
+        self.spawn(0..self.followers.len())
+    }
+
+    /// Starts followers `range` at once; dropping the answer cuts them.
+    fn spawn(self: &Arc<Self>, range: std::ops::Range<usize>) -> Vec<AbortOnDrop> {
+        range.map(|i| AbortOnDrop(tokio::spawn(self.clone().follow(i)))).collect()
     }
 
     /// Waits until the followers have read `total` events in all and opened
