@@ -146,7 +146,7 @@ def render(r, command, git, quiet):
         lines.append(
             f"| {name}: reconnect storm of all {n:,} with `Last-Event-ID` | nothing replayed twice, nothing missed, none refused | "
             f"{c['read_twice']} twice, {c['missed']} missed, {c['out_of_order']} out of order, "
-            f"{s['refused']} refused (opened again by the client) | {met(clean)} |"
+            f"{s['refused']} refused | {met(clean)} |"
         )
     lines += ["", END]
     return "\n".join(lines)
