@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! slipway-fleet-bench [--workers 10,100,1000] [--idle-s 20] [--loaded-s 25] [--build-ms 3000]
-//!                     [--builds-per-worker-min 0.6] [--heartbeat-s 30] [--poll-ms 10000] [--pools 10] [--pool-size 3]
+//!                     [--rate 0.5] [--heartbeat-s 30] [--poll-ms 10000] [--pools 10] [--pool-size 3]
 //! ```
 //!
 //! For each fleet size N: a fresh scratch database (`slipway_bench_fleet`,
@@ -13,8 +13,8 @@
 //! storage), then two windows measured by [`meter`]:
 //!
 //! - idle: no builds; PostgreSQL's CPU and WAL over the window;
-//! - loaded: builds submitted at a fixed rate (N × `--builds-per-worker-min`
-//!   a minute), each claimed, run as a sleep of `--build-ms`, recorded with
+//! - loaded: builds submitted at a fixed rate (`--rate` a second, whatever
+//!   the fleet's size), each claimed, run as a sleep of `--build-ms`, recorded with
 //!   its SBOM and readiness rows, and probed ready once; measured after a
 //!   warm-up, with the builds finished in the window, how long claims
 //!   waited and what was left queued.
@@ -58,9 +58,10 @@ struct Cli {
     /// How long each build's no-op effect sleeps, ms.
     #[arg(long, default_value_t = 3000)]
     build_ms: u64,
-    /// Builds submitted a minute per simulated worker in the loaded window.
-    #[arg(long, default_value_t = 0.6)]
-    builds_per_worker_min: f64,
+    /// Builds submitted a second in the loaded window, the same at every
+    /// fleet size (so the fleet's part of a build's cost shows).
+    #[arg(long, default_value_t = 0.5)]
+    rate: f64,
     /// `SLIPWAY_HEARTBEAT`, seconds (the default is 5; 1,000 workers at 5
     /// would need several PostgreSQL cores for their heartbeats alone).
     #[arg(long, default_value_t = 30)]
@@ -188,7 +189,7 @@ async fn measure(cli: &Cli, n: usize) -> anyhow::Result<Value> {
     let after = meter.snapshot().await?;
     let idle = meter::spent(&before, &after);
 
-    let rate = n as f64 * cli.builds_per_worker_min / 60.0;
+    let rate = cli.rate;
     // Each deployment gets a build about every 20 s: one at a time, never superseded.
     let deployments = ((rate * 20.0).ceil() as usize).max(8);
     log(&format!(
@@ -249,7 +250,7 @@ async fn measure(cli: &Cli, n: usize) -> anyhow::Result<Value> {
         "build_ms": cli.build_ms,
         "slots": cli.slots,
         "components": cli.components,
-        "builds_per_worker_min": cli.builds_per_worker_min,
+        "rate": cli.rate,
         "deployments": deployments,
         "registered_s": (registered.as_secs_f64() * 10.0).round() / 10.0,
         "errors": errors,
