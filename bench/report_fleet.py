@@ -119,7 +119,7 @@ def render(results, command, git, quiet):
         "LISTEN (a real worker holds one LISTEN and up to 16 pooled connections; see the operator guide for "
         "what a fleet past `max_connections` needs).",
         "",
-        "| workers | connections | idle: PostgreSQL CPU | per idle worker a minute: CPU, WAL, commits "
+        "| workers | connections | idle: PostgreSQL CPU | per idle worker a minute: CPU, WAL, transactions "
         "| loaded: offered, finished builds/s | loaded: PostgreSQL CPU | per build: CPU, WAL, transactions "
         "| claim wait p50 / p99 | left queued | simulator CPU, machine busy |",
         "| ---: | ---: | ---: | --- | --- | ---: | --- | --- | ---: | --- |",
