@@ -9,7 +9,7 @@ tables from REPORT, in the order the sections appear, and writes one
 section "The bar of issue 11 (the bars of issue 14)" with a row per bar, its part and whether it is
 met, and a count of what is not. Without --splice it prints the section;
 with it, it rewrites only that section of REPORT (between its marker
-comments), placing it after "## This run" the first time.
+comments), placing it before the first part's section the first time.
 """
 
 import re
@@ -85,7 +85,11 @@ def main(argv):
         _, tail = rest.split(END, 1)
         text = head + new + tail
     else:
-        match = re.search(r"^## (?!This run).*$", text, re.M)
+        # Before the first part's section (its marker comment comes before
+        # its heading), else before the first heading but "This run".
+        match = re.search(r"^<!-- scripts/bench: \S+ section;", text, re.M) or re.search(
+            r"^## (?!This run).*$", text, re.M
+        )
         at = match.start() if match else len(text)
         text = text[:at] + new + "\n\n" + text[at:]
     open(argv[1], "w").write(text)
