@@ -294,9 +294,12 @@ w(f"""- **Same PostgreSQL, same steps for every queue.** Each drain gets a new d
   worker and a `WorkerBuilder` with `.concurrency(n)`. `--batch-size` is slipway-worker's `BUILD_PREFETCH` (apalis `batch_size`;
   its default is `BUILD_SLOTS`), `--concurrency` is what the worker gives apalis (the larger of
   the two); the worker's own slot semaphore, which keeps builds at `BUILD_SLOTS`, and the build
-  bodies (claim, effect, finish) are not part of a no-op job. Several workers of one setting run in
-  one process, each with its own name, storage, LISTEN connection and heartbeat, as separate worker
-  processes would; the pool has 2 connections per worker + 1.
+  bodies (claim, effect, finish) are not part of a no-op job. Each worker's jobs' starts and ends
+  are written by its own completer (`worker/src/completer.rs`), many per statement, while it
+  fetches, as in slipway-worker. Several workers of one setting run in one process, each with its
+  own name, storage, LISTEN connection, completer and heartbeat, as separate worker processes
+  would; the pool has 3 connections per worker + 1. The job table's indexes are those Slipway's
+  migrations leave (0025 drops two of apalis's duplicates).
 - **Peers**: graphile-worker *default* = the library's defaults except `concurrency: {C}` (the
   library's default is 1) and `maxPoolSize: {C + 1}`; *batched* adds the settings graphile-worker
   documents for its own performance test (`localQueue: {{ size: 500 }}`, `completeJobBatchDelay: 0`,
@@ -310,8 +313,8 @@ w("""Figures in this section come from exploratory runs of `slipway-queue-bench`
 often with other work running, not from the run above: compare ratios, not absolute values.
 
 - **`batch_size` is the lever.** An apalis worker claims `batch_size` jobs in one transaction, runs
-  them, and acknowledges the whole batch in one more transaction once the batch is finished: two
-  commits per batch, whatever the batch size. One worker drained 20,000 jobs at about 800/s with
+  them, and (before issue 32's completer) acknowledged the whole batch in one more transaction before
+  its next fetch: two commits per batch, whatever the batch size. One worker drained 20,000 jobs at about 800/s with
   batch 4, 2,100/s with batch 10, 4,000–6,000/s with batch 40–60 and 7,000–10,000/s with
   batch 100–150.
 - **More workers** (each with its own unique name, LISTEN connection and pool share): at batch 150,
