@@ -1,7 +1,8 @@
 //! How the worker takes jobs from a queue on either engine: the one place
 //! apalis's storage is configured ([`QueueSettings`]; the fleet worker and
-//! the queue benchmark use it), and when an idle apalis worker looks for
-//! jobs ([`Wakeups`]).
+//! the queue benchmark use it), when an idle apalis worker looks for jobs
+//! ([`Wakeups`]), and, on PostgreSQL, who writes its jobs' starts and ends
+//! ([`Completing`]: the process's completer, `crate::completer`).
 //!
 //! apalis traps handled here: the queue name is always set explicitly (the
 //! default is the Rust type's name, so a renamed type would orphan its
