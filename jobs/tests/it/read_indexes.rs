@@ -101,3 +101,44 @@ async fn explain(pool: &sqlx::SqlitePool) -> Vec<String> {
 }
 
 slipway_jobs::on_both_engines!(builds_stored_before_migration_0016_are_read_by_deployment_and_status_after_it);
+
+/// The names of the indexes of `db`'s tables (PostgreSQL: Slipway's and
+/// apalis's schemas).
+async fn index_names(db: &Db) -> Vec<String> {
+    let sql = match db.engine() {
+        Engine::Sqlite => "SELECT name FROM sqlite_master WHERE type = 'index' AND name IS NOT NULL",
+        Engine::Postgres => "SELECT indexname AS name FROM pg_indexes WHERE schemaname IN ('public', 'apalis')",
+    };
+    let mut conn = db.acquire().await.unwrap();
+    Q::new(sql).fetch_all(&mut conn).await.unwrap().iter().map(|r| r.text("name").unwrap()).collect()
+}
+
+/// Migration 0025 drops the indexes no statement needs: apalis's second
+/// unique index on the job id and its second index on `lock_by`
+/// (PostgreSQL), and `builds_by_status`, the leading column of two other
+/// indexes (both engines); the indexes those statements read stay, and so
+/// does SQLite's `LIdx`, which apalis-sqlite's acknowledgement reads.
+async fn migration_0025_drops_the_indexes_nothing_needs_and_keeps_those_read(engine: Engine) {
+    let test_db = TestDatabase::new(engine).await;
+    let db = match engine {
+        Engine::Sqlite => slipway_jobs::store::open_sqlite(&test_db.dir.path().join("slipway.db")).await.unwrap(),
+        Engine::Postgres => slipway_jobs::store::open_postgres(&test_db.url).await.unwrap(),
+    };
+    let names = index_names(&db).await;
+    let has = |name: &str| names.iter().any(|n| n == name);
+    let (gone, kept): (&[&str], &[&str]) = match engine {
+        Engine::Postgres => (
+            &["builds_by_status", "unique_job_id", "lidx"],
+            &["builds_queued_by_seq", "builds_by_fair_tag", "jobs_pkey", "idx_apalis_jobs_lock_by"],
+        ),
+        Engine::Sqlite => (&["builds_by_status"], &["builds_queued_by_seq", "builds_by_fair_tag", "LIdx"]),
+    };
+    for name in gone {
+        assert!(!has(name), "{name} is still there: {names:?}");
+    }
+    for name in kept {
+        assert!(has(name), "{name} is gone: {names:?}");
+    }
+}
+
+slipway_jobs::on_both_engines!(migration_0025_drops_the_indexes_nothing_needs_and_keeps_those_read);

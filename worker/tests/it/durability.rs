@@ -459,3 +459,72 @@ async fn a_worker_listens_again_after_postgres_refused_every_connection_for_5_s(
         panic!("taken after {after:?}: only the poll found it; the worker's log ends:\n{}", tail.join("\n"));
     }
 }
+
+/// The apalis row of the `builds` job of `deployment`'s build: its status
+/// and attempts (PostgreSQL).
+async fn build_job_row(db: &Db, build_id: &str) -> Option<(String, i64)> {
+    let mut conn = db.acquire().await.ok()?;
+    let row = Q::new(
+        "SELECT status, attempts::bigint AS attempts FROM apalis.jobs WHERE job_type = 'builds' AND convert_from(job, 'UTF8') LIKE $1",
+    )
+    .text(format!("%{build_id}%"))
+    .fetch_optional(&mut conn)
+    .await
+    .ok()??;
+    Some((row.text("status").ok()?, row.int("attempts").ok()?))
+}
+
+/// On PostgreSQL a job's end is written by the process's completer after
+/// the job body committed its own: a worker that dies in between (a
+/// failpoint aborts it once a job's end is gathered and not yet written)
+/// leaves its build ended and its job not done. Once its heartbeat is
+/// stale another worker is handed the job, finds the build ended, runs
+/// nothing, and the job ends done: the effect ran once.
+#[tokio::test]
+async fn a_worker_that_dies_before_writing_a_job_s_end_leaves_a_build_that_ran_once() {
+    let db = TestDatabase::new(Engine::Postgres).await;
+    let source = db.path("slow-source");
+    slow_source(&source, 1);
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    // Builds only: no other job of the run may end first.
+    let worker = |failpoint: Option<&str>| {
+        let mut cmd = slow_worker(&db, port, &source);
+        cmd.env("SLIPWAY_QUEUES", "builds");
+        if let Some(point) = failpoint {
+            cmd.env("SLIPWAY_FAILPOINTS", point);
+        }
+        cmd
+    };
+    let crashing = start(worker(Some("job_ended_unrecorded")), &db, "worker-1.log");
+    let api = Api::connect(&db, port).await;
+    let (status, accepted) = api.submit("demo", &demo()).await.unwrap();
+    assert_eq!(status, 202, "{accepted}");
+    let build_id = accepted["build_id"].as_str().unwrap().to_owned();
+    let path = format!("/builds/{build_id}");
+    let status = wait_exit(
+        crashing,
+        "the worker to die with the build's end unwritten",
+        Duration::from_secs(60),
+        &db.path("worker-1.log"),
+    )
+    .await;
+    assert!(!status.success(), "the worker did not die at the failpoint");
+    let (_, _, ended) = api.get(&path).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    let store = open(&db).await;
+    let (job_status, _) = build_job_row(&store, &build_id).await.expect("the build's job");
+    assert_ne!(job_status, "Done", "the job's end was written before the crash");
+
+    let _second = start(worker(None), &db, "worker-2.log");
+    let (job_status, attempts) = wait_for("another worker to finish the job", Duration::from_secs(60), || async {
+        build_job_row(&store, &build_id).await.filter(|(status, _)| status == "Done")
+    })
+    .await;
+    assert_eq!((job_status.as_str(), attempts), ("Done", 2), "the job was not handed out again");
+    let (_, _, done) = api.get(&path).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["attempts"], 1, "the build ran again: {done}");
+    let runs = std::fs::read_to_string(db.path("state").join("provider").join("demo").join("runs")).unwrap();
+    assert_eq!(runs.lines().filter(|l| l.starts_with("start")).count(), 1, "the effect ran again:\n{runs}");
+}
