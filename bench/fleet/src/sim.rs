@@ -40,6 +40,7 @@ use slipway_jobs::store::queue::{
 use slipway_jobs::store::sboms::{self, NodeSbom};
 use slipway_jobs::store::submit::{self, AdmissionLock, WriteBuild};
 use slipway_jobs::store::{self, builds, deployments, events, heartbeats, queue, Db};
+use slipway_worker::completer::Completer;
 use slipway_worker::storage::QueueSettings;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -203,11 +204,14 @@ async fn run_worker(sim: Arc<Sim>, pool: sqlx::PgPool, feed: JobFeed, delay: Dur
         Concurrency::NixSlots => (1, s.nix_slots.max(1)),
         Concurrency::Fixed(n) => (1, n),
     };
+    // One completer per simulated worker process, as each real one has
+    // (`worker/src/work/mod.rs`): its queue workers' job starts and ends.
+    let completer = Completer::start(Db::Postgres(pool.clone()));
     macro_rules! queue_worker {
         ($kind:ty, $handler:expr) => {{
             let (batch_size, concurrency) = sizes(<$kind>::CONCURRENCY);
             let settings = QueueSettings { queue: <$kind>::QUEUE, batch_size, heartbeat: s.heartbeat };
-            let storage = settings.postgres::<$kind>(&pool, &feed);
+            let storage = settings.postgres::<$kind>(&pool, &feed, &completer);
             let name = format!("{}{}", sim.name, <$kind>::WORKER_SUFFIX);
             let worker =
                 WorkerBuilder::new(name).backend(storage).data(sim.clone()).concurrency(concurrency).build($handler);
