@@ -128,7 +128,7 @@ impl Group {
 
     /// The open transaction's connection (a member holds the turn).
     fn open_connection(&mut self) -> &mut SqliteConnection {
-        &mut **self.conn.as_mut().expect("an open group keeps its connection")
+        self.conn.as_mut().expect("an open group keeps its connection")
     }
 
     /// Commits the open transaction and tells every member how it ended.
