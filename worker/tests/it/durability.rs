@@ -58,6 +58,50 @@ async fn an_api_that_dies_inside_a_submit_leaves_no_build_without_its_job(engine
     assert_eq!(counts(&pool).await, (1, 1, 1));
 }
 
+/// SQLite's group commit (`jobs/src/store/db.rs`, `SqliteDb`): an api that
+/// dies before the `COMMIT` of a group of submits (the failpoint aborts only
+/// at a group of two or more) has answered none of them. Rounds of eight
+/// concurrent submits run until one forms a group and the api dies; every
+/// submit answered `202` before that is stored, each with its deployment
+/// and its job.
+#[tokio::test]
+async fn an_api_that_dies_before_a_group_commit_loses_only_submits_it_never_answered() {
+    let db = TestDatabase::new(Engine::Sqlite).await;
+    let port = free_port();
+    let mut cmd = command(&binary("slipway-api"), &db, port);
+    cmd.env("SLIPWAY_FAILPOINTS", "sqlite_group_commit");
+    let mut api_process = start(cmd, &db, "api.log");
+    let api = Api::connect(&db, port).await;
+    let mut answered = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut round = 0;
+    let status = loop {
+        if let Some(status) = api_process.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "no round of concurrent submits formed a group");
+        round += 1;
+        let submits = (0..8).map(|i| {
+            let api = &api;
+            async move { api.submit(&format!("group-{round}-{i}"), &demo()).await }
+        });
+        for answer in futures::future::join_all(submits).await {
+            if let Ok((202, body)) = answer {
+                answered.push(body["build_id"].as_str().unwrap().to_owned());
+            }
+        }
+    };
+    assert!(!status.success(), "the api did not die at the group's commit");
+    let pool = open(&db).await;
+    let mut conn = pool.acquire().await.unwrap();
+    for build in &answered {
+        let row = Q::new("SELECT COUNT(*) AS n FROM builds WHERE id = $1").text(build.as_str());
+        assert_eq!(row.fetch_one(&mut conn).await.unwrap().int("n").unwrap(), 1, "answered build {build} was lost");
+    }
+    let (deployments, builds, jobs) = counts(&pool).await;
+    assert_eq!((deployments, jobs), (builds, builds), "a build without its deployment or its job");
+}
+
 async fn a_build_whose_worker_is_killed_is_run_again_by_another_worker(engine: Engine) {
     let db = TestDatabase::new(engine).await;
     let source = db.path("slow-source");
