@@ -1,15 +1,27 @@
 #!/usr/bin/env python3
 """Renders the results of one `scripts/bench` run as Markdown (docs/BENCHMARKS.md).
 
-Usage: report.py META_JSON RESULTS_TSV > report.md
+Usage: report.py META_JSON RESULTS_TSV [--splice DOC]
 RESULTS_TSV lines: label <TAB> quiet(yes|no|n/a) <TAB> JSON (or a plain text such as "not measured").
+
+Prints the report's head, the queue section and, when measured in the same
+run, the migrate section, each section between its marker comments. With
+--splice it rewrites only those sections of DOC and keeps every other one
+(and DOC's head); a DOC whose queue part predates the queue section's
+markers (its unmarked text) gets the head, the bars section, the new queue
+section, then every other marked section of DOC in its order.
 """
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report_migrate  # noqa: E402
+
+BEGIN = "<!-- scripts/bench: queue section; `scripts/bench --only queue` rewrites it -->"
+END = "<!-- scripts/bench: end of the queue section -->"
+SECTION = re.compile(r"<!-- scripts/bench: (\S+) section; .*?-->.*?<!-- scripts/bench: end of the \1 section -->", re.S)
 
 meta = json.load(open(sys.argv[1]))
 results = {}
@@ -82,19 +94,21 @@ def lat(label):
     return r.get("enqueue_to_start_ms")
 
 
-out = []
+HEAD = [
+    report_migrate.TITLE,
+    "",
+    "Written by `scripts/bench` (issue 3, item 9): do not edit by hand, re-run it. Each part's "
+    "figures come from ONE run on ONE PostgreSQL server (its section names the run); absolute "
+    "figures drift from run to run and machine to machine, the ratios less so.",
+]
+
+out = [BEGIN, "## The job queue: Slipway beside graphile-worker and procrastinate", ""]
 w = out.append
 
-w(report_migrate.TITLE)
-w("")
-w("Written by `scripts/bench` (issue 3, item 9): do not edit by hand, re-run it. "
-  "Every figure below comes from ONE run on ONE PostgreSQL server; absolute figures drift "
-  "from run to run and machine to machine, the ratios less so.")
-w("")
 if meta["quick"]:
     w("> **Smoke run (`--quick`)**: small N; these figures are not the benchmark.")
     w("")
-w("## This run")
+w("### This run")
 w("")
 w(f"- Date: {meta['started']}; the whole run took {meta['elapsed_s'] // 60} min {meta['elapsed_s'] % 60} s.")
 w(f"- Command: `{meta['command']}` (from the repository root; code at {meta['git']}).")
@@ -112,7 +126,7 @@ w(f"- Peers, installed from their registries into a scratch folder for this run:
   f"procrastinate {meta['procrastinate']} on {meta['python']}.")
 w("")
 
-w("## Throughput: no-op jobs drained")
+w("### Throughput: no-op jobs drained")
 w("")
 w(f"Jobs per second from the first job started to the last one recorded done. "
   f"Peers run {C} concurrent jobs per process.")
@@ -148,7 +162,7 @@ w("")
 w("The bulk insert column: the same jobs enqueued with the queue's bulk API, 5,000 per transaction.")
 w("")
 
-w(f"## Latency: enqueue → start, {LAT} jobs {S['spacing_ms']} ms apart, idle worker woken by LISTEN/NOTIFY")
+w(f"### Latency: enqueue → start, {LAT} jobs {S['spacing_ms']} ms apart, idle worker woken by LISTEN/NOTIFY")
 w("")
 w("Milliseconds from just before the insert is sent to the start of the job's handler, same process "
   "and clock; so the insert's own commit (last column) is included.")
@@ -173,7 +187,7 @@ lat_row("graphile-worker", f"batched, 1 × {C}", "graphile-worker latency (batch
 lat_row("procrastinate", f"defaults, 1 × {C}", "procrastinate latency")
 w("")
 
-w("## Submit throughput and its ceiling")
+w("### Submit throughput and its ceiling")
 w("")
 pg = get("pgbench simple-update")
 api = get("api submit")
@@ -197,7 +211,7 @@ gd, gd_label = best(f"graphile-worker drain {N} (default, 1x{C})", f"graphile-wo
 gb, gb_label = best(f"graphile-worker drain {N} (batched, 1x{C})", f"graphile-worker drain {N} (batched, 2x{C})")
 pr, pr_label = best(f"procrastinate drain {PN} (1x{C})", f"procrastinate drain {PN} (2x{C})")
 
-w(f"## Ratios ({N:,}-job drains; each peer at its best of 1 and 2 processes)")
+w(f"### Ratios ({N:,}-job drains; each peer at its best of 1 and 2 processes)")
 w("")
 w("| Ratio | Slipway headline | Slipway, 1 worker |")
 w("|---|---:|---:|")
@@ -206,7 +220,7 @@ w(f"| Slipway ÷ graphile-worker batched | {ratio_cell(ratio(head20, gb))} | {ra
 w(f"| Slipway ÷ procrastinate | {ratio_cell(ratio(head20, pr))} | {ratio_cell(ratio(one20, pr))} |")
 w("")
 
-w("## The bar of issue 3")
+w("### The bar of issue 3")
 w("")
 hl = lat("slipway latency (headline)") or {}
 r_gd = ratio(head20, gd)
@@ -229,7 +243,37 @@ w(f"| Heading for: graphile-worker's batched throughput | ≥ 1.0× | {ratio_cel
 w(f"| Heading for: p99 under 10 ms | < 10 ms | {num(p99, 2)} ms | {met(None if p99 is None else p99 < 10)} |")
 w("")
 
-w("## How it is measured")
+# Issue 32's bars: the tuned setting's best against graphile-worker's batched
+# best, slipway-worker's defaults against graphile-worker's defaults, and
+# enqueue → start no worse than the figures committed before issue 32.
+BEFORE_32 = {"headline": (3.03, 6.51), "builds default": (3.10, 6.96)}
+w("### Bars of issue 32")
+w("")
+w("Each figure from this run. *Tuned*: the better of Slipway's two tuned settings above "
+  f"({meta['slipway_tuned']}; {meta['slipway_one_worker']}); *defaults*: {meta['slipway_fleet_default']}, "
+  "four slipway-workers with `BUILD_SLOTS` and `BUILD_PREFETCH` at their defaults. Each peer at its best "
+  "of 1 and 2 processes. The latency bars hold the figures committed before issue 32 "
+  "(docs/BENCHMARKS.md of 2026-12-03).")
+w("")
+w("| Bar | Target | This run | met / not met |")
+w("| --- | --- | --- | --- |")
+tuned, tuned_label = best(f"slipway drain {N} (headline)", f"slipway drain {N} (1 worker)")
+r_tb = ratio(tuned, gb)
+tuned_cell = "—" if r_tb is None else f"{r_tb:.2f}× ({num(tuned)} vs {num(gb)} jobs/s)"
+w(f"| Queue drain, tuned ÷ graphile-worker batched | ≥ 1.0× | {tuned_cell} | {met(None if r_tb is None else r_tb >= 1.0)} |")
+fleet = rate(f"slipway drain {N} (fleet default)")
+r_def = ratio(fleet, gd)
+def_cell = "—" if r_def is None else f"{r_def:.2f}× ({num(fleet)} vs {num(gd)} jobs/s)"
+w(f"| Queue drain, slipway-worker's defaults ÷ graphile-worker's defaults | ≥ 1.5× | {def_cell} | {met(None if r_def is None else r_def >= 1.5)} |")
+for setting, label in (("headline", "slipway latency (headline)"), ("builds default", "slipway latency (builds default)")):
+    l = lat(label) or {}
+    for i, pct in enumerate(("p50", "p99")):
+        target = BEFORE_32[setting][i]
+        v = l.get(pct)
+        w(f"| Enqueue → start {pct}, {setting} | ≤ {target:.2f} ms | {num(v, 2)} ms | {met(None if v is None else v <= target)} |")
+w("")
+
+w("### How it is measured")
 w("")
 w(f"""- **Same PostgreSQL, same steps for every queue.** Each drain gets a new database: the queue's own
   schema (apalis-postgres's migrations, graphile-worker's `runMigrations`, procrastinate's schema),
@@ -250,9 +294,12 @@ w(f"""- **Same PostgreSQL, same steps for every queue.** Each drain gets a new d
   worker and a `WorkerBuilder` with `.concurrency(n)`. `--batch-size` is slipway-worker's `BUILD_PREFETCH` (apalis `batch_size`;
   its default is `BUILD_SLOTS`), `--concurrency` is what the worker gives apalis (the larger of
   the two); the worker's own slot semaphore, which keeps builds at `BUILD_SLOTS`, and the build
-  bodies (claim, effect, finish) are not part of a no-op job. Several workers of one setting run in
-  one process, each with its own name, storage, LISTEN connection and heartbeat, as separate worker
-  processes would; the pool has 2 connections per worker + 1.
+  bodies (claim, effect, finish) are not part of a no-op job. Each worker's jobs' starts and ends
+  are written by its own completer (`worker/src/completer.rs`), many per statement, while it
+  fetches, as in slipway-worker. Several workers of one setting run in one process, each with its
+  own name, storage, LISTEN connection, completer and heartbeat, as separate worker processes
+  would; the pool has 3 connections per worker + 1. The job table's indexes are those Slipway's
+  migrations leave (0025 drops two of apalis's duplicates).
 - **Peers**: graphile-worker *default* = the library's defaults except `concurrency: {C}` (the
   library's default is 1) and `maxPoolSize: {C + 1}`; *batched* adds the settings graphile-worker
   documents for its own performance test (`localQueue: {{ size: 500 }}`, `completeJobBatchDelay: 0`,
@@ -260,14 +307,14 @@ w(f"""- **Same PostgreSQL, same steps for every queue.** Each drain gets a new d
   The drivers are Slipway's own, in `bench/peers/`.""")
 w("")
 
-w("## What the tuning changed (found while building this bench)")
+w("### What the tuning changed (found while building this bench)")
 w("")
 w("""Figures in this section come from exploratory runs of `slipway-queue-bench` on this machine,
 often with other work running, not from the run above: compare ratios, not absolute values.
 
 - **`batch_size` is the lever.** An apalis worker claims `batch_size` jobs in one transaction, runs
-  them, and acknowledges the whole batch in one more transaction once the batch is finished: two
-  commits per batch, whatever the batch size. One worker drained 20,000 jobs at about 800/s with
+  them, and (before issue 32's completer) acknowledged the whole batch in one more transaction before
+  its next fetch: two commits per batch, whatever the batch size. One worker drained 20,000 jobs at about 800/s with
   batch 4, 2,100/s with batch 10, 4,000–6,000/s with batch 40–60 and 7,000–10,000/s with
   batch 100–150.
 - **More workers** (each with its own unique name, LISTEN connection and pool share): at batch 150,
@@ -298,14 +345,9 @@ often with other work running, not from the run above: compare ratios, not absol
   while tuning were fsync stalls of the insert, shared by every queue, when other work used the disk.""")
 w("")
 
-if report_migrate.LABEL in results:
-    m_quiet, m_result = results[report_migrate.LABEL]
-    out.extend(report_migrate.section(meta, m_quiet, m_result, own_run=False))
-    w("")
-
 fair_runs = [(label, get(label)) for label in ("slipway fair 500+5 (unfair)", "slipway fair 500+5 (fair)")]
 if any(isinstance(r, dict) for _, r in fair_runs):
-    w("## Fair shares: tenant A queues 500 builds, then tenant B 5 (FS-1)")
+    w("### Fair shares: tenant A queues 500 builds, then tenant B 5 (FS-1)")
     w("")
     w("One worker with one build slot; each job takes 20 ms (a build, scaled down). B queues once A's first "
       "job runs. Unfair: every job at priority 0 (the queue before fair shares). Fair: the priorities "
@@ -319,7 +361,7 @@ if any(isinstance(r, dict) for _, r in fair_runs):
               f"{num(r.get('a_started_before_b'))} | {num(r.get('jobs_per_s'), 1)} |")
     w("")
 
-w("## Raw results")
+w("### Raw results")
 w("")
 w("One line per measurement: label, whether the machine was quiet, the driver's JSON output "
   "(migrate + validate: in its own section).")
@@ -329,5 +371,50 @@ for label, quiet, payload in raw:
     if label != report_migrate.LABEL:
         w(f"{label}\t{quiet}\t{payload}")
 w("```")
+w("")
+w(END)
 
-print("\n".join(out))
+sections = ["\n".join(out)]
+if report_migrate.LABEL in results:
+    m_quiet, m_result = results[report_migrate.LABEL]
+    sections.append("\n".join(report_migrate.section(meta, m_quiet, m_result, own_run=False)))
+
+
+def marked(text):
+    """(part, text) of every marked section of `text`, in order."""
+    return [(m.group(1), m.group(0)) for m in SECTION.finditer(text)]
+
+
+def splice(doc):
+    """Rewrites this run's sections of `doc` in place, keeping the rest."""
+    try:
+        text = open(doc).read()
+    except FileNotFoundError:
+        text = ""
+    if not text.strip():
+        text = "\n".join(HEAD) + "\n\n" + "\n\n".join(sections) + "\n"
+    elif BEGIN in text and END in text:
+        ours = dict(marked("\n\n".join(sections)))
+        for part, new in ours.items():
+            begin = next((m for p, m in marked(text) if p == part), None)
+            if begin is not None:
+                text = text.replace(begin, new, 1)
+            else:
+                text = text.rstrip("\n") + "\n\n" + new + "\n"
+    else:
+        # The layout before the queue section had markers: its unmarked
+        # text was the queue's. Head, bars, queue, then the other sections.
+        ours = dict(marked("\n\n".join(sections)))
+        old = marked(text)
+        bars = [m for p, m in old if p == "bars"]
+        rest = [ours.pop(p, m) for p, m in old if p != "bars"]
+        text = "\n\n".join(["\n".join(HEAD), *bars, ours.pop("queue"), *rest, *ours.values()]) + "\n"
+    open(doc, "w").write(text)
+
+
+if len(sys.argv) == 5 and sys.argv[3] == "--splice":
+    splice(sys.argv[4])
+elif len(sys.argv) == 3:
+    print("\n".join(HEAD) + "\n\n" + "\n\n".join(sections))
+else:
+    sys.exit(__doc__)

@@ -11,7 +11,7 @@ under a "### Bars of issue 32" heading, and "The bar of issue 11 (the bars
 of issue 14)", every row. Each gives a row per bar, its part and whether
 it is met, and a count of what is not. Without --splice it prints the
 sections; with it, it rewrites only those sections of REPORT (between
-their marker comments), placing them after "## This run" the first time.
+their marker comments), placing them before the first part's section the first time.
 """
 
 import re
@@ -106,12 +106,13 @@ def section(text):
 
 def splice(text, begin, end, new):
     """TEXT with the section between BEGIN and END replaced by NEW, or NEW
-    placed before the first section after "## This run"."""
+    placed before the first part's section (its marker comment comes before
+    its heading), else before the first heading but "This run"."""
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
         _, tail = rest.split(end, 1)
         return head + new + tail
-    match = re.search(r"^## (?!This run).*$", text, re.M)
+    match = re.search(r"^<!-- scripts/bench: \S+ section;", text, re.M) or re.search(r"^## (?!This run).*$", text, re.M)
     at = match.start() if match else len(text)
     return text[:at] + new + "\n\n" + text[at:]
 

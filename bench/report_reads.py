@@ -139,7 +139,7 @@ def render(r, command, git, quiet):
         "`readiness::of_deployments`), each looking up every id the way the single read looks up one, through "
         "the same indexes (the plans above).",
         "",
-        "The admission count reads only the queued entries of `builds_by_status`: index-only, a few buffers, "
+        "The admission count reads only the queued entries of an index led by `status` (`builds_by_status` until migration 0025 dropped it; now `builds_queued_by_seq` or `builds_by_fair_tag`): index-only, a few buffers, "
         "whatever the finished builds. On PostgreSQL one more thing can make it grow: a build that left "
         "`queued` leaves its old index entry until a vacuum removes it; the first count after that finds the "
         "row dead and marks the entry so later counts skip it without the heap, but they still read its index "

@@ -1,7 +1,8 @@
 //! How the worker takes jobs from a queue on either engine: the one place
 //! apalis's storage is configured ([`QueueSettings`]; the fleet worker and
-//! the queue benchmark use it), and when an idle apalis worker looks for
-//! jobs ([`Wakeups`]).
+//! the queue benchmark use it), when an idle apalis worker looks for jobs
+//! ([`Wakeups`]), and, on PostgreSQL, who writes its jobs' starts and ends
+//! ([`Completing`]: the process's completer, `crate::completer`).
 //!
 //! apalis traps handled here: the queue name is always set explicitly (the
 //! default is the Rust type's name, so a renamed type would orphan its
@@ -13,12 +14,13 @@
 //! worker's jobs go out again within half a heartbeat of the missed-beat
 //! window.
 
-use apalis::prelude::{BackendExt, PollSnapshot, PollStrategy, PollWith, Strategy};
+use crate::completer::{CompleteLayer, Completer};
+use apalis::prelude::{Backend, BackendExt, PollSnapshot, PollStrategy, PollWith, Strategy, WorkerContext};
+use apalis_core::backend::{BackendConfig, WireFormatBackend};
 use apalis_postgres::PostgresStorage;
 use apalis_sqlite::SqliteStorage;
-use slipway_jobs::store::queue::{JobFeed, Woken, MISSED_HEARTBEATS};
+use slipway_jobs::store::queue::{JobFeed, Subscription, MISSED_HEARTBEATS};
 use std::time::Duration;
-use tokio::sync::mpsc;
 
 /// How long an idle SQLite worker waits before it looks for jobs again: a
 /// submit's build waits half of it on average (SQLite tells no other
@@ -46,12 +48,12 @@ pub const SQLITE_POLL: Duration = Duration::from_millis(100);
 pub struct Wakeups {
     period: Duration,
     timer: std::pin::Pin<Box<tokio::time::Sleep>>,
-    notifications: Option<mpsc::Receiver<Woken>>,
+    notifications: Option<Subscription>,
 }
 
 impl Wakeups {
     /// Wakes every `period`, and on each item of `notifications` when given.
-    pub fn new(period: Duration, notifications: Option<mpsc::Receiver<Woken>>) -> Self {
+    pub fn new(period: Duration, notifications: Option<Subscription>) -> Self {
         Self { period, timer: Box::pin(tokio::time::sleep(period)), notifications }
     }
 }
@@ -115,18 +117,85 @@ impl QueueSettings {
     }
 
     /// The queue's storage on PostgreSQL, woken by `feed` (LISTEN/NOTIFY)
-    /// and polled every [`JobFeed::poll`].
-    pub fn postgres<J>(&self, pool: &sqlx::PgPool, feed: &JobFeed) -> PollWith<PostgresStorage<J>, Strategy> {
+    /// and polled every [`JobFeed::poll`]; its jobs' starts and ends are
+    /// written by the process's `completer`, not by the storage between
+    /// two fetches.
+    pub fn postgres<J>(
+        &self,
+        pool: &sqlx::PgPool,
+        feed: &JobFeed,
+        completer: &Completer,
+    ) -> Completing<PollWith<PostgresStorage<J>, Strategy>> {
         let (beat, missed) = self.beats();
         let config = apalis_postgres::Config::default()
             .queue(self.queue)
             .batch_size(self.batch_size)
             .heartbeat_interval(beat)
-            .missed_heartbeats(missed);
+            .missed_heartbeats(missed)
+            .lock_tasks(false)
+            .persist_results(false);
         let wake = Strategy::new().apply(Wakeups::new(feed.poll(), Some(feed.subscribe(self.queue))));
-        PostgresStorage::<J>::new(pool).with_config(config).poll_with_strategy(wake)
+        let storage = PostgresStorage::<J>::new(pool).with_config(config).poll_with_strategy(wake);
+        Completing { backend: storage, completer: completer.clone() }
     }
 }
+
+/// A PostgreSQL queue's storage whose jobs' starts and ends go to the
+/// process's [`Completer`] ([`crate::completer::CompleteLayer`] is its
+/// middleware); fetching, heartbeats and hand-backs are the storage's own.
+pub struct Completing<B> {
+    backend: B,
+    completer: Completer,
+}
+
+impl<B: Backend> Backend for Completing<B> {
+    type Task = B::Task;
+    type Error = B::Error;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        worker: &WorkerContext,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.backend.poll_ready(cx, worker)
+    }
+
+    fn poll_next(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        worker: &WorkerContext,
+    ) -> std::task::Poll<Option<Result<Self::Task, Self::Error>>> {
+        self.backend.poll_next(cx, worker)
+    }
+
+    fn poll_close(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        worker: &WorkerContext,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.backend.poll_close(cx, worker)
+    }
+}
+
+impl<B: BackendConfig> BackendConfig for Completing<B> {
+    type Id = B::Id;
+    type Args = B::Args;
+    type Kind = B::Kind;
+    type Config = B::Config;
+    type Layer = CompleteLayer;
+
+    fn config(&self) -> &Self::Config {
+        self.backend.config()
+    }
+
+    /// The completer's layer, in place of the storage's own (built without
+    /// start and end events, its middleware is never asked for).
+    fn middleware(&mut self, worker: &mut WorkerContext) -> Self::Layer {
+        self.completer.layer(worker.name())
+    }
+}
+
+apalis_core::delegate_codec!(Completing<B>, backend);
 
 /// apalis's heartbeat interval for Slipway's `heartbeat`: half of it, so
 /// apalis declares a worker dead after [`MISSED_HEARTBEATS`] of Slipway's

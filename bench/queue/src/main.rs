@@ -12,7 +12,8 @@
 //!
 //! Every run drops and recreates its own scratch database (`slipway_bench` on
 //! the server given by `--server`, default `127.0.0.1:5432` as `postgres`)
-//! and runs apalis-postgres's migrations in it. Each measurement is one JSON
+//! and runs apalis-postgres's migrations in it, then drops the job table's
+//! indexes Slipway's migration 0025 drops. Each measurement is one JSON
 //! line on stdout; errors go to stderr (and, with `RUST_LOG` set, apalis's and
 //! sqlx's tracing: e.g. `RUST_LOG=sqlx=debug` shows every statement's time).
 //!
@@ -47,6 +48,7 @@ use clap::{Args, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use slipway_jobs::store::queue::JobFeed;
+use slipway_worker::completer::Completer;
 use slipway_worker::storage::QueueSettings;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgPool};
@@ -143,8 +145,9 @@ struct Tuning {
     /// `Config::batch_size`: jobs claimed per fetch.
     #[arg(long, default_value_t = 10)]
     batch_size: usize,
-    /// Connections in the workers' pool; 0 = 2 per worker + 1 (each worker
-    /// holds one for LISTEN and uses one at a time for fetch/ack/heartbeat).
+    /// Connections in the workers' pool; 0 = 3 per worker + 1 (each worker
+    /// holds one for LISTEN, uses one at a time for fetch and heartbeat,
+    /// and its completer one for the starts and ends).
     #[arg(long, default_value_t = 0)]
     pool_size: u32,
     /// Slipway's heartbeat (`SLIPWAY_HEARTBEAT`), seconds.
@@ -157,7 +160,7 @@ impl Tuning {
         if self.pool_size > 0 {
             self.pool_size
         } else {
-            2 * self.workers as u32 + 1
+            3 * self.workers as u32 + 1
         }
     }
 }
@@ -220,9 +223,10 @@ async fn noop(job: NoopJob, probe: Data<Arc<Probe>>) -> Result<(), BoxDynError> 
 ///
 /// The storage comes from [`QueueSettings::postgres`], the constructor
 /// `slipway-worker` builds its `builds` queue with (queue name, batch size,
-/// heartbeat and missed-beat window, LISTEN/NOTIFY with a poll), so the
-/// figures are those of the worker's own queue; the worker has a unique
-/// name and `.concurrency(n)`.
+/// heartbeat and missed-beat window, LISTEN/NOTIFY with a poll, and a
+/// completer of its own for the jobs' starts and ends), so the figures are
+/// those of the worker's own queue; the worker has a unique name and
+/// `.concurrency(n)`.
 fn slipway_queue_worker(
     pool: &PgPool,
     tuning: &Tuning,
@@ -234,7 +238,10 @@ fn slipway_queue_worker(
         batch_size: tuning.batch_size,
         heartbeat: Duration::from_secs(tuning.heartbeat_secs),
     };
-    let storage = settings.postgres::<NoopJob>(pool, &JobFeed::start(pool, slipway_jobs::store::queue::POSTGRES_POLL));
+    // Each worker has its own LISTEN and completer, as a worker process has.
+    let feed = JobFeed::start(pool, slipway_jobs::store::queue::POSTGRES_POLL);
+    let completer = Completer::start(slipway_jobs::store::Db::Postgres(pool.clone()));
+    let storage = settings.postgres::<NoopJob>(pool, &feed, &completer);
     let ctx = WorkerContext::new(worker_name);
     let worker = WorkerBuilder::new(&ctx).backend(storage).data(probe).concurrency(tuning.concurrency).build(noop);
     (ctx, worker.run())
@@ -306,6 +313,12 @@ async fn prepare(cli: &Cli) -> anyhow::Result<PgConnectOptions> {
     let options = fresh_database(&cli.server, &cli.database).await?;
     let mut conn = options.connect().await?;
     PostgresStorage::migrations().run(&mut conn).await.context("running apalis-postgres migrations")?;
+    // The job table's indexes as Slipway's migrations leave them (0025
+    // drops apalis's duplicates; its `builds` index is not here).
+    sqlx::raw_sql(include_str!("../../../migrations/postgres/0025_unread_indexes.sql"))
+        .execute(&mut conn)
+        .await
+        .context("dropping the indexes Slipway's migration 0025 drops")?;
     // Statistics of the empty tables, as autovacuum leaves a new schema: the
     // same starting point the peer drivers give graphile-worker and
     // procrastinate. (Statistics taken while every row is Pending with no

@@ -19,8 +19,9 @@ use super::StoreError;
 use apalis::prelude::Task;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres, Sqlite, SqliteConnection, SqlitePool, Transaction};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, Mutex, OwnedMutexGuard};
 
 /// Which engine a [`Db`] runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,13 +56,257 @@ pub enum Db {
 /// transaction began by reading its pages again. On one connection, its
 /// cache holds while only this process writes.
 ///
+/// And they commit in groups (group commit): a write transaction is a
+/// `SAVEPOINT` inside one `BEGIN IMMEDIATE … COMMIT` on that connection.
+/// When one ends while others wait for the turn, it releases its savepoint
+/// and hands the turn on with the transaction still open; the next one
+/// joins the same transaction. The last of them (none waiting, or
+/// [`MAX_GROUP`] joined) commits it, one `fsync` for all of them, and only
+/// then is each told its commit returned: [`Conn::commit`] never answers
+/// before the transaction holding its writes is durable
+/// (`synchronous = FULL`). A transaction that fails or is rolled back goes
+/// back to its own savepoint and takes nothing else with it; a commit that
+/// fails fails every transaction of its group, and a crash before it loses
+/// them all, none of them answered.
+///
 /// Dereferences to the pool of the other connections (reads, and writes of
 /// one statement).
 #[derive(Debug, Clone)]
 pub struct SqliteDb {
     pool: SqlitePool,
-    writers: Arc<Semaphore>,
     writer: SqlitePool,
+    turn: Arc<WriteTurn>,
+}
+
+/// At most this many write transactions share one SQLite commit
+/// ([`SqliteDb`]'s group commit); the next one starts a new group.
+pub const MAX_GROUP: usize = 64;
+
+/// The savepoint each write transaction of a group runs in.
+const MEMBER: &str = "slipway_write";
+
+/// SQLite's write turn, with the group of write transactions that share
+/// the open transaction on the writer connection ([`SqliteDb`]).
+#[derive(Debug, Default)]
+struct WriteTurn {
+    /// Held by whoever writes; the group inside is what is open.
+    group: Arc<Mutex<Group>>,
+    /// Write transactions waiting for the turn (the one holding it hands
+    /// its open transaction on to them instead of committing).
+    waiting: AtomicUsize,
+    /// Write transactions that asked for the turn and ended with a commit.
+    committed: AtomicU64,
+    /// `COMMIT`s of groups, each one `fsync` of the log.
+    commits: AtomicU64,
+}
+
+/// The open transaction on SQLite's writer connection and the write
+/// transactions in it that wait for its commit.
+#[derive(Debug, Default)]
+struct Group {
+    /// The writer connection, kept from one group to the next (its page
+    /// cache); `None` until first used and after an error on it.
+    conn: Option<PoolConnection<Sqlite>>,
+    /// `BEGIN IMMEDIATE` ran and neither `COMMIT` nor `ROLLBACK` since.
+    open: bool,
+    /// The transactions whose savepoints were released into the open one:
+    /// each is told how its commit ended.
+    members: Vec<oneshot::Sender<Result<(), Arc<sqlx::Error>>>>,
+    /// Grows by one each time a group ends, so a finisher knows whether
+    /// its group is still the open one.
+    generation: u64,
+}
+
+impl Group {
+    /// The writer connection, opened from `writer` when there is none.
+    async fn connection(&mut self, writer: &SqlitePool) -> Result<&mut SqliteConnection, sqlx::Error> {
+        if self.conn.is_none() {
+            self.conn = Some(writer.acquire().await?);
+        }
+        Ok(&mut **self.conn.as_mut().expect("just opened"))
+    }
+
+    /// The open transaction's connection (a member holds the turn).
+    fn open_connection(&mut self) -> &mut SqliteConnection {
+        self.conn.as_mut().expect("an open group keeps its connection")
+    }
+
+    /// Commits the open transaction and tells every member how it ended.
+    async fn commit(&mut self, turn: &WriteTurn) {
+        if self.members.len() > 1 {
+            crate::failpoint::hit("sqlite_group_commit");
+        }
+        let result = sqlx::raw_sql("COMMIT").execute(self.open_connection()).await.map(|_| ());
+        turn.commits.fetch_add(1, Ordering::Relaxed);
+        match result {
+            Ok(()) => {
+                self.open = false;
+                turn.committed.fetch_add(self.members.len() as u64, Ordering::Relaxed);
+                self.end(Ok(())).await;
+            }
+            Err(e) => self.end(Err(Arc::new(e))).await,
+        }
+    }
+
+    /// Ends the group with `outcome`: after a failure the transaction is
+    /// rolled back (what is left of it) and the connection given back to
+    /// the pool, which tests it. Every member is told.
+    async fn end(&mut self, outcome: Result<(), Arc<sqlx::Error>>) {
+        if outcome.is_err() {
+            if let Some(conn) = self.conn.as_mut() {
+                // Fails harmlessly when SQLite already rolled it back.
+                let _ = sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await;
+            }
+            self.conn = None;
+            self.open = false;
+        }
+        self.generation += 1;
+        for member in self.members.drain(..) {
+            let _ = member.send(outcome.clone());
+        }
+    }
+
+    /// Ends an open transaction that holds no member's writes.
+    async fn close_empty(&mut self) {
+        if self.open {
+            self.open = false;
+            self.generation += 1;
+            if sqlx::raw_sql("ROLLBACK").execute(self.open_connection()).await.is_err() {
+                self.conn = None;
+            }
+        }
+    }
+}
+
+impl WriteTurn {
+    /// What follows a member's end, holding the turn: with no member
+    /// waiting for the commit, the transaction ends; with write
+    /// transactions waiting for the turn and room in the group, the turn
+    /// goes on to them with the transaction open (and a finisher queues
+    /// behind them, to commit it should none of them); otherwise it
+    /// commits.
+    async fn pass_or_commit(self: Arc<Self>, mut group: OwnedMutexGuard<Group>) {
+        if group.members.is_empty() {
+            group.close_empty().await;
+        } else if self.waiting.load(Ordering::SeqCst) > 0 && group.members.len() < MAX_GROUP {
+            let generation = group.generation;
+            drop(group);
+            tokio::spawn(self.finish(generation));
+        } else {
+            group.commit(&self).await;
+        }
+    }
+
+    /// Commits group `generation` if it is still open when the turn comes.
+    async fn finish(self: Arc<Self>, generation: u64) {
+        let mut group = self.group.clone().lock_owned().await;
+        if group.generation == generation && !group.members.is_empty() {
+            group.commit(&self).await;
+        }
+    }
+
+    /// The turn for work that is no write transaction (a checkpoint, a
+    /// failpoint's hold): an open group is committed first.
+    async fn take_clean(&self) -> OwnedMutexGuard<Group> {
+        let mut group = self.group.clone().lock_owned().await;
+        if !group.members.is_empty() {
+            group.commit(self).await;
+        }
+        group.close_empty().await;
+        group
+    }
+}
+
+/// A write transaction on SQLite ([`Db::begin_write`]): a savepoint in its
+/// group's transaction, holding the write turn until it ends. Dropped
+/// without [`Conn::commit`] or [`Conn::rollback`], it rolls back to its
+/// savepoint on a task of its own.
+#[derive(Debug)]
+pub struct GroupMember {
+    turn: Arc<WriteTurn>,
+    group: Option<OwnedMutexGuard<Group>>,
+}
+
+impl GroupMember {
+    fn connection(&mut self) -> &mut SqliteConnection {
+        self.group.as_mut().expect("a member holds the turn until it ends").open_connection()
+    }
+
+    /// Releases the savepoint into the group and waits for the group's
+    /// commit (run on a task of its own, so a caller that gives up waiting
+    /// cannot leave the group half ended).
+    async fn commit(mut self) -> Result<(), StoreError> {
+        let mut group = self.group.take().expect("a member holds the turn until it ends");
+        let turn = self.turn.clone();
+        let (told, outcome) = oneshot::channel();
+        tokio::spawn(async move {
+            let released =
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("RELEASE {MEMBER}"))).execute(group.open_connection()).await;
+            group.members.push(told);
+            match released {
+                Ok(_) => turn.pass_or_commit(group).await,
+                // The transaction is gone (SQLite rolls some errors back
+                // whole): so are the writes of every member in it.
+                Err(e) => group.end(Err(Arc::new(e))).await,
+            }
+        });
+        match outcome.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(StoreError::Database(copy_error(&e))),
+            Err(_) => Err(StoreError::Database(sqlx::Error::WorkerCrashed)),
+        }
+    }
+
+    /// Rolls back to the savepoint; the group's other transactions stay.
+    async fn rollback(mut self) -> Result<(), StoreError> {
+        let group = self.group.take().expect("a member holds the turn until it ends");
+        tokio::spawn(undo(self.turn.clone(), group)).await.map_err(|_| StoreError::Database(sqlx::Error::WorkerCrashed))
+    }
+}
+
+impl Drop for GroupMember {
+    fn drop(&mut self) {
+        if let Some(group) = self.group.take() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(undo(self.turn.clone(), group));
+            }
+        }
+    }
+}
+
+/// A member's savepoint rolled back and released, holding the turn, then
+/// [`WriteTurn::pass_or_commit`]; when that fails the group's transaction
+/// is gone, and with it every member's writes.
+async fn undo(turn: Arc<WriteTurn>, mut group: OwnedMutexGuard<Group>) {
+    let sql = format!("ROLLBACK TO {MEMBER}; RELEASE {MEMBER}");
+    match sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(group.open_connection()).await {
+        Ok(_) => turn.pass_or_commit(group).await,
+        Err(e) => group.end(Err(Arc::new(e))).await,
+    }
+}
+
+/// A group's failure as each of its members returns it: the same kind of
+/// error for [`StoreError::is_unavailable`] and
+/// [`StoreError::is_storage_full`], its words kept.
+fn copy_error(e: &sqlx::Error) -> sqlx::Error {
+    use std::io;
+    match e {
+        sqlx::Error::Io(io) => sqlx::Error::Io(match io.raw_os_error() {
+            Some(code) => io::Error::from_raw_os_error(code),
+            None => io::Error::new(io.kind(), io.to_string()),
+        }),
+        sqlx::Error::Database(d) => match super::sqlite_code(d.as_ref()).map(|c| c & 0xff) {
+            Some(13) => sqlx::Error::Io(io::Error::from_raw_os_error(libc::ENOSPC)),
+            Some(c) if super::SQLITE_UNAVAILABLE.contains(&c) => {
+                sqlx::Error::Io(io::Error::other(d.message().to_owned()))
+            }
+            _ => sqlx::Error::Protocol(e.to_string()),
+        },
+        sqlx::Error::PoolTimedOut => sqlx::Error::PoolTimedOut,
+        sqlx::Error::PoolClosed => sqlx::Error::PoolClosed,
+        sqlx::Error::WorkerCrashed => sqlx::Error::WorkerCrashed,
+        other => sqlx::Error::Protocol(other.to_string()),
+    }
 }
 
 impl SqliteDb {
@@ -69,7 +314,47 @@ impl SqliteDb {
     /// transactions (opened on first use, with `pool`'s options).
     pub fn new(pool: SqlitePool) -> Self {
         let writer = super::sqlite_pool_options(1).connect_lazy_with((*pool.connect_options()).clone());
-        Self { pool, writers: Arc::new(Semaphore::new(1)), writer }
+        Self { pool, writer, turn: Arc::default() }
+    }
+
+    /// Write transactions that ended with a commit, and the `COMMIT`s that
+    /// made them durable (fewer when they shared one; [`SqliteDb`]).
+    pub fn group_commits(&self) -> (u64, u64) {
+        (self.turn.committed.load(Ordering::Relaxed), self.turn.commits.load(Ordering::Relaxed))
+    }
+
+    /// Write transactions of this process waiting for the write turn now.
+    pub fn waiting_writers(&self) -> usize {
+        self.turn.waiting.load(Ordering::SeqCst)
+    }
+
+    /// [`Db::begin_write`] on SQLite: waits for the write turn (as long as
+    /// SQLite would have waited for its lock), joins the open group or
+    /// begins one (`BEGIN IMMEDIATE`), and opens its savepoint.
+    async fn begin_member(&self) -> Result<Conn, StoreError> {
+        self.turn.waiting.fetch_add(1, Ordering::SeqCst);
+        let got = tokio::time::timeout(super::SQLITE_BUSY_TIMEOUT, self.turn.group.clone().lock_owned()).await;
+        self.turn.waiting.fetch_sub(1, Ordering::SeqCst);
+        let mut group = got.map_err(|_| StoreError::Database(sqlx::Error::PoolTimedOut))?;
+        if !group.open {
+            let begun = match group.connection(&self.writer).await {
+                Ok(conn) => sqlx::raw_sql("BEGIN IMMEDIATE").execute(conn).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = begun {
+                // Given back to the pool, which tests it.
+                group.conn = None;
+                return Err(e.into());
+            }
+            group.open = true;
+        }
+        let savepoint = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SAVEPOINT {MEMBER}")));
+        if let Err(e) = savepoint.execute(group.open_connection()).await {
+            let e = Arc::new(e);
+            group.end(Err(e.clone())).await;
+            return Err(StoreError::Database(copy_error(&e)));
+        }
+        Ok(Conn::SqliteWrite(GroupMember { turn: self.turn.clone(), group: Some(group) }))
     }
 }
 
@@ -85,8 +370,8 @@ impl std::ops::Deref for SqliteDb {
 #[cfg(debug_assertions)]
 #[derive(Debug)]
 pub struct Held {
-    /// SQLite's write turn.
-    _turn: Option<OwnedSemaphorePermit>,
+    /// SQLite's write turn, no group open.
+    _turn: Option<OwnedMutexGuard<Group>>,
     _conns: Vec<Conn>,
 }
 
@@ -95,10 +380,12 @@ pub struct Held {
 pub enum Conn {
     /// A pooled SQLite connection.
     Sqlite(PoolConnection<Sqlite>),
-    /// An SQLite transaction: a write transaction holds its process's
-    /// write turn ([`SqliteDb`]) until it ends; a read transaction
-    /// ([`Db::begin_read`]) holds none.
-    SqliteTx(Transaction<'static, Sqlite>, Option<OwnedSemaphorePermit>),
+    /// An SQLite read transaction ([`Db::begin_read`]).
+    SqliteTx(Transaction<'static, Sqlite>),
+    /// An SQLite write transaction ([`Db::begin_write`]): it holds its
+    /// process's write turn until it ends, and commits with its group
+    /// ([`SqliteDb`]).
+    SqliteWrite(GroupMember),
     /// A pooled PostgreSQL connection.
     Postgres(PoolConnection<Postgres>),
     /// A PostgreSQL transaction, and the notifications it sends once it
@@ -266,18 +553,12 @@ impl Db {
     }
 
     /// Begins a write transaction. On SQLite it takes the write lock at once
-    /// (`BEGIN IMMEDIATE`), so two writers never deadlock upgrading read locks.
+    /// (`BEGIN IMMEDIATE`), so two writers never deadlock upgrading read
+    /// locks, and it commits with the write transactions that wait for it
+    /// (group commit, [`SqliteDb`]).
     pub async fn begin_write(&self) -> Result<Conn, StoreError> {
         Ok(match self {
-            Self::Sqlite(p) => {
-                // As long as SQLite would have waited for its lock; the
-                // semaphore is never closed.
-                let turn = tokio::time::timeout(super::SQLITE_BUSY_TIMEOUT, p.writers.clone().acquire_owned())
-                    .await
-                    .map_err(|_| StoreError::Database(sqlx::Error::PoolTimedOut))?
-                    .expect("the write turn stays open");
-                Conn::SqliteTx(p.writer.begin_with("BEGIN IMMEDIATE").await?, Some(turn))
-            }
+            Self::Sqlite(p) => p.begin_member().await?,
             Self::Postgres(p) => Conn::PostgresTx(p.begin().await?, Notices { pool: p.clone(), pending: Vec::new() }),
         })
     }
@@ -292,7 +573,7 @@ impl Db {
     /// fleet) and must not show one change half made.
     pub async fn begin_read(&self) -> Result<Conn, StoreError> {
         Ok(match self {
-            Self::Sqlite(p) => Conn::SqliteTx(p.pool.begin().await?, None),
+            Self::Sqlite(p) => Conn::SqliteTx(p.pool.begin().await?),
             Self::Postgres(p) => Conn::PostgresTx(
                 p.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?,
                 Notices { pool: p.clone(), pending: Vec::new() },
@@ -322,17 +603,17 @@ impl Db {
                 Q::new("PRAGMA wal_checkpoint(PASSIVE)").fetch_one(&mut Conn::Sqlite(p.acquire().await?)).await?
             }
             CheckpointMode::Truncate => {
-                let Ok(turn) = tokio::time::timeout(wait, p.writers.clone().acquire_owned()).await else {
+                let Ok(mut group) = tokio::time::timeout(wait, p.turn.take_clean()).await else {
                     return Ok(Some(Checkpoint { busy: true, log_frames: -1, checkpointed: -1 }));
                 };
-                let _turn = turn.expect("the write turn stays open");
-                let mut conn = Conn::Sqlite(p.writer.acquire().await?);
-                Q::new("PRAGMA busy_timeout = 0").execute(&mut conn).await?;
-                let answer = Q::new("PRAGMA wal_checkpoint(TRUNCATE)").fetch_one(&mut conn).await;
+                let conn = group.connection(&p.writer).await?;
+                sqlx::raw_sql("PRAGMA busy_timeout = 0").execute(&mut *conn).await?;
+                let answer =
+                    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").fetch_one(&mut *conn).await.map(Row::Sqlite);
                 let restore = format!("PRAGMA busy_timeout = {}", super::SQLITE_BUSY_TIMEOUT.as_millis());
-                if Q::new(restore).execute(&mut conn).await.is_err() {
-                    // Not handed back to the pool without its busy timeout.
-                    if let Conn::Sqlite(c) = conn {
+                if sqlx::raw_sql(sqlx::AssertSqlSafe(restore)).execute(&mut *conn).await.is_err() {
+                    // Not kept without its busy timeout.
+                    if let Some(c) = group.conn.take() {
                         drop(c.detach());
                     }
                 }
@@ -362,7 +643,7 @@ impl Db {
     #[cfg(debug_assertions)]
     pub async fn hold_all(&self) -> Held {
         let turn = match self {
-            Self::Sqlite(p) => Some(p.writers.clone().acquire_owned().await.expect("the write turn stays open")),
+            Self::Sqlite(p) => Some(p.turn.take_clean().await),
             Self::Postgres(_) => None,
         };
         Held { _turn: turn, _conns: self.hold_all_connections().await }
@@ -413,6 +694,8 @@ impl Db {
     pub async fn close(&self) {
         match self {
             Self::Sqlite(p) => {
+                // The writer connection goes back to its pool first.
+                p.turn.take_clean().await.conn = None;
                 p.writer.close().await;
                 p.pool.close().await;
             }
@@ -425,7 +708,7 @@ impl Conn {
     /// The engine this connection talks to.
     pub fn engine(&self) -> Engine {
         match self {
-            Self::Sqlite(_) | Self::SqliteTx(..) => Engine::Sqlite,
+            Self::Sqlite(_) | Self::SqliteTx(_) | Self::SqliteWrite(_) => Engine::Sqlite,
             Self::Postgres(_) | Self::PostgresTx(..) => Engine::Postgres,
         }
     }
@@ -433,7 +716,8 @@ impl Conn {
     fn target(&mut self) -> Target<'_> {
         match self {
             Self::Sqlite(c) => Target::Sqlite(c),
-            Self::SqliteTx(t, _) => Target::Sqlite(t),
+            Self::SqliteTx(t) => Target::Sqlite(t),
+            Self::SqliteWrite(m) => Target::Sqlite(m.connection()),
             Self::Postgres(c) => Target::Postgres(c),
             Self::PostgresTx(t, _) => Target::Postgres(t),
         }
@@ -443,7 +727,8 @@ impl Conn {
     /// then sends its notifications ([`Conn::notify`]).
     pub async fn commit(self) -> Result<(), StoreError> {
         match self {
-            Self::SqliteTx(t, _turn) => t.commit().await?,
+            Self::SqliteTx(t) => t.commit().await?,
+            Self::SqliteWrite(m) => m.commit().await?,
             Self::PostgresTx(t, notices) => {
                 t.commit().await?;
                 notices.send().await;
@@ -456,7 +741,8 @@ impl Conn {
     /// Rolls a transaction back.
     pub async fn rollback(self) -> Result<(), StoreError> {
         match self {
-            Self::SqliteTx(t, _turn) => t.rollback().await?,
+            Self::SqliteTx(t) => t.rollback().await?,
+            Self::SqliteWrite(m) => m.rollback().await?,
             Self::PostgresTx(t, _) => t.rollback().await?,
             Self::Sqlite(_) | Self::Postgres(_) => {}
         }
@@ -507,7 +793,7 @@ impl Conn {
         match self {
             Self::PostgresTx(_, notices) => notices.pending.push((channel, payload)),
             Self::Postgres(c) => send_notices(c, &[(channel, payload)]).await?,
-            Self::Sqlite(_) | Self::SqliteTx(..) => {}
+            Self::Sqlite(_) | Self::SqliteTx(_) | Self::SqliteWrite(_) => {}
         }
         Ok(())
     }

@@ -24,21 +24,44 @@ pub fn tenant_of(b: &NewBuild<'_>) -> String {
 /// The tag a build of tenant `tenant` (an SQL expression: a placeholder)
 /// gets when its job is pushed now (never below 0), as an SQL expression
 /// for either engine. Reads only outstanding builds (dispatched and queued, or
-/// running) through `builds_by_tenant` and `builds_by_fair_tag`.
-pub(crate) fn tag_sql(engine: Engine, tenant: &str) -> String {
+/// running), each read one probe of an index whose order is its answer,
+/// whatever statistics the planner has (migration 0026): the tenant's
+/// newest tag per status from the top of `builds_by_tenant (tenant, status,
+/// fair_tag)`, the earliest waiting tag from `builds_waiting_by_tag`, the
+/// latest running one from `builds_running_by_tag`. Only a dispatched build
+/// has a tag, so the tenant's probes need not ask `dispatched = 1` (which
+/// would let the planner walk `builds_waiting_by_tag` through every other
+/// tenant's builds instead).
+pub fn tag_sql(engine: Engine, tenant: &str) -> String {
     let greatest = match engine {
         Engine::Postgres => "GREATEST",
         Engine::Sqlite => "MAX",
     };
+    // SQLite, with no statistics, would rather search `builds_queued_by_seq`
+    // and sort; it is told which index each read walks.
+    let by = |index: &str| match engine {
+        Engine::Postgres => String::new(),
+        Engine::Sqlite => format!(" INDEXED BY {index}"),
+    };
+    let (tenants, waiting, running) =
+        (by("builds_by_tenant"), by("builds_waiting_by_tag"), by("builds_running_by_tag"));
+    let newest = |status: &str| {
+        format!(
+            "COALESCE((SELECT fair_tag + 1 FROM builds{tenants} WHERE tenant = {tenant} AND status = '{status}'
+                         AND fair_tag IS NOT NULL ORDER BY fair_tag DESC LIMIT 1), 0)"
+        )
+    };
     format!(
         "{greatest}(
-            COALESCE((SELECT fair_tag + 1 FROM builds WHERE tenant = {tenant} AND status IN ('queued', 'running')
-                        AND dispatched = 1 AND fair_tag IS NOT NULL ORDER BY fair_tag DESC LIMIT 1), 0),
-            COALESCE((SELECT fair_tag - 1 FROM builds WHERE status = 'queued' AND dispatched = 1
+            {queued},
+            {tenant_running},
+            COALESCE((SELECT fair_tag - 1 FROM builds{waiting} WHERE status = 'queued' AND dispatched = 1
                         AND fair_tag IS NOT NULL ORDER BY fair_tag LIMIT 1),
-                     (SELECT fair_tag FROM builds WHERE status = 'running' AND fair_tag IS NOT NULL
+                     (SELECT fair_tag FROM builds{running} WHERE status = 'running' AND fair_tag IS NOT NULL
                         ORDER BY fair_tag DESC LIMIT 1), 0),
-            0)"
+            0)",
+        queued = newest("queued"),
+        tenant_running = newest("running"),
     )
 }
 

@@ -9,6 +9,7 @@
 //! and push its job in one transaction.
 
 pub mod builds;
+pub mod completions;
 pub mod db;
 pub mod deployments;
 pub mod events;

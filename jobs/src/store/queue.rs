@@ -285,8 +285,8 @@ type Subscriber = (String, mpsc::Sender<Woken>);
 
 impl JobFeed {
     /// Starts the feed's listener on `pool` (in a task that ends once every
-    /// clone of the feed is dropped and it next hears something); workers
-    /// also look every `poll`.
+    /// clone of the feed and every [`Subscription`] to it are dropped and it
+    /// next hears something); workers also look every `poll`.
     pub fn start(pool: &sqlx::PgPool, poll: Duration) -> Self {
         let feed = Self { poll, subscribers: Default::default() };
         let subscribers = std::sync::Arc::downgrade(&feed.subscribers);
@@ -320,11 +320,34 @@ impl JobFeed {
     }
 
     /// The wakes of `queue`'s workers from now on: its new jobs, and each
-    /// time the feed listens again.
-    pub fn subscribe(&self, queue: &str) -> mpsc::Receiver<Woken> {
+    /// time the feed listens again. The subscription keeps the feed
+    /// listening for as long as it lives, whether or not the feed itself
+    /// is kept.
+    pub fn subscribe(&self, queue: &str) -> Subscription {
         let (sender, receiver) = mpsc::channel(1);
         self.subscribers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((queue.to_owned(), sender));
-        receiver
+        Subscription { receiver, _feed: self.clone() }
+    }
+}
+
+/// One queue's wakes from a [`JobFeed`] ([`JobFeed::subscribe`]), which it
+/// keeps listening: a storage built from a feed that its caller then drops
+/// (a temporary) is still woken by its queue's inserts, not only by its poll.
+pub struct Subscription {
+    receiver: mpsc::Receiver<Woken>,
+    _feed: JobFeed,
+}
+
+impl Subscription {
+    /// The next wake; `None` once the feed's listener has ended.
+    pub async fn recv(&mut self) -> Option<Woken> {
+        self.receiver.recv().await
+    }
+
+    /// The next wake if one is waiting, registering `cx` to be woken by the
+    /// next one otherwise; `Ready(None)` once the feed's listener has ended.
+    pub fn poll_recv(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Woken>> {
+        self.receiver.poll_recv(cx)
     }
 }
 

@@ -11,6 +11,7 @@ mod containment;
 mod doc_paths;
 mod fleet;
 mod git_fetch;
+mod group_commit;
 mod lifecycle;
 mod migration_cases;
 mod notifications;

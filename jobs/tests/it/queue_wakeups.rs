@@ -90,3 +90,23 @@ async fn the_job_feed_listens_again_after_postgres_refused_every_connection() {
     }
     panic!("a new job went unheard after the outage: {heard:?}");
 }
+
+/// A storage is built from a feed its caller need not keep (the queue
+/// benchmark passed a temporary): the subscription alone keeps the feed
+/// listening, so a new job still wakes its queue's workers at once instead
+/// of at their next poll, a second later.
+#[tokio::test]
+async fn a_subscription_is_woken_by_new_jobs_after_its_feed_is_dropped() {
+    let w = world(Engine::Postgres, &[]).await;
+    let Db::Postgres(pool) = &w.ctx.db else { unreachable!("a PostgreSQL world") };
+    let mut wakeups = JobFeed::start(pool, POSTGRES_POLL).subscribe(NIX_QUEUE);
+    let first = tokio::time::timeout(Duration::from_secs(30), wakeups.recv()).await;
+    assert_eq!(first.ok().flatten(), Some(Woken::Listening), "the feed never listened");
+
+    let mut tx = w.ctx.db.begin_write().await.unwrap();
+    push(&mut tx, &NixJob { key: "after-the-feed".into() }, None).await.unwrap();
+    tx.commit().await.unwrap();
+    let nix_job = job_id(&w, "after-the-feed").await;
+    let woken_by = tokio::time::timeout(Duration::from_secs(30), wakeups.recv()).await;
+    assert_eq!(woken_by.ok().flatten(), Some(Woken::Job(nix_job)), "the new job did not wake the queue");
+}

@@ -101,3 +101,107 @@ async fn explain(pool: &sqlx::SqlitePool) -> Vec<String> {
 }
 
 slipway_jobs::on_both_engines!(builds_stored_before_migration_0016_are_read_by_deployment_and_status_after_it);
+
+/// The names of the indexes of `db`'s tables (PostgreSQL: Slipway's and
+/// apalis's schemas).
+async fn index_names(db: &Db) -> Vec<String> {
+    let sql = match db.engine() {
+        Engine::Sqlite => "SELECT name FROM sqlite_master WHERE type = 'index' AND name IS NOT NULL",
+        Engine::Postgres => "SELECT indexname AS name FROM pg_indexes WHERE schemaname IN ('public', 'apalis')",
+    };
+    let mut conn = db.acquire().await.unwrap();
+    Q::new(sql).fetch_all(&mut conn).await.unwrap().iter().map(|r| r.text("name").unwrap()).collect()
+}
+
+/// Migration 0025 drops the indexes no statement needs: apalis's second
+/// unique index on the job id and its second index on `lock_by`
+/// (PostgreSQL), and `builds_by_status`, the leading column of two other
+/// indexes (both engines); the indexes those statements read stay, and so
+/// does SQLite's `LIdx`, which apalis-sqlite's acknowledgement reads.
+async fn migration_0025_drops_the_indexes_nothing_needs_and_keeps_those_read(engine: Engine) {
+    let test_db = TestDatabase::new(engine).await;
+    let db = match engine {
+        Engine::Sqlite => slipway_jobs::store::open_sqlite(&test_db.dir.path().join("slipway.db")).await.unwrap(),
+        Engine::Postgres => slipway_jobs::store::open_postgres(&test_db.url).await.unwrap(),
+    };
+    let names = index_names(&db).await;
+    let has = |name: &str| names.iter().any(|n| n == name);
+    let (gone, kept): (&[&str], &[&str]) = match engine {
+        Engine::Postgres => (
+            &["builds_by_status", "unique_job_id", "lidx"],
+            &["builds_queued_by_seq", "builds_waiting_by_tag", "jobs_pkey", "idx_apalis_jobs_lock_by"],
+        ),
+        Engine::Sqlite => (&["builds_by_status"], &["builds_queued_by_seq", "builds_waiting_by_tag", "LIdx"]),
+    };
+    for name in gone {
+        assert!(!has(name), "{name} is still there: {names:?}");
+    }
+    for name in kept {
+        assert!(has(name), "{name} is gone: {names:?}");
+    }
+}
+
+slipway_jobs::on_both_engines!(migration_0025_drops_the_indexes_nothing_needs_and_keeps_those_read);
+
+/// The plan of `sql`, one line per node (PostgreSQL's `EXPLAIN`, SQLite's
+/// `EXPLAIN QUERY PLAN` details).
+async fn plan_of(db: &Db, sql: &str) -> Vec<String> {
+    let mut conn = db.acquire().await.unwrap();
+    let (explain, column) = match db.engine() {
+        Engine::Sqlite => ("EXPLAIN QUERY PLAN", "detail"),
+        Engine::Postgres => ("EXPLAIN", "QUERY PLAN"),
+    };
+    Q::new(format!("{explain} {sql}"))
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.text(column).unwrap())
+        .collect()
+}
+
+/// A pushed build's fair tag (`store::fair::tag_sql`, migration 0026) is
+/// read by probes of indexes whose order is the answer, on a database the
+/// planner has no statistics of (fresh, 2,000 builds of one tenant queued
+/// and dispatched, none analysed), for that tenant and for a newcomer: no
+/// scan of the table, no sort, no bitmap of the queue (each of which read
+/// the whole queue for every submit before).
+async fn a_pushed_build_s_fair_tag_is_read_in_probes_whatever_the_queue(engine: Engine) {
+    let test_db = TestDatabase::new(engine).await;
+    let db = match engine {
+        Engine::Sqlite => slipway_jobs::store::open_sqlite(&test_db.dir.path().join("slipway.db")).await.unwrap(),
+        Engine::Postgres => slipway_jobs::store::open_postgres(&test_db.url).await.unwrap(),
+    };
+    let mut conn = db.acquire().await.unwrap();
+    Q::new(
+        "INSERT INTO deployments (id, configuration, instances, version, created_at, updated_at)
+         VALUES ('d', '{}', '[]', 1, 0, 0)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let rows: Vec<String> =
+        (1..=2000).map(|i| format!("('b{i}', 'd', 'deploy', 'queued', '{{}}', '[]', 0, 1, 'busy', {i})")).collect();
+    Q::new(format!(
+        "INSERT INTO builds (id, deployment_id, kind, status, configuration, instances, queued_at, dispatched, tenant,
+                             fair_tag) VALUES {}",
+        rows.join(", ")
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    drop(conn);
+    for tenant in ["'busy'", "'newcomer'"] {
+        let sql = format!("SELECT {} AS tag", slipway_jobs::store::fair::tag_sql(engine, tenant));
+        let plan = plan_of(&db, &sql).await;
+        let whole = plan.join("\n");
+        for refused in ["Seq Scan", "Sort", "Bitmap", "SCAN builds", "TEMP B-TREE"] {
+            assert!(!whole.contains(refused), "{tenant}: the tag's plan reads the queue ({refused}):\n{whole}");
+        }
+        for index in ["builds_by_tenant", "builds_waiting_by_tag", "builds_running_by_tag"] {
+            assert!(whole.contains(index), "{tenant}: the tag's plan does not probe {index}:\n{whole}");
+        }
+    }
+}
+
+slipway_jobs::on_both_engines!(a_pushed_build_s_fair_tag_is_read_in_probes_whatever_the_queue);

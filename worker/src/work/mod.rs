@@ -13,12 +13,13 @@ mod handlers;
 mod register;
 mod shutdown;
 
+use crate::completer::Completer;
 use crate::supervise::Supervisor;
 use anyhow::Context as _;
 use apalis::prelude::Monitor;
 use handlers::Slots;
 use register::{register_all, Registration};
-use shutdown::{hand_back_at_once, hand_back_waiting, stop, Beats, Gate, Stopped};
+use shutdown::{hand_back_at_once, hand_back_waiting, stop, Beats, Gate, Stopped, RELEASE_PATIENCE};
 use slipway_jobs::config::Config;
 use slipway_jobs::jobs::{sweep, Ctx};
 use slipway_jobs::metrics::Metrics;
@@ -112,15 +113,20 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
     let gate = Gate::default();
     // One LISTEN for the process, which comes back after an outage: it
     // wakes each queue's apalis workers (PostgreSQL only).
-    let feed = match &db {
-        Db::Postgres(pool) => Some(JobFeed::start(pool, ctx.config.database.postgres_poll)),
-        Db::Sqlite(_) => None,
+    // And one completer, which writes every queue worker's job starts and
+    // ends in batches (PostgreSQL only; apalis-sqlite writes its own).
+    let (feed, completer) = match &db {
+        Db::Postgres(pool) => {
+            (Some(JobFeed::start(pool, ctx.config.database.postgres_poll)), Some(Completer::start(db.clone())))
+        }
+        Db::Sqlite(_) => (None, None),
     };
     let registration = Registration {
         ctx: ctx.clone(),
         gate: gate.clone(),
         supervisor,
         feed,
+        completer: completer.clone(),
         slots: build_slots,
         slot_count: slots,
         prefetch,
@@ -141,6 +147,15 @@ pub async fn run(config: Config, prefix: &str, slots: Option<u32>, queues: Vec<S
         stopped = stop(ctx.clone(), gate, beats) => (None, Some(stopped?)),
     };
     drop(monitor);
+    // The ends gathered so far are written before anything is handed back,
+    // so that no job that ended goes back to the queue.
+    if stopped.is_some() {
+        if let Some(completer) = &completer {
+            if tokio::time::timeout(RELEASE_PATIENCE, completer.flush()).await.is_err() {
+                tracing::warn!("the database did not answer; jobs that ended and were not yet recorded done are handed back, and their next worker finds them done");
+            }
+        }
+    }
     match stopped {
         Some(Stopped::Gracefully) => hand_back_waiting(&ctx).await,
         Some(Stopped::AtOnce { processes, builds }) => hand_back_at_once(&ctx, processes, builds).await,

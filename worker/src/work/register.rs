@@ -6,6 +6,7 @@
 
 use super::handlers::{handle, sweep_tick, Handled, Slots};
 use super::shutdown::Gate;
+use crate::completer::Completer;
 use crate::storage::QueueSettings;
 use crate::supervise::Supervisor;
 use apalis::prelude::{Monitor, WorkerBuilder, WorkerBuilderExt as _};
@@ -30,6 +31,8 @@ pub(crate) struct Registration {
     pub(crate) supervisor: Supervisor,
     /// The process's LISTEN that wakes each queue's workers (PostgreSQL only).
     pub(crate) feed: Option<JobFeed>,
+    /// The process's writer of its jobs' starts and ends (PostgreSQL only).
+    pub(crate) completer: Option<Completer>,
     /// The build slots (`BUILD_SLOTS`, or `--slots`).
     pub(crate) slots: Slots,
     /// How many permits `slots` has.
@@ -79,9 +82,10 @@ pub(crate) fn register<J: Handled>(monitor: Monitor, reg: &Registration) -> Moni
         }),
         (Db::Postgres(pool), feed) => {
             let feed = feed.expect("a PostgreSQL worker has a job feed");
+            let completer = reg.completer.clone().expect("a PostgreSQL worker has a completer");
             monitor.register(move |_restarts| {
                 WorkerBuilder::new(name.clone())
-                    .backend(reg.supervisor.hold(&name, settings.postgres::<J>(&pool, &feed), &reg.ctx))
+                    .backend(reg.supervisor.hold(&name, settings.postgres::<J>(&pool, &feed, &completer), &reg.ctx))
                     .data(reg.ctx.clone())
                     .data(reg.slots.clone())
                     .data(reg.metrics.clone())

@@ -64,7 +64,7 @@ pub(crate) async fn hand_back_waiting(ctx: &Ctx) {
 
 /// How long a worker stopping at once tries to hand its builds back before
 /// it exits anyway (their heartbeat then goes stale instead).
-const RELEASE_PATIENCE: Duration = Duration::from_secs(3);
+pub(crate) const RELEASE_PATIENCE: Duration = Duration::from_secs(3);
 
 /// How [`stop`] ended.
 pub(crate) enum Stopped {

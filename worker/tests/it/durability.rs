@@ -58,6 +58,50 @@ async fn an_api_that_dies_inside_a_submit_leaves_no_build_without_its_job(engine
     assert_eq!(counts(&pool).await, (1, 1, 1));
 }
 
+/// SQLite's group commit (`jobs/src/store/db.rs`, `SqliteDb`): an api that
+/// dies before the `COMMIT` of a group of submits (the failpoint aborts only
+/// at a group of two or more) has answered none of them. Rounds of eight
+/// concurrent submits run until one forms a group and the api dies; every
+/// submit answered `202` before that is stored, each with its deployment
+/// and its job.
+#[tokio::test]
+async fn an_api_that_dies_before_a_group_commit_loses_only_submits_it_never_answered() {
+    let db = TestDatabase::new(Engine::Sqlite).await;
+    let port = free_port();
+    let mut cmd = command(&binary("slipway-api"), &db, port);
+    cmd.env("SLIPWAY_FAILPOINTS", "sqlite_group_commit");
+    let mut api_process = start(cmd, &db, "api.log");
+    let api = Api::connect(&db, port).await;
+    let mut answered = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut round = 0;
+    let status = loop {
+        if let Some(status) = api_process.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "no round of concurrent submits formed a group");
+        round += 1;
+        let submits = (0..8).map(|i| {
+            let api = &api;
+            async move { api.submit(&format!("group-{round}-{i}"), &demo()).await }
+        });
+        for answer in futures::future::join_all(submits).await {
+            if let Ok((202, body)) = answer {
+                answered.push(body["build_id"].as_str().unwrap().to_owned());
+            }
+        }
+    };
+    assert!(!status.success(), "the api did not die at the group's commit");
+    let pool = open(&db).await;
+    let mut conn = pool.acquire().await.unwrap();
+    for build in &answered {
+        let row = Q::new("SELECT COUNT(*) AS n FROM builds WHERE id = $1").text(build.as_str());
+        assert_eq!(row.fetch_one(&mut conn).await.unwrap().int("n").unwrap(), 1, "answered build {build} was lost");
+    }
+    let (deployments, builds, jobs) = counts(&pool).await;
+    assert_eq!((deployments, jobs), (builds, builds), "a build without its deployment or its job");
+}
+
 async fn a_build_whose_worker_is_killed_is_run_again_by_another_worker(engine: Engine) {
     let db = TestDatabase::new(engine).await;
     let source = db.path("slow-source");
@@ -458,4 +502,73 @@ async fn a_worker_listens_again_after_postgres_refused_every_connection_for_5_s(
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         panic!("taken after {after:?}: only the poll found it; the worker's log ends:\n{}", tail.join("\n"));
     }
+}
+
+/// The apalis row of the `builds` job of `deployment`'s build: its status
+/// and attempts (PostgreSQL).
+async fn build_job_row(db: &Db, build_id: &str) -> Option<(String, i64)> {
+    let mut conn = db.acquire().await.ok()?;
+    let row = Q::new(
+        "SELECT status, attempts::bigint AS attempts FROM apalis.jobs WHERE job_type = 'builds' AND convert_from(job, 'UTF8') LIKE $1",
+    )
+    .text(format!("%{build_id}%"))
+    .fetch_optional(&mut conn)
+    .await
+    .ok()??;
+    Some((row.text("status").ok()?, row.int("attempts").ok()?))
+}
+
+/// On PostgreSQL a job's end is written by the process's completer after
+/// the job body committed its own: a worker that dies in between (a
+/// failpoint aborts it once a job's end is gathered and not yet written)
+/// leaves its build ended and its job not done. Once its heartbeat is
+/// stale another worker is handed the job, finds the build ended, runs
+/// nothing, and the job ends done: the effect ran once.
+#[tokio::test]
+async fn a_worker_that_dies_before_writing_a_job_s_end_leaves_a_build_that_ran_once() {
+    let db = TestDatabase::new(Engine::Postgres).await;
+    let source = db.path("slow-source");
+    slow_source(&source, 1);
+    let port = free_port();
+    let _api = start(command(&binary("slipway-api"), &db, port), &db, "api.log");
+    // Builds only: no other job of the run may end first.
+    let worker = |failpoint: Option<&str>| {
+        let mut cmd = slow_worker(&db, port, &source);
+        cmd.env("SLIPWAY_QUEUES", "builds");
+        if let Some(point) = failpoint {
+            cmd.env("SLIPWAY_FAILPOINTS", point);
+        }
+        cmd
+    };
+    let crashing = start(worker(Some("job_ended_unrecorded")), &db, "worker-1.log");
+    let api = Api::connect(&db, port).await;
+    let (status, accepted) = api.submit("demo", &demo()).await.unwrap();
+    assert_eq!(status, 202, "{accepted}");
+    let build_id = accepted["build_id"].as_str().unwrap().to_owned();
+    let path = format!("/builds/{build_id}");
+    let status = wait_exit(
+        crashing,
+        "the worker to die with the build's end unwritten",
+        Duration::from_secs(60),
+        &db.path("worker-1.log"),
+    )
+    .await;
+    assert!(!status.success(), "the worker did not die at the failpoint");
+    let (_, _, ended) = api.get(&path).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    let store = open(&db).await;
+    let (job_status, _) = build_job_row(&store, &build_id).await.expect("the build's job");
+    assert_ne!(job_status, "Done", "the job's end was written before the crash");
+
+    let _second = start(worker(None), &db, "worker-2.log");
+    let (job_status, attempts) = wait_for("another worker to finish the job", Duration::from_secs(60), || async {
+        build_job_row(&store, &build_id).await.filter(|(status, _)| status == "Done")
+    })
+    .await;
+    assert_eq!((job_status.as_str(), attempts), ("Done", 2), "the job was not handed out again");
+    let (_, _, done) = api.get(&path).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["attempts"], 1, "the build ran again: {done}");
+    let runs = std::fs::read_to_string(db.path("state").join("provider").join("demo").join("runs")).unwrap();
+    assert_eq!(runs.lines().filter(|l| l.starts_with("start")).count(), 1, "the effect ran again:\n{runs}");
 }

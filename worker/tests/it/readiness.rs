@@ -214,7 +214,8 @@ mod backoff {
         let running = match world.ctx.db.clone() {
             Db::Postgres(pool) => {
                 let feed = JobFeed::start(&pool, POSTGRES_POLL);
-                let storage = settings.postgres::<ReadinessJob>(&pool, &feed);
+                let completer = slipway_worker::completer::Completer::start(Db::Postgres(pool.clone()));
+                let storage = settings.postgres::<ReadinessJob>(&pool, &feed, &completer);
                 let worker = WorkerBuilder::new("readiness-backoff-test").backend(storage).data(ctx).concurrency(4);
                 tokio::spawn(worker.build(handle).run())
             }

@@ -1,0 +1,13 @@
+-- Index entries no statement needs (issue 32; docs/DECISIONS.md "Three
+-- indexes dropped, one kept"). Each index is one more entry written by every
+-- insert and by every update of its columns.
+--
+-- `builds_by_status (status)` is the leading column of
+-- `builds_queued_by_seq (status, seq)` and `builds_by_fair_tag (status,
+-- fair_tag)`: every statement the planner read through it reads one of those
+-- instead, with the same search.
+--
+-- apalis-sqlite's `LIdx` on Jobs (lock_by) stays: its acknowledgement
+-- (`UPDATE Jobs … WHERE id = ?1 AND lock_by = ?2`, queries/task/ack.sql)
+-- is planned through it, and it is the table's only index on lock_by.
+DROP INDEX IF EXISTS builds_by_status;
