@@ -7,6 +7,7 @@ pub mod database_health;
 pub mod default_source;
 pub mod error;
 pub mod extract;
+pub mod fd_limit;
 pub mod idempotency;
 pub mod keys;
 pub mod limits;

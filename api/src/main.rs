@@ -93,6 +93,8 @@ fn token(config: &Config, ttl: &str, mint: Mint) -> anyhow::Result<()> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     slipway_jobs::sandbox::private_dir(&config.state_dir)
         .with_context(|| format!("making the state folder {} private", config.state_dir.display()))?;
+    // Every stream is a socket: the soft open-file limit up to the hard one.
+    slipway_api::fd_limit::raise_and_log(config.api.streams_per_api);
     let bind = config.api.bind.clone();
     let read_timeout = config.api.request_timeout;
     let grace = config.api.shutdown_grace;

@@ -40,13 +40,13 @@ use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use slipway_jobs::channel::Wake;
+use slipway_jobs::channel::Follow;
 use slipway_jobs::store::tickets::{self, StreamKind};
 use slipway_jobs::store::{builds, events, Db, StoreError};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
 /// How often an idle stream sends a keep-alive comment.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -55,6 +55,14 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// (a safety net: wake-ups can be lost when the database connection of the
 /// api's listener breaks).
 const RECHECK: Duration = Duration::from_secs(60);
+
+/// How long a deployment stream's opening waits for a database connection
+/// while the pool is busy, past which it answers `503`: longer than an
+/// ordinary request's [`slipway_jobs::store::ACQUIRE_TIMEOUT`], because a
+/// browser's `EventSource` does not reconnect after a `503`, and a
+/// reconnect storm (every stream of an api that restarted) asks for
+/// thousands of connections at once.
+pub const STREAM_OPEN_PATIENCE: Duration = Duration::from_secs(10);
 
 /// How often a build log stream looks for new chunks.
 pub const LOG_POLL: Duration = Duration::from_millis(250);
@@ -478,54 +486,70 @@ pub async fn deployment(
     let last = last_event_id(&headers)?;
     let slot = app.streams.open(&auth.0.sub, StreamKind::DeploymentEvents)?;
     // Subscribed before the first read, so nothing committed after it is missed.
-    let wakes = app.hub.subscribe();
-    let mut conn = app.db.acquire().await?;
-    let read = slipway_jobs::read::deployment(&mut conn, id.as_str())
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
+    let follow = app.hub.follow(id.as_str());
+    let mut conn = app.db.acquire_within(STREAM_OPEN_PATIENCE).await?;
+    // One statement when the deployment has events (deployments are never
+    // removed, so an event means it exists); its whole read only before
+    // its first event.
     let latest = events::latest(&mut conn, id.as_str()).await?;
-    // An id past the deployment's last event was never sent for it: start
-    // over from the current state, as without one.
-    let last = last.filter(|n| *n <= latest.as_ref().map_or(0, |e| e.n));
-    let (first, after) = match last {
-        None => {
-            let current = latest.unwrap_or_else(|| events::Event {
-                deployment_id: id.to_string(),
-                n: 0,
-                state: read.state,
-                trigger: read.state_build.as_ref().map(|b| b.trigger),
-                build_id: read.state_build.map(|b| b.id),
-                at: read.deployment.updated_at,
-            });
-            let n = current.n;
-            (vec![current], n)
+    let (first, after) = match (latest, last) {
+        // An id past the deployment's last event was never sent for it:
+        // start over from the current state, as without one.
+        (Some(latest), None) => {
+            let n = latest.n;
+            (vec![latest], n)
         }
-        Some(n) => {
-            let missed = events::since(&mut conn, id.as_str(), n, PAGE).await?;
-            let state_now = latest.as_ref().map_or(read.state, |e| e.state);
-            if missed.is_empty() && state_now.is_terminal() {
+        (Some(latest), Some(n)) if n > latest.n => {
+            let n = latest.n;
+            (vec![latest], n)
+        }
+        (Some(latest), Some(n)) if n == latest.n => {
+            if latest.state.is_terminal() {
                 return Ok(StatusCode::NO_CONTENT.into_response());
             }
-            (missed, n)
+            (Vec::new(), n)
+        }
+        (Some(_), Some(n)) => (events::since(&mut conn, id.as_str(), n, PAGE).await?, n),
+        (None, last) => {
+            let read = slipway_jobs::read::deployment(&mut conn, id.as_str())
+                .await?
+                .ok_or_else(|| ApiError::not_found(format!("no deployment {id}")))?;
+            if last.is_some_and(|n| n == 0) {
+                if read.state.is_terminal() {
+                    return Ok(StatusCode::NO_CONTENT.into_response());
+                }
+                (Vec::new(), 0)
+            } else {
+                let current = events::Event {
+                    deployment_id: id.to_string(),
+                    n: 0,
+                    state: read.state,
+                    trigger: read.state_build.as_ref().map(|b| b.trigger),
+                    build_id: read.state_build.map(|b| b.id),
+                    at: read.deployment.updated_at,
+                };
+                (vec![current], 0)
+            }
         }
     };
     drop(conn);
     let (tx, rx) = mpsc::channel(16);
-    let follow = follow_deployment(app.db.clone(), id.to_string(), first, after, wakes, tx.clone());
-    tokio::spawn(until_closed(follow, ends(&app, &auth), tx, slot));
+    let task = follow_deployment(app.db.clone(), first, after, follow, tx.clone());
+    tokio::spawn(until_closed(task, ends(&app, &auth), tx, slot));
     Ok(mark_deprecated(sse(rx), deprecated))
 }
 
 /// Sends `first`, then every event after the last one sent until a
-/// terminal state, reading the rows when the hub wakes this stream (and
-/// every [`RECHECK`]). Ends when the client goes away or the database
-/// fails (the client reconnects with its last id).
+/// terminal state, reading the rows when the hub wakes this stream (a read
+/// shared with the deployment's other streams woken with it,
+/// [`Follow::read`]) and every [`RECHECK`] (a read of its own). Ends when
+/// the client goes away or the database fails (the client reconnects with
+/// its last id).
 async fn follow_deployment(
     db: Db,
-    id: String,
     first: Vec<events::Event>,
     mut after: i64,
-    mut wakes: broadcast::Receiver<Wake>,
+    mut follow: Follow,
     tx: mpsc::Sender<Event>,
 ) {
     let mut batch = first;
@@ -539,37 +563,27 @@ async fn follow_deployment(
             }
         }
         // A full page means more are waiting.
-        if ended && (batch.len() as i64) < PAGE {
+        let full = batch.len() as i64 >= PAGE;
+        if ended && !full {
             return;
         }
-        if (batch.len() as i64) < PAGE {
-            let woken = async {
-                loop {
-                    match wakes.recv().await {
-                        Ok(w) if !w.concerns(&id) => continue,
-                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => return true,
-                        Err(broadcast::error::RecvError::Closed) => return false,
-                    }
-                }
-            };
+        let mut fresh = full;
+        if !full {
             tokio::select! {
-                alive = woken => if !alive { return },
-                _ = tokio::time::sleep(RECHECK) => {}
+                () = follow.woken() => {}
+                _ = tokio::time::sleep(RECHECK) => fresh = true,
                 _ = tx.closed() => return,
             }
         }
-        batch = match read_since(&db, &id, after).await {
+        // Boxed: the task of an idle stream holds only a pointer to it.
+        batch = match Box::pin(follow.read(&db, after, PAGE, fresh)).await {
             Ok(b) => b,
             Err(e) => {
-                tracing::debug!(deployment.id = %id, error = %e, "the deployment channel stops: the database failed");
+                tracing::debug!(deployment.id = %follow.deployment(), error = %e, "the deployment channel stops: the database failed");
                 return;
             }
         };
     }
-}
-
-async fn read_since(db: &Db, id: &str, after: i64) -> Result<Vec<events::Event>, StoreError> {
-    events::since(&mut db.acquire().await?, id, after, PAGE).await
 }
 
 /// `GET /builds/{id}/log`: a build's log as it is written (DL-3, Q-4).

@@ -15,6 +15,7 @@ mod delete_callbacks;
 mod deployments;
 mod drafts;
 mod error_shape;
+mod fd_limit;
 mod guides;
 mod idempotency;
 mod metrics;

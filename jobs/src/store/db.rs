@@ -538,6 +538,20 @@ impl Db {
         })
     }
 
+    /// A connection as [`Db::acquire`] gives it, waiting up to `patience`
+    /// in all for one while the pool is busy: each attempt waits the pool's
+    /// [`super::ACQUIRE_TIMEOUT`], and one that times out is tried again
+    /// until `patience` has passed. Any other error at once.
+    pub async fn acquire_within(&self, patience: std::time::Duration) -> Result<Conn, StoreError> {
+        let started = std::time::Instant::now();
+        loop {
+            match self.acquire().await {
+                Err(StoreError::Database(sqlx::Error::PoolTimedOut)) if started.elapsed() < patience => {}
+                other => return other,
+            }
+        }
+    }
+
     /// Begins a write transaction. On SQLite it takes the write lock at once
     /// (`BEGIN IMMEDIATE`), so two writers never deadlock upgrading read
     /// locks, and it commits with the write transactions that wait for it

@@ -169,19 +169,24 @@ async fn a_destroy_that_fails_or_is_cancelled_drops_the_token_and_queues_no_push
 
 slipway_jobs::on_both_engines!(a_destroy_that_fails_or_is_cancelled_drops_the_token_and_queues_no_push);
 
+/// Waits at most 30 s for `follow` to be woken: whether it was.
+async fn woken(follow: &mut slipway_jobs::channel::Follow) -> bool {
+    tokio::time::timeout(std::time::Duration::from_secs(30), follow.woken()).await.is_ok()
+}
+
 /// The api's deployment channel comes back after PostgreSQL refused and
 /// dropped every connection for 3 s: once it listens again it wakes every
-/// stream (what was notified meanwhile is lost), then each deployment's
-/// stream on its notifications.
+/// followed deployment (what was notified meanwhile is lost), then only
+/// the followers of the deployment a notification names.
 #[tokio::test]
 async fn the_deployment_channel_listens_again_after_postgres_refused_every_connection() {
-    use slipway_jobs::channel::{Hub, Wake};
+    use slipway_jobs::channel::Hub;
     use std::time::Duration;
     let w = world(Engine::Postgres, &[]).await;
     let hub = Hub::new(w.ctx.db.clone());
-    let mut wakes = hub.subscribe();
-    let first = tokio::time::timeout(Duration::from_secs(30), wakes.recv()).await;
-    assert_eq!(first.ok().and_then(Result::ok), Some(Wake::All), "the hub never listened");
+    let mut demo = hub.follow("demo");
+    let mut other = hub.follow("other");
+    assert!(woken(&mut demo).await && woken(&mut other).await, "the hub never listened");
 
     let outage = std::time::Instant::now();
     let mut dropped = 0;
@@ -191,21 +196,42 @@ async fn the_deployment_channel_listens_again_after_postgres_refused_every_conne
     }
     assert!(dropped > 0, "the hub's connection was not dropped");
     w.db.accept_connections(true).await;
-    let again = tokio::time::timeout(Duration::from_secs(30), wakes.recv()).await;
-    assert_eq!(again.ok().and_then(Result::ok), Some(Wake::All), "the hub did not listen again");
+    assert!(woken(&mut demo).await && woken(&mut other).await, "the hub did not wake every follower again");
 
-    // A notification sent once it listens is heard. Another `All` before it
-    // is the hub listening once more (a connection the outage's last round
-    // refused): what was sent before it may be lost, so it is sent again.
+    // A notification of `demo` wakes its follower and not `other`'s. The
+    // hub may listen once more first (a connection the outage's last round
+    // refused), which wakes both at once: what was sent before it may be
+    // lost, so it is sent again.
     let mut conn = w.ctx.db.acquire().await.unwrap();
     let mut relistened = 0;
     loop {
         Q::new("SELECT pg_notify($1, $2)").text(events::NOTIFY_CHANNEL).text("demo").execute(&mut conn).await.unwrap();
-        let heard = tokio::time::timeout(Duration::from_secs(5), wakes.recv()).await;
-        match heard.ok().and_then(Result::ok) {
-            Some(Wake::Deployment(d)) if &*d == "demo" => break,
-            Some(Wake::All) if relistened < 3 => relistened += 1,
-            other => panic!("a notification went unheard: {other:?}"),
+        assert!(woken(&mut demo).await, "a notification went unheard");
+        if !other.is_woken() {
+            break;
         }
+        relistened += 1;
+        assert!(relistened < 3, "every notification woke the followers of another deployment");
+        other.woken().await;
     }
 }
+
+/// The hub forgets a deployment when its last follower goes, and a
+/// deployment's followers share one topic.
+async fn the_hub_forgets_a_deployment_when_its_last_follower_goes(engine: Engine) {
+    use slipway_jobs::channel::Hub;
+    let w = world(engine, &[]).await;
+    let hub = Hub::new(w.ctx.db.clone());
+    let first = hub.follow("demo");
+    let second = hub.follow("demo");
+    let other = hub.follow("other");
+    assert_eq!(hub.followed(), 2);
+    drop(first);
+    assert_eq!(hub.followed(), 2, "demo still has a follower");
+    drop(second);
+    assert_eq!(hub.followed(), 1);
+    drop(other);
+    assert_eq!(hub.followed(), 0);
+}
+
+slipway_jobs::on_both_engines!(the_hub_forgets_a_deployment_when_its_last_follower_goes);

@@ -52,7 +52,12 @@ pub async fn start_api(dir: &Path, file: Option<&str>, env: &[(&str, &str)]) -> 
 /// followed by its address (`serving address=`, or `listening address=`
 /// while its database is not ready yet), within 120 s.
 pub async fn start_api_until(dir: &Path, file: Option<&str>, env: &[(&str, &str)], marker: &str) -> ApiProcess {
-    let mut command = api_command(dir, file, env);
+    start_command_until(api_command(dir, file, env), marker).await
+}
+
+/// Starts `command` (made by [`api_command`], then changed by the test);
+/// returns once it logs `marker` followed by its address, within 120 s.
+pub async fn start_command_until(mut command: tokio::process::Command, marker: &str) -> ApiProcess {
     command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
     let mut child = command.spawn().expect("slipway-api starts");
     let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
