@@ -27,6 +27,7 @@
 //! `active`.
 
 use axum::Router;
+use futures::FutureExt as _;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -110,12 +111,14 @@ pub async fn serve_draining(
         let service = TowerToHyperService::new(router.clone());
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         let counted = OpenConnection::new(&open);
-        tokio::spawn(async move {
-            let _counted = counted;
-            if let Err(e) = connection.await {
+        // A combinator, not an `async` block that awaits it: the task then
+        // holds the connection's future once, not also a moved copy.
+        tokio::spawn(connection.map(move |ended| {
+            drop(counted);
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
-        });
+        }));
     }
     drop(listener);
     tracing::info!(connections = open.load(Ordering::Relaxed), "stopped accepting; draining the open connections");

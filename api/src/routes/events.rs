@@ -338,43 +338,82 @@ fn retry_wait() -> Duration {
     RETRY_LEAST + Duration::from_millis(rand::rng().random_range(0..RETRY_SPREAD.as_millis() as u64))
 }
 
+/// Events a stream's task sends to its response ([`spawn_stream`]). Each
+/// is boxed: a channel holds its events in blocks of 32 slots, allocated
+/// when the channel is made, so an idle stream keeps 32 pointers rather
+/// than 32 events.
+#[derive(Debug, Clone)]
+pub(crate) struct EventSender(mpsc::Sender<Box<Event>>);
+
+/// The response of an [`EventSender`] went away (the client disconnected,
+/// or the stream ended).
+#[derive(Debug)]
+pub(crate) struct ResponseGone;
+
+impl EventSender {
+    /// Sends `event`, waiting while the client's buffer of 16 events is full.
+    pub(crate) async fn send(&self, event: Event) -> Result<(), ResponseGone> {
+        self.0.send(Box::new(event)).await.map_err(|_| ResponseGone)
+    }
+
+    /// Resolves once the response went away.
+    pub(crate) async fn closed(&self) {
+        self.0.closed().await;
+    }
+}
+
 /// An SSE response over what a task sends into `rx`, with keep-alives and
 /// headers that keep proxies from buffering it. It opens with a `retry:`
 /// field alone (no data, so no event is dispatched): how long the client
 /// waits before reconnecting once the stream is cut ([`retry_wait`]).
-pub(crate) fn sse(rx: mpsc::Receiver<Event>) -> Response {
+fn sse(rx: mpsc::Receiver<Box<Event>>) -> Response {
     let retry = futures::stream::once(std::future::ready(Ok::<_, Infallible>(Event::default().retry(retry_wait()))));
     let stream =
-        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx)) });
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(*e), rx)) });
     let mut response = Sse::new(retry.chain(stream)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)).into_response();
     response.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
 
-/// Why a stream ends before what it follows does.
-pub(crate) enum Cut {
-    /// The process stops serving: the client reconnects (to another api).
-    Closing,
-    /// The token it was opened with expired (at `exp`, seconds since the
-    /// epoch): the client needs a fresh token, or a ticket minted with one.
-    TokenExpired(f64),
-}
-
-/// When a stream must end whatever it follows: when the process stops
-/// serving, or when the token it was opened with expires (a token is
-/// checked when a stream opens; the client reconnects with a fresh one and
-/// its last id).
-pub(crate) fn ends(app: &AppState, auth: &Auth) -> impl std::future::Future<Output = Cut> + Send + 'static {
-    let closed = app.hub.closed();
+/// Starts a stream: a task that runs `task` (made here from the stream's
+/// [`EventSender`]) until it ends or the stream must end whatever it
+/// follows, holding `slot` under the caps ([`crate::stream_caps`]) until
+/// then, and the SSE response it feeds ([`sse`]). A stream must end when
+/// the process stops serving (the client reconnects, to another api) or
+/// when the token it was opened with expires (a token is checked when a
+/// stream opens): then it gets a last `event: token_expired`, and the
+/// client reconnects with a fresh token and its last id.
+///
+/// `task` is made inside the spawned task, so the task keeps `task`'s
+/// inputs and its future once each rather than a moved copy of the future
+/// beside it (an idle stream's memory, issue 32's bar).
+pub(crate) fn spawn_stream<F>(
+    app: &AppState,
+    auth: &Auth,
+    slot: StreamSlot,
+    task: impl FnOnce(EventSender) -> F + Send + 'static,
+) -> Response
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(16);
+    let tx = EventSender(tx);
+    let closed = Box::pin(app.hub.closed());
     let exp = auth.0.exp;
     let left = until_expiry(exp, slipway_jobs::clock::now_us() as f64 / 1e6);
-    async move {
+    tokio::spawn(async move {
+        let follow = task(tx.clone());
         tokio::select! {
-            () = closed => Cut::Closing,
-            () = tokio::time::sleep(left) => Cut::TokenExpired(exp),
+            () = follow => {}
+            () = closed => {}
+            () = tokio::time::sleep(left) => {
+                let _ = tokio::time::timeout(LAST_EVENT_WAIT, tx.send(token_expired_event(exp))).await;
+            }
         }
-    }
+        drop(slot);
+    });
+    sse(rx)
 }
 
 /// How long a token expiring at `exp` has left at `now` (both seconds
@@ -407,27 +446,6 @@ fn token_expired_event(exp: f64) -> Event {
 /// How long the last event of a cut stream may wait for room in a slow
 /// client's buffer before the stream ends without it.
 const LAST_EVENT_WAIT: Duration = Duration::from_secs(5);
-
-/// Runs a stream's task until it ends or must end (see [`ends`]), holding
-/// its `slot` under the caps until then; a stream cut because its token
-/// expired gets a last `token_expired` event on `tx`. Dropping the
-/// senders ends the response.
-pub(crate) async fn until_closed(
-    task: impl std::future::Future<Output = ()>,
-    cut: impl std::future::Future<Output = Cut>,
-    tx: mpsc::Sender<Event>,
-    slot: StreamSlot,
-) {
-    tokio::select! {
-        () = task => {}
-        why = cut => {
-            if let Cut::TokenExpired(exp) = why {
-                let _ = tokio::time::timeout(LAST_EVENT_WAIT, tx.send(token_expired_event(exp))).await;
-            }
-        }
-    }
-    drop(slot);
-}
 
 /// One event of the deployment channel.
 fn state_event(e: &events::Event) -> Event {
@@ -533,10 +551,9 @@ pub async fn deployment(
         }
     };
     drop(conn);
-    let (tx, rx) = mpsc::channel(16);
-    let task = follow_deployment(app.db.clone(), first, after, follow, tx.clone());
-    tokio::spawn(until_closed(task, ends(&app, &auth), tx, slot));
-    Ok(mark_deprecated(sse(rx), deprecated))
+    let db = app.db.clone();
+    let response = spawn_stream(&app, &auth, slot, move |tx| follow_deployment(db, first, after, follow, tx));
+    Ok(mark_deprecated(response, deprecated))
 }
 
 /// Sends `first`, then every event after the last one sent until a
@@ -545,13 +562,7 @@ pub async fn deployment(
 /// [`Follow::read`]) and every [`RECHECK`] (a read of its own). Ends when
 /// the client goes away or the database fails (the client reconnects with
 /// its last id).
-async fn follow_deployment(
-    db: Db,
-    first: Vec<events::Event>,
-    mut after: i64,
-    mut follow: Follow,
-    tx: mpsc::Sender<Event>,
-) {
+async fn follow_deployment(db: Db, first: Vec<events::Event>, mut after: i64, mut follow: Follow, tx: EventSender) {
     let mut batch = first;
     loop {
         let mut ended = false;
@@ -634,9 +645,9 @@ pub async fn build_log(
         }
     }
     drop(conn);
-    let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(until_closed(follow_log(app.db.clone(), id, after, tx.clone()), ends(&app, &auth), tx, slot));
-    Ok(mark_deprecated(sse(rx), deprecated))
+    let db = app.db.clone();
+    let response = spawn_stream(&app, &auth, slot, move |tx| follow_log(db, id, after, tx));
+    Ok(mark_deprecated(response, deprecated))
 }
 
 /// The id of a finished build's `end` event: one past its last chunk's
@@ -646,7 +657,7 @@ async fn log_end(conn: &mut slipway_jobs::store::Conn, id: &str) -> Result<i64, 
 }
 
 /// Sends the log's chunks after `after` as they come, then the `end` event.
-async fn follow_log(db: Db, id: String, mut after: i64, tx: mpsc::Sender<Event>) {
+async fn follow_log(db: Db, id: String, mut after: i64, tx: EventSender) {
     loop {
         let step = async {
             let mut conn = db.acquire().await?;

@@ -338,21 +338,14 @@ pub async fn events(
     // Counted against SLIPWAY_STREAMS_PER_SUBJECT and _PER_API like a
     // deployment's channel; ended when the api stops or the token expires.
     let slot = app.streams.open(&auth.0.sub, slipway_jobs::store::tickets::StreamKind::DeploymentEvents)?;
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
-    let follow = follow(app.db.clone(), id, last, tx.clone());
-    tokio::spawn(super::events::until_closed(follow, super::events::ends(&app, &auth), tx, slot));
-    Ok(super::events::sse(rx))
+    let db = app.db.clone();
+    Ok(super::events::spawn_stream(&app, &auth, slot, move |tx| follow(db, id, last, tx)))
 }
 
 /// Sends rollout `id`'s events after `last` until it ended and every event
 /// was sent, the client went away, or the database failed (the client
 /// reconnects with its last id).
-async fn follow(
-    db: slipway_jobs::store::Db,
-    id: String,
-    mut last: i64,
-    tx: tokio::sync::mpsc::Sender<axum::response::sse::Event>,
-) {
+async fn follow(db: slipway_jobs::store::Db, id: String, mut last: i64, tx: super::events::EventSender) {
     use slipway_jobs::store::rollouts;
     loop {
         let Ok(mut conn) = db.acquire().await else { return };
