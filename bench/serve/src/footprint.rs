@@ -7,12 +7,11 @@
 //! `started_at`, written by the worker, less the moment it was spawned),
 //! and resident memory once the queued deploys it ran are done.
 
-use crate::proc::{bin_dir, free_port, wait_ready, Client, Process};
+use crate::proc::{bin_dir, each_engine, free_port, pg_database, wait_ready, Client, Process};
 use crate::reads::mint;
 use anyhow::{ensure, Context as _};
 use serde_json::{json, Value};
 use slipway_jobs::store::{self, Engine, Q};
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -59,23 +58,11 @@ fn memory(p: &Process) -> anyhow::Result<Value> {
 pub async fn run(args: Args) -> anyhow::Result<Value> {
     let bin = bin_dir(args.bin.clone());
     let size = |name: &str| std::fs::metadata(bin.join(name)).map(|m| m.len() as f64 / 1e6).unwrap_or(f64::NAN);
-    let mut engines = Vec::new();
-    for name in &args.engines {
-        let engine = match name.as_str() {
-            "sqlite" => Engine::Sqlite,
-            "postgres" => Engine::Postgres,
-            other => anyhow::bail!("--engines takes sqlite and postgres, not {other}"),
-        };
-        eprintln!("[footprint] {name}");
-        let scratch = tempfile::tempdir()?;
-        let result = one_engine(&args, &bin, engine, scratch.path()).await;
-        if engine == Engine::Postgres {
-            pg_database(&args.server, false).await?;
-        }
-        let mut result = result.with_context(|| name.clone())?;
-        result["engine"] = json!(name);
-        engines.push(result);
-    }
+    let (args_ref, bin_ref) = (&args, &bin);
+    let engines = each_engine("footprint", &args.engines, &args.server, PG_DATABASE, |engine, scratch| async move {
+        one_engine(args_ref, bin_ref, engine, &scratch).await
+    })
+    .await?;
     Ok(json!({
         "name": "footprint",
         "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -88,7 +75,7 @@ pub async fn run(args: Args) -> anyhow::Result<Value> {
 async fn one_engine(args: &Args, bin: &Path, engine: Engine, scratch: &Path) -> anyhow::Result<Value> {
     let url = match engine {
         Engine::Sqlite => format!("sqlite://{}", scratch.join("slipway.db").display()),
-        Engine::Postgres => pg_database(&args.server, true).await?,
+        Engine::Postgres => pg_database(&args.server, PG_DATABASE, true).await?,
     };
     let addr = format!("127.0.0.1:{}", free_port()?);
     let source = std::fs::canonicalize(&args.source).context("the built-in module source (--source)")?;
@@ -258,19 +245,4 @@ fn wait_served(addr: &str, token: &str, worker: &mut Process) -> anyhow::Result<
         ensure!(Instant::now() < deadline, "no live worker on the builds queue within 120 s");
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-/// Drops `slipway_bench_footprint` and, with `create`, makes it anew: its URL.
-async fn pg_database(server: &str, create: bool) -> anyhow::Result<String> {
-    let admin: sqlx::postgres::PgConnectOptions = server.parse().context("parsing --server")?;
-    let mut conn = admin.connect().await.with_context(|| format!("connecting to {server}"))?;
-    sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)")))
-        .execute(&mut conn)
-        .await?;
-    if create {
-        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {PG_DATABASE}"))).execute(&mut conn).await?;
-    }
-    conn.close().await?;
-    let base = server.rsplit_once('/').map_or(server, |(b, _)| b);
-    Ok(format!("{base}/{PG_DATABASE}"))
 }

@@ -3,11 +3,68 @@
 //! and the socket).
 
 use anyhow::{bail, ensure, Context as _};
+use serde_json::{json, Value};
+use slipway_jobs::store::Engine;
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The engine an `--engines` entry names: `sqlite` or `postgres`.
+pub fn engine_named(name: &str) -> anyhow::Result<Engine> {
+    match name {
+        "sqlite" => Ok(Engine::Sqlite),
+        "postgres" => Ok(Engine::Postgres),
+        other => bail!("--engines takes sqlite and postgres, not {other}"),
+    }
+}
+
+/// Runs `one` for each engine `names` lists, in turn, each with a scratch
+/// folder of its own; after a PostgreSQL run, failed or not, drops
+/// `database` from `server`. Each result is tagged `"engine": <name>`;
+/// `part` prefixes the progress lines on stderr.
+pub async fn each_engine<F, Fut>(
+    part: &str,
+    names: &[String],
+    server: &str,
+    database: &str,
+    mut one: F,
+) -> anyhow::Result<Vec<Value>>
+where
+    F: FnMut(Engine, PathBuf) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Value>>,
+{
+    let mut results = Vec::new();
+    for name in names {
+        let engine = engine_named(name)?;
+        eprintln!("[{part}] {name}");
+        let scratch = tempfile::tempdir()?;
+        let result = one(engine, scratch.path().to_path_buf()).await;
+        if engine == Engine::Postgres {
+            pg_database(server, database, false).await?;
+        }
+        let mut result = result.with_context(|| name.clone())?;
+        result["engine"] = json!(name);
+        results.push(result);
+    }
+    Ok(results)
+}
+
+/// Drops `database` from `server` (any existing database's URL, for the
+/// admin connection) and, with `create`, makes it anew: its URL.
+pub async fn pg_database(server: &str, database: &str, create: bool) -> anyhow::Result<String> {
+    let admin: sqlx::postgres::PgConnectOptions = server.parse().context("parsing --server")?;
+    let mut conn = admin.connect().await.with_context(|| format!("connecting to {server}"))?;
+    sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))).execute(&mut conn).await?;
+    if create {
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {database}"))).execute(&mut conn).await?;
+    }
+    conn.close().await?;
+    let base = server.rsplit_once('/').map_or(server, |(b, _)| b);
+    Ok(format!("{base}/{database}"))
+}
 
 /// A free loopback port.
 pub fn free_port() -> anyhow::Result<u16> {

@@ -180,11 +180,7 @@ pub async fn run(args: Args) -> anyhow::Result<Value> {
     let bin = bin_dir(args.bin.clone());
     let mut engines = Vec::new();
     for name in &args.engines {
-        let engine = match name.as_str() {
-            "sqlite" => Engine::Sqlite,
-            "postgres" => Engine::Postgres,
-            other => anyhow::bail!("--engines takes postgres and sqlite, not {other}"),
-        };
+        let engine = crate::proc::engine_named(name)?;
         let result = both_databases(&args, &bin, engine).await;
         if engine == Engine::Postgres {
             for database in PG_DATABASES {

@@ -33,7 +33,7 @@
 //! are counted and reported. The process raises its own descriptor limit
 //! to its hard limit first.
 
-use crate::proc::{bin_dir, free_port, percentile, wait_ready, Process};
+use crate::proc::{bin_dir, each_engine, free_port, percentile, pg_database, wait_ready, Process};
 use crate::reads::mint;
 use anyhow::{bail, ensure, Context as _};
 use eventsource_stream::Eventsource as _;
@@ -45,7 +45,6 @@ use slipway_jobs::id::{new_build_id, DeploymentId};
 use slipway_jobs::provenance::Trigger;
 use slipway_jobs::state::{BuildKind, BuildStatus};
 use slipway_jobs::store::{self, builds, deployments, events, Db, Engine};
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -104,23 +103,11 @@ pub async fn run(args: Args) -> anyhow::Result<Value> {
     );
     ensure!(args.deployments > 0 && args.streams >= args.deployments, "--streams must be at least --deployments");
     let bin = bin_dir(args.bin.clone());
-    let mut engines = Vec::new();
-    for name in &args.engines {
-        let engine = match name.as_str() {
-            "sqlite" => Engine::Sqlite,
-            "postgres" => Engine::Postgres,
-            other => bail!("--engines takes sqlite and postgres, not {other}"),
-        };
-        eprintln!("[streams] {name}");
-        let scratch = tempfile::tempdir()?;
-        let result = one_engine(&args, &bin, engine, scratch.path()).await;
-        if engine == Engine::Postgres {
-            pg_database(&args.server, false).await?;
-        }
-        let mut result = result.with_context(|| name.clone())?;
-        result["engine"] = json!(name);
-        engines.push(result);
-    }
+    let (args_ref, bin_ref) = (&args, &bin);
+    let engines = each_engine("streams", &args.engines, &args.server, PG_DATABASE, |engine, scratch| async move {
+        one_engine(args_ref, bin_ref, engine, &scratch).await
+    })
+    .await?;
     Ok(json!({
         "name": "streams",
         "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -172,7 +159,7 @@ fn expected_ids(d: usize) -> Vec<i64> {
 async fn one_engine(args: &Args, bin: &Path, engine: Engine, scratch: &Path) -> anyhow::Result<Value> {
     let url = match engine {
         Engine::Sqlite => format!("sqlite://{}", scratch.join("slipway.db").display()),
-        Engine::Postgres => pg_database(&args.server, true).await?,
+        Engine::Postgres => pg_database(&args.server, PG_DATABASE, true).await?,
     };
     let db = match engine {
         Engine::Sqlite => store::open_sqlite(&scratch.join("slipway.db")).await?,
@@ -747,19 +734,4 @@ async fn end_builds(db: &Db, n: usize, spread: Duration) -> anyhow::Result<Vec<O
         }
     }
     Ok(committing)
-}
-
-/// Drops `slipway_bench_streams` and, with `create`, makes it anew: its URL.
-async fn pg_database(server: &str, create: bool) -> anyhow::Result<String> {
-    let admin: sqlx::postgres::PgConnectOptions = server.parse().context("parsing --server")?;
-    let mut conn = admin.connect().await.with_context(|| format!("connecting to {server}"))?;
-    sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)")))
-        .execute(&mut conn)
-        .await?;
-    if create {
-        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {PG_DATABASE}"))).execute(&mut conn).await?;
-    }
-    conn.close().await?;
-    let base = server.rsplit_once('/').map_or(server, |(b, _)| b);
-    Ok(format!("{base}/{PG_DATABASE}"))
 }
